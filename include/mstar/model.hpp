@@ -1,0 +1,331 @@
+// The compile-time model description: nodes, groups, workers and the model, as policies. A model
+// reads as a short block of `using` lines (see examples/qwen3_tts/model.hpp):
+//
+//   using CodecChunk = mstar::node<"codec_chunk", mstar::declares<CodecState>>;
+//   using Codec      = mstar::group<"Codec", mstar::side_stream, CodecChunk>;
+//   using Gpu0       = mstar::worker<"gpu0", Talker, Codec>;
+//   using Qwen3Tts   = mstar::model<"qwen3_tts", Gpu0>;
+//
+// Instantiating mstar::model runs the validator (validate.hpp) inside static_asserts: a model the
+// engine cannot run safely does not compile, and the diagnostic carries the rule's sentence and the
+// offending node, resource, group and worker types.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "mstar/descriptor.hpp"
+#include "mstar/detail/fixed_string.hpp"
+#include "mstar/detail/type_list.hpp"
+#include "mstar/resources.hpp"
+#include "mstar/validate.hpp"
+
+namespace mstar {
+
+// Walk flags, combined with |: node<"talker_decode", declares<...>, walk::chain | walk::stop_checks>.
+enum class walk : std::uint8_t {
+  none = 0,
+  chain = 1,
+  resident = 2,
+  combined = 4,
+  spans = 8,
+  stop_checks = 16,
+};
+constexpr walk operator|(walk a, walk b) {
+  return static_cast<walk>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+}
+constexpr bool has(walk set, walk flag) {
+  return (static_cast<std::uint8_t>(set) & static_cast<std::uint8_t>(flag)) != 0;
+}
+
+template <class... Resources>
+struct declares {
+  static_assert((resource_policy<Resources> && ...),
+                "mstar::declares takes resource policies only (kv_cache, attention, positions, sampler, "
+                "recurrent_pool): pass the resource's type, not its key or an instance.");
+  using list = detail::type_list<Resources...>;
+  static constexpr void add_keys(node_desc& d) { (d.resources.push_back(Resources::key), ...); }
+};
+
+struct node_identifier {};
+struct group_identifier {};
+struct worker_identifier {};
+
+// A node: the resources it declares and its walk flags. (A primary template rather than a partial
+// specialization on declares<...>: nvcc does not match partial specializations over class-type
+// template parameters.)
+template <fixed_string Name, class Declares = declares<>, walk Walks = walk::none>
+struct node {
+  using identifier = node_identifier;
+  using resources = typename Declares::list;
+  static constexpr std::string_view name = Name.view();
+  static constexpr walk walks = Walks;
+
+  static constexpr node_desc descriptor() {
+    node_desc d{};
+    d.name = Name.view();
+    Declares::add_keys(d);
+    d.walks = {.chain = has(Walks, walk::chain),
+               .resident = has(Walks, walk::resident),
+               .combined = has(Walks, walk::combined),
+               .spans = has(Walks, walk::spans),
+               .stop_checks = has(Walks, walk::stop_checks)};
+    return d;
+  }
+};
+
+// Group and worker options.
+struct side_stream {};
+template <std::uint32_t N>
+struct tp {
+  static constexpr void apply(worker_desc& w) { w.tp = N; }
+};
+template <std::uint32_t N>
+struct sp {
+  static constexpr void apply(worker_desc& w) { w.sp = N; }
+};
+template <std::uint32_t N>
+struct streams {
+  static constexpr void apply(worker_desc& w) { w.streams = N; }
+};
+
+namespace detail {
+template <class T, class Id>
+struct has_identifier : std::false_type {};
+template <class T, class Id>
+  requires std::is_same_v<typename T::identifier, Id>
+struct has_identifier<T, Id> : std::true_type {};
+template <class T>
+using is_node = has_identifier<T, node_identifier>;
+template <class T>
+using is_group = has_identifier<T, group_identifier>;
+template <class T>
+using is_worker = has_identifier<T, worker_identifier>;
+template <class T>
+struct is_worker_option : std::bool_constant<requires(worker_desc& w) { T::apply(w); }> {};
+} // namespace detail
+
+template <fixed_string Name, class... Members>
+struct group {
+  static_assert(((detail::is_node<Members>::value || std::is_same_v<Members, side_stream>) && ...),
+                "mstar::group takes mstar::node types and the mstar::side_stream flag only.");
+  using identifier = group_identifier;
+  using nodes = detail::filter_t<detail::is_node, Members...>;
+  static constexpr std::string_view name = Name.view();
+  static constexpr bool is_side = (std::is_same_v<Members, side_stream> || ...);
+
+  static constexpr group_desc descriptor() {
+    group_desc d{};
+    d.name = Name.view();
+    d.side_stream = is_side;
+    (
+        [&] {
+          if constexpr (detail::is_node<Members>::value) d.nodes.push_back(Members::name);
+        }(),
+        ...);
+    return d;
+  }
+};
+
+template <fixed_string Name, class... Members>
+struct worker {
+  static_assert(((detail::is_group<Members>::value || detail::is_worker_option<Members>::value) && ...),
+                "mstar::worker takes mstar::group types and the options mstar::tp<N>, mstar::sp<N>, "
+                "mstar::streams<N> only.");
+  using identifier = worker_identifier;
+  using groups = detail::filter_t<detail::is_group, Members...>;
+  static constexpr std::string_view name = Name.view();
+
+  static constexpr worker_desc descriptor() {
+    worker_desc d{};
+    d.name = Name.view();
+    (
+        [&] {
+          if constexpr (detail::is_group<Members>::value)
+            d.groups.push_back(Members::name);
+          else
+            Members::apply(d);
+        }(),
+        ...);
+    return d;
+  }
+};
+
+namespace detail {
+
+template <class List>
+struct groups_of;
+template <class... Ws>
+struct groups_of<type_list<Ws...>> {
+  using type = concat_t<typename Ws::groups...>;
+};
+template <class List>
+struct nodes_of;
+template <class... Gs>
+struct nodes_of<type_list<Gs...>> {
+  using type = concat_t<typename Gs::nodes...>;
+};
+template <class List>
+struct resources_of;
+template <class... Ns>
+struct resources_of<type_list<Ns...>> {
+  using type = concat_t<typename Ns::resources...>;
+};
+
+template <class... Ts>
+constexpr auto descriptors_of(type_list<Ts...>) {
+  return std::array<decltype(nth_t<0, type_list<Ts...>>::descriptor()), sizeof...(Ts)>{Ts::descriptor()...};
+}
+
+// A model's descriptor, and for each of its resources the index of the policy type it came from
+// (the same resource type declared by several nodes appears once).
+template <class Workers>
+struct built {
+  using worker_list = Workers;
+  using group_list = typename groups_of<Workers>::type;
+  using node_list = typename nodes_of<group_list>::type;
+  using resource_list = typename resources_of<node_list>::type; // with repeats
+
+  struct result {
+    model_desc desc;
+    std::array<std::uint8_t, max_resources> resource_type{};
+  };
+
+  static constexpr result make(std::string_view name) {
+    result r{};
+    r.desc.name = name;
+    if constexpr (resource_list::size > 0) {
+      constexpr auto all = descriptors_of(resource_list{});
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        bool repeat = false;
+        for (std::size_t j = 0; j < i; ++j) repeat = repeat || all[j] == all[i];
+        if (!repeat) {
+          r.resource_type[r.desc.resources.size()] = static_cast<std::uint8_t>(i);
+          r.desc.resources.push_back(all[i]);
+        }
+      }
+    }
+    if constexpr (node_list::size > 0)
+      for (const auto& d : descriptors_of(node_list{})) r.desc.nodes.push_back(d);
+    if constexpr (group_list::size > 0)
+      for (const auto& d : descriptors_of(group_list{})) r.desc.groups.push_back(d);
+    if constexpr (Workers::size > 0)
+      for (const auto& d : descriptors_of(Workers{})) r.desc.workers.push_back(d);
+    return r;
+  }
+};
+
+// One static_assert per rule: the failing one prints its sentence, and the compiler's instantiation
+// note names this template's arguments, the offending node, resource, group and worker types.
+template <rule Rule, class Node, class Resource, class Group, class Worker>
+struct model_rule_broken {
+  static_assert(Rule != rule::duplicate_resource, MSTAR_SENTENCE_DUPLICATE_RESOURCE);
+  static_assert(Rule != rule::duplicate_node, MSTAR_SENTENCE_DUPLICATE_NODE);
+  static_assert(Rule != rule::duplicate_group, MSTAR_SENTENCE_DUPLICATE_GROUP);
+  static_assert(Rule != rule::duplicate_worker, MSTAR_SENTENCE_DUPLICATE_WORKER);
+  static_assert(Rule != rule::unknown_resource, MSTAR_SENTENCE_UNKNOWN_RESOURCE);
+  static_assert(Rule != rule::unknown_node, MSTAR_SENTENCE_UNKNOWN_NODE);
+  static_assert(Rule != rule::unknown_group, MSTAR_SENTENCE_UNKNOWN_GROUP);
+  static_assert(Rule != rule::node_unplaced, MSTAR_SENTENCE_NODE_UNPLACED);
+  static_assert(Rule != rule::node_placed_twice, MSTAR_SENTENCE_NODE_PLACED_TWICE);
+  static_assert(Rule != rule::group_placement, MSTAR_SENTENCE_GROUP_PLACED_TWICE);
+  static_assert(Rule != rule::bad_geometry, MSTAR_SENTENCE_BAD_GEOMETRY);
+  static_assert(Rule != rule::snapshots_not_pool, MSTAR_SENTENCE_SNAPSHOTS_NOT_POOL);
+  static_assert(Rule != rule::bad_parallel, MSTAR_SENTENCE_BAD_PARALLEL);
+  static_assert(Rule != rule::unknown_dependency, MSTAR_SENTENCE_UNKNOWN_DEPENDENCY);
+  static_assert(Rule != rule::self_dependency, MSTAR_SENTENCE_SELF_DEPENDENCY);
+  static_assert(Rule != rule::dependency_cycle, MSTAR_SENTENCE_DEPENDENCY_CYCLE);
+  static_assert(Rule != rule::preplan_dependency, MSTAR_SENTENCE_PREPLAN_DEPENDENCY);
+  static_assert(Rule != rule::lane_kv_cache, MSTAR_SENTENCE_LANE_KV_CACHE);
+  static_assert(Rule != rule::lane_attention, MSTAR_SENTENCE_LANE_ATTENTION);
+  static_assert(Rule != rule::lane_positions, MSTAR_SENTENCE_LANE_POSITIONS);
+  static_assert(Rule != rule::lane_sampler, MSTAR_SENTENCE_LANE_SAMPLER);
+  static_assert(Rule != rule::lane_shared_pool, MSTAR_SENTENCE_LANE_SHARED_POOL);
+  static_assert(Rule != rule::lane_kv_keyed_pool, MSTAR_SENTENCE_LANE_KV_KEYED_POOL);
+  static_assert(Rule != rule::lane_resident_walks, MSTAR_SENTENCE_LANE_RESIDENT_WALKS);
+  static_assert(Rule != rule::lane_parallel, MSTAR_SENTENCE_LANE_PARALLEL);
+  static_assert(Rule != rule::lane_alone_on_worker, MSTAR_SENTENCE_LANE_ALONE_ON_WORKER);
+  static_assert(Rule != rule::lane_no_streams, MSTAR_SENTENCE_LANE_NO_STREAMS);
+  static_assert(Rule != rule::lane_chain_walks, MSTAR_SENTENCE_LANE_CHAIN_WALKS);
+  static_assert(Rule != rule::lane_combined_walks, MSTAR_SENTENCE_LANE_COMBINED_WALKS);
+  static_assert(Rule != rule::lane_spans_or_stop_checks, MSTAR_SENTENCE_LANE_SPANS_OR_STOP_CHECKS);
+  static_assert(Rule != rule::lane_second_side_node, MSTAR_SENTENCE_LANE_SECOND_SIDE_NODE);
+  static constexpr bool value = true;
+};
+
+template <class Built, const auto& Result, const auto& Verdict, std::size_t I>
+constexpr bool enforce_one() {
+  if constexpr (I < Verdict.findings.size()) {
+    constexpr finding f = Verdict.findings[I];
+    using Node = nth_t<f.node, typename Built::node_list>;
+    using Resource = std::conditional_t<f.resource == no_index, none,
+                                        nth_t<Result.resource_type[f.resource == no_index ? 0 : f.resource],
+                                              typename Built::resource_list>>;
+    using Group = nth_t<f.group, typename Built::group_list>;
+    using Worker = nth_t<f.worker, typename Built::worker_list>;
+    return model_rule_broken<f.rule, Node, Resource, Group, Worker>::value;
+  } else {
+    return true;
+  }
+}
+
+template <class Built, const auto& Result, const auto& Verdict, std::size_t... I>
+constexpr bool enforce_all(std::index_sequence<I...>) {
+  return (enforce_one<Built, Result, Verdict, I>() && ...);
+}
+
+} // namespace detail
+
+// A model: its workers (and through them its groups, nodes and resources). Instantiating it
+// validates it; a refused model does not compile.
+template <fixed_string Name, class... Workers>
+struct model {
+  static_assert((detail::is_worker<Workers>::value && ...), "mstar::model takes mstar::worker types only.");
+  static_assert(sizeof...(Workers) >= 1, "mstar::model needs at least one worker.");
+
+  using built = detail::built<detail::type_list<Workers...>>;
+  using workers = detail::type_list<Workers...>;
+  using groups = typename built::group_list;
+  using nodes = typename built::node_list;
+  static constexpr std::string_view name = Name.view();
+
+private:
+  static constexpr typename built::result built_ = built::make(Name.view());
+
+public:
+  static constexpr model_desc descriptor = built_.desc;
+  static constexpr report verdict = validate(descriptor);
+  static_assert(detail::enforce_all<built, built_, verdict>(std::make_index_sequence<max_findings>{}));
+  static_assert(!verdict.truncated, "mstar: the model breaks more rules than a report holds; fix the first ones.");
+
+  // Where Node runs (chain or side lane) and, on a side lane, the keys the lane owns.
+  template <class Node>
+  static constexpr const node_lane& lane_of() {
+    return verdict.lanes[detail::named_index(descriptor.nodes, Node::name)];
+  }
+  template <class Node>
+  static constexpr bool is_side_node = lane_of<Node>().lane == lane::side;
+
+  // A side key is a resource that only side steps declare: the chain's stage never holds it.
+  static constexpr bool is_side_key(std::string_view key) {
+    for (const auto& l : verdict.lanes)
+      if (l.side_keys.contains(key)) return true;
+    return false;
+  }
+  template <class Resource>
+  static constexpr bool is_side_resource = is_side_key(Resource::key);
+};
+
+// The descriptor of a model description without judging it (for tests and tools that want the
+// report rather than a compile error).
+namespace detail {
+template <fixed_string Name, class... Workers>
+constexpr model_desc describe_unchecked(model<Name, Workers...>*) {
+  return built<type_list<Workers...>>::make(Name.view()).desc;
+}
+} // namespace detail
+template <class Model>
+inline constexpr model_desc describe = detail::describe_unchecked(static_cast<Model*>(nullptr));
+
+} // namespace mstar
