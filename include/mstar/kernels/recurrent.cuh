@@ -5,7 +5,7 @@
 // One kernel does all three directions. Its work is a flat space of "items": item = one unit of
 // g bytes of one row of one segment, segments one after another, rows of a segment one after another.
 // g is chosen per segment: 16 bytes when the pool, the batch block and the row size allow, else the
-// largest of 8, 4, 2, 1 bytes that they allow. A block takes a contiguous tile of Threads * Unroll
+// largest of 8, 4, 2, 1 bytes that they allow. A block takes contiguous tiles of Threads * Unroll
 // items; a thread finds its first item's segment by binary search over the segments' first items
 // and then walks forward, so many short rows and a few huge rows both spread over the whole grid.
 // The segment table travels by value as the kernel's parameter (__grid_constant__, no copy, no
@@ -99,57 +99,79 @@ __device__ __forceinline__ void store_unit(char* dst, uint4 v, std::uint32_t log
   }
 }
 
-// All loads of a thread are issued before its stores (Unroll units in flight per thread).
+// A thread handles Unroll items of a tile per pass, in phases so that nothing waits on a load it
+// does not need: locate all items (parameter reads and arithmetic only), load all their slots (and,
+// for scatter, the batch data, which does not depend on the slot), load the pool data, store.
+// Tiles go to blocks grid-stride, so a thread's items only move forward and the segment search
+// walks on from where it was.
 template <int Threads, int Unroll, int Cap>
 __global__ void __launch_bounds__(Threads) recurrent_copy_kernel(const __grid_constant__ copy_params<Cap> p) {
-  const std::uint64_t first = std::uint64_t(blockIdx.x) * (Threads * Unroll) + threadIdx.x;
-  int lo = 0;
-  int hi = p.nseg - 1;
-  while (lo < hi) {  // last segment whose first item is <= first
-    const int mid = (lo + hi + 1) >> 1;
-    if (p.seg[mid].item_begin <= first)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  int s = lo;
-
-  uint4 v[Unroll];
-  char* dst[Unroll];
-  std::uint32_t lg[Unroll];
-#pragma unroll
-  for (int k = 0; k < Unroll; ++k) {
-    dst[k] = nullptr;
-    lg[k] = 0;
-    v[k] = make_uint4(0, 0, 0, 0);
-    const std::uint64_t i = first + std::uint64_t(k) * Threads;
-    if (i >= p.total_items) continue;
-    while (s + 1 < p.nseg && p.seg[s + 1].item_begin <= i) ++s;
-    const packed_segment& g = p.seg[s];
-    const std::uint32_t local = std::uint32_t(i - g.item_begin);
-    const std::uint32_t row = fast_div(local, g);
-    const std::uint32_t unit = local - row * g.units_per_row;
-    lg[k] = g.log2_unit;
-    const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << lg[k];
-    const std::uint64_t in_row = std::uint64_t(unit) << lg[k];
-    const std::int32_t slot = p.slots[row];
-    const char* src = nullptr;
-    if (p.op == copy_op::gather) {
-      dst[k] = p.batch + g.batch_offset + row * row_bytes + in_row;
-      if (slot > 0) src = g.pool + std::uint64_t(slot) * row_bytes + in_row;
-    } else if (p.op == copy_op::scatter) {
-      if (slot > 0) {
-        dst[k] = g.pool + std::uint64_t(slot) * row_bytes + in_row;
-        src = p.batch + g.batch_offset + row * row_bytes + in_row;
-      }
-    } else if (slot >= 0) {
-      dst[k] = g.pool + std::uint64_t(slot) * row_bytes + in_row;
+  constexpr std::uint64_t tile_items = std::uint64_t(Threads) * Unroll;
+  int s = 0;
+  for (std::uint64_t tile = blockIdx.x; tile * tile_items < p.total_items; tile += gridDim.x) {
+    const std::uint64_t first = tile * tile_items + threadIdx.x;
+    int hi = p.nseg - 1;
+    while (s < hi) {  // last segment whose first item is <= first
+      const int mid = (s + hi + 1) >> 1;
+      if (p.seg[mid].item_begin <= first)
+        s = mid;
+      else
+        hi = mid - 1;
     }
-    if (src != nullptr) v[k] = load_unit(src, lg[k]);
-  }
+
+    int seg[Unroll];
+    std::uint32_t row[Unroll];
+    std::uint64_t in_row[Unroll];
 #pragma unroll
-  for (int k = 0; k < Unroll; ++k)
-    if (dst[k] != nullptr) store_unit(dst[k], v[k], lg[k]);
+    for (int k = 0; k < Unroll; ++k) {
+      const std::uint64_t i = first + std::uint64_t(k) * Threads;
+      seg[k] = -1;
+      row[k] = 0;
+      in_row[k] = 0;
+      if (i < p.total_items) {
+        while (s + 1 < p.nseg && p.seg[s + 1].item_begin <= i) ++s;
+        const packed_segment& g = p.seg[s];
+        const std::uint32_t local = std::uint32_t(i - g.item_begin);
+        seg[k] = s;
+        row[k] = fast_div(local, g);
+        in_row[k] = std::uint64_t(local - row[k] * g.units_per_row) << g.log2_unit;
+      }
+    }
+
+    std::int32_t slot[Unroll];
+    uint4 v[Unroll];
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      slot[k] = seg[k] >= 0 ? p.slots[row[k]] : skip_slot;
+      v[k] = make_uint4(0, 0, 0, 0);
+      if (p.op == copy_op::scatter && seg[k] >= 0) {
+        const packed_segment& g = p.seg[seg[k]];
+        const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << g.log2_unit;
+        v[k] = load_unit(p.batch + g.batch_offset + row[k] * row_bytes + in_row[k], g.log2_unit);
+      }
+    }
+
+    if (p.op == copy_op::gather) {
+#pragma unroll
+      for (int k = 0; k < Unroll; ++k)
+        if (slot[k] > 0) {
+          const packed_segment& g = p.seg[seg[k]];
+          const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << g.log2_unit;
+          v[k] = load_unit(g.pool + std::uint64_t(slot[k]) * row_bytes + in_row[k], g.log2_unit);
+        }
+    }
+
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {
+      if (seg[k] < 0) continue;
+      const packed_segment& g = p.seg[seg[k]];
+      const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << g.log2_unit;
+      if (p.op == copy_op::gather)
+        store_unit(p.batch + g.batch_offset + row[k] * row_bytes + in_row[k], v[k], g.log2_unit);
+      else if (slot[k] > 0 || (p.op == copy_op::zero && slot[k] == sink_slot))
+        store_unit(g.pool + std::uint64_t(slot[k]) * row_bytes + in_row[k], v[k], g.log2_unit);
+    }
+  }
 }
 
 inline int sm_count() {
@@ -165,19 +187,43 @@ inline int sm_count() {
   return n;
 }
 
-// Launch policy: 256 threads; 4 units per thread once there are at least 4 such tiles per SM,
-// else 1 unit per thread so a small step still spreads over many SMs.
+// Launch policy (256 threads a block). Up to `unroll_from_waves` waves of resident threads (2048
+// a SM) a thread moves one unit and a block one tile: small steps are latency-bound and want every
+// load issued at once. Beyond it a thread moves 4 units (4 x 16 bytes in flight); blocks_per_sm > 0
+// caps the grid at SMs x blocks_per_sm blocks walking the tiles, 0 gives one block per tile.
+// The defaults are the fastest of the sweep in bench/kernels (H200, 2026-12-02, gather, HBM-resident,
+// us per call; u1 = one unit a thread throughout, u4 = 4 units, p4 = grid capped at 4 blocks a SM):
+//   moved     u1      u4      u4p4    memcpy
+//   8 MiB     4.31    4.74    4.74    3.52
+//   32 MiB    11.20   11.81   11.58   9.71
+//   128 MiB   35.69   36.26   38.07   33.71
+//   2 GiB     530.8   520.4   560.3   791.7
+// and in the full table u1 lost at 128 MiB when rows were many (1024 x 64 KiB: 39.7 against 36.8 for
+// u4), so one unit a thread up to 8 waves (about 64 MiB moved), 4 units and one block a tile beyond.
+// The benchmark changes them through tuning() to run that sweep.
+struct launch_policy {
+  int unroll_from_waves = 8;
+  int blocks_per_sm = 0;
+};
+inline launch_policy& tuning() {
+  static launch_policy policy;
+  return policy;
+}
+
 template <int Cap>
 void launch_params(const copy_params<Cap>& p, cudaStream_t stream) {
   constexpr int threads = 256;
   constexpr int unroll = 4;
-  const std::uint64_t wide_from = std::uint64_t(threads) * unroll * 4 * std::uint64_t(sm_count());
-  if (p.total_items >= wide_from) {
-    const std::uint64_t blocks = (p.total_items + threads * unroll - 1) / (threads * unroll);
-    recurrent_copy_kernel<threads, unroll, Cap><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
-  } else {
+  const launch_policy policy = tuning();
+  const std::uint64_t sms = std::uint64_t(sm_count());
+  if (p.total_items <= std::uint64_t(policy.unroll_from_waves) * sms * 2048) {
     const std::uint64_t blocks = (p.total_items + threads - 1) / threads;
     recurrent_copy_kernel<threads, 1, Cap><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
+  } else {
+    const std::uint64_t tiles = (p.total_items + threads * unroll - 1) / (threads * unroll);
+    const std::uint64_t cap = policy.blocks_per_sm > 0 ? sms * std::uint64_t(policy.blocks_per_sm) : tiles;
+    const std::uint64_t blocks = tiles < cap ? tiles : cap;
+    recurrent_copy_kernel<threads, unroll, Cap><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
   }
 }
 
@@ -270,3 +316,13 @@ void zero_slots(segment_table<T> table, const std::int32_t* slots, std::int32_t 
                                            const T*, void*);                                                    \
   template void mstar::kernels::zero_slots<T>(mstar::kernels::segment_table<T>, const std::int32_t*, std::int32_t, \
                                               void*)
+
+// Declares that a launcher instantiation lives in a model's library (for a .cu that includes this
+// header only for detail::tuning(), such as the benchmark).
+#define MSTAR_EXTERN_RECURRENT(T)                                                                               \
+  extern template void mstar::kernels::gather<T>(mstar::kernels::segment_table<T>, const std::int32_t*,          \
+                                                 std::int32_t, T*, void*);                                      \
+  extern template void mstar::kernels::scatter<T>(mstar::kernels::segment_table<T>, const std::int32_t*,         \
+                                                  std::int32_t, const T*, void*);                               \
+  extern template void mstar::kernels::zero_slots<T>(mstar::kernels::segment_table<T>, const std::int32_t*,      \
+                                                     std::int32_t, void*)

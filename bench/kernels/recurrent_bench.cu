@@ -1,0 +1,246 @@
+// Recurrent-state kernels on the GPU: achieved bandwidth of gather and scatter (bytes read plus bytes
+// written) against cudaMemcpyAsync device-to-device of the same bytes measured in the same run, over
+// rows x bytes-per-row from 1 x 4 KiB to 1024 x 1 MiB; GPU time per launch of small node steps; and
+// kernel launches per call, counted as the nodes of a captured graph.
+//
+//   build/bench/kernels/mstar_recurrent_bench            (bench/kernels/run_h200.sh builds and runs it)
+//
+// Timing: each measurement captures N back-to-back calls into a CUDA graph, replays it between two
+// events, and divides by N (graph replay keeps host launch cost out of GPU time); the median of 7
+// replays is reported, after 2 warm-up replays. In the bandwidth table the calls rotate over enough
+// copies of the step's buffers (pools and batch) to fill 3x the L2, so data comes from HBM as in a
+// real step, for the kernels and for memcpy alike; the small-step table runs on one copy (L2-hot).
+// Element type bf16.
+#include <mstar/kernels/recurrent.cuh>  // for detail::tuning(), the launch-policy sweep
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+MSTAR_EXTERN_RECURRENT(mstar::bf16);  // measure the Qwen3-TTS library's instantiation
+
+namespace {
+
+namespace mk = mstar::kernels;
+using elem = mstar::bf16;
+
+#define CUDA_OK(call)                                                                                   \
+  do {                                                                                                  \
+    const cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                            \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+template <class F>
+double time_per_call_us(cudaStream_t stream, int calls, F&& f, std::size_t* nodes_per_call = nullptr) {
+  if (nodes_per_call != nullptr) {  // one call alone: how many graph nodes (kernel launches) it makes
+    cudaGraph_t g = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    f(0);
+    CUDA_OK(cudaStreamEndCapture(stream, &g));
+    CUDA_OK(cudaGraphGetNodes(g, nullptr, nodes_per_call));
+    CUDA_OK(cudaGraphDestroy(g));
+  }
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) f(i);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CUDA_OK(cudaEventCreate(&a));
+  CUDA_OK(cudaEventCreate(&b));
+  for (int w = 0; w < 2; ++w) CUDA_OK(cudaGraphLaunch(exec, stream));
+  std::vector<double> us;
+  for (int r = 0; r < 7; ++r) {
+    CUDA_OK(cudaEventRecord(a, stream));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaEventRecord(b, stream));
+    CUDA_OK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(double(ms) * 1000.0 / calls);
+  }
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaEventDestroy(a));
+  CUDA_OK(cudaEventDestroy(b));
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+void fill_random(void* dev, std::size_t bytes, std::mt19937_64& rng) {
+  std::vector<std::uint64_t> h((bytes + 7) / 8);
+  for (auto& x : h) x = rng() | 0x0101010101010101ull;  // no zero bytes
+  CUDA_OK(cudaMemcpy(dev, h.data(), bytes, cudaMemcpyHostToDevice));
+}
+
+int calls_for(std::size_t moved) { return int(std::clamp<std::size_t>((std::size_t(256) << 20) / std::max<std::size_t>(moved, 1), 5, 200)); }
+
+// A node step: `pools` pools of `layers` layers, rows of row_bytes each, slots a random permutation.
+struct step {
+  std::vector<mk::recurrent_segment<elem>> table;
+  std::vector<void*> pools;
+  elem* batch = nullptr;
+  std::int32_t* slots = nullptr;
+  std::int32_t rows = 0;
+  std::size_t moved_one_way = 0;  // bytes of state the step moves in one direction
+
+  step(int npools, int layers, std::int32_t rows_, std::size_t row_bytes, std::mt19937_64& rng) : rows(rows_) {
+    const std::int32_t slot_count = rows + 1;
+    const std::int64_t state = std::int64_t(row_bytes / sizeof(elem));
+    for (int p = 0; p < npools; ++p) {
+      void* pool = nullptr;
+      const std::size_t bytes = std::size_t(layers) * std::size_t(slot_count) * row_bytes;
+      CUDA_OK(cudaMalloc(&pool, bytes));
+      fill_random(pool, bytes, rng);
+      pools.push_back(pool);
+      for (int l = 0; l < layers; ++l)
+        table.push_back({static_cast<elem*>(pool) + std::int64_t(l) * slot_count * state, state, slot_count, 0});
+    }
+    const std::int64_t batch_elems = mk::layout_batch<elem>(table, rows);
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&batch), std::size_t(batch_elems) * sizeof(elem)));
+    fill_random(batch, std::size_t(batch_elems) * sizeof(elem), rng);
+    std::vector<std::int32_t> h(static_cast<std::size_t>(rows));
+    std::iota(h.begin(), h.end(), 1);
+    std::shuffle(h.begin(), h.end(), rng);
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&slots), h.size() * sizeof(std::int32_t)));
+    CUDA_OK(cudaMemcpy(slots, h.data(), h.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    moved_one_way = table.size() * std::size_t(rows) * row_bytes;
+  }
+  ~step() {
+    for (void* p : pools) cudaFree(p);
+    cudaFree(batch);
+    cudaFree(slots);
+  }
+};
+
+} // namespace
+
+int main() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaGetDeviceProperties(&prop, device));
+  std::printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::mt19937_64 rng(42);
+
+  int fails = 0;
+  const std::size_t l2 = std::size_t(prop.l2CacheSize);
+  // Copies of a step so that rotating over them touches 3x the L2.
+  const auto make_sets = [&](int npools, int layers, std::int32_t rows, std::size_t row_bytes) {
+    const std::size_t footprint = std::size_t(npools) * layers * (2 * std::size_t(rows) + 1) * row_bytes;
+    const std::size_t k = std::clamp<std::size_t>((3 * l2 + footprint - 1) / footprint, 1, 64);
+    std::vector<std::unique_ptr<step>> sets;
+    for (std::size_t i = 0; i < k; ++i) sets.push_back(std::make_unique<step>(npools, layers, rows, row_bytes, rng));
+    return sets;
+  };
+  const auto round_calls = [](int calls, std::size_t k) { return int((std::size_t(calls) + k - 1) / k * k); };
+
+  std::printf("\n== launch-policy sweep, gather, HBM-resident (us per call; memcpy same bytes) ==\n");
+  std::printf("%6s %9s %10s | %8s %8s %8s %8s | %8s\n", "rows", "row", "moved", "u1", "u4", "u4p4", "u4p8", "memcpy");
+  struct policy_case {
+    std::int32_t rows;
+    std::size_t row_bytes;
+  };
+  for (const policy_case pc : {policy_case{1024, 4 << 10}, policy_case{16, 256 << 10}, policy_case{4, 1 << 20},
+                               policy_case{256, 64 << 10}, policy_case{64, 256 << 10}, policy_case{64, 1 << 20},
+                               policy_case{1024, 1 << 20}}) {
+    auto sets = make_sets(1, 1, pc.rows, pc.row_bytes);
+    const std::size_t k = sets.size();
+    const int calls = round_calls(calls_for(2 * sets[0]->moved_one_way), k);
+    const auto gather = [&](int i) {
+      step& s = *sets[std::size_t(i) % k];
+      mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+    };
+    double t[4];
+    const mk::detail::launch_policy policies[4] = {{1 << 30, 0}, {0, 0}, {0, 4}, {0, 8}};
+    for (int v = 0; v < 4; ++v) {
+      mk::detail::tuning() = policies[v];
+      t[v] = time_per_call_us(stream, calls, gather);
+    }
+    mk::detail::tuning() = mk::detail::launch_policy{};
+    const double m = time_per_call_us(stream, calls, [&](int i) {
+      step& s = *sets[std::size_t(i) % k];
+      CUDA_OK(cudaMemcpyAsync(s.pools[0], s.batch, s.moved_one_way, cudaMemcpyDeviceToDevice, stream));
+    });
+    std::printf("%6d %6zuKiB %8.2fMiB | %8.2f %8.2f %8.2f %8.2f | %8.2f\n", pc.rows, pc.row_bytes >> 10,
+                double(2 * sets[0]->moved_one_way) / (1 << 20), t[0], t[1], t[2], t[3], m);
+  }
+
+  std::printf("\n== bandwidth, one pool of one layer, HBM-resident (moved = bytes read + bytes written) ==\n");
+  std::printf("%6s %9s %10s | %9s %8s | %9s %8s | %9s %8s | %6s %6s %5s\n", "rows", "row", "moved", "gather_us",
+              "GB/s", "scatter", "GB/s", "memcpy", "GB/s", "g/cpy", "s/cpy", "lnch");
+  for (const std::int32_t rows : {1, 4, 16, 64, 256, 1024}) {
+    for (const std::size_t row_bytes : {std::size_t(4) << 10, std::size_t(16) << 10, std::size_t(64) << 10,
+                                        std::size_t(256) << 10, std::size_t(1) << 20}) {
+      auto sets = make_sets(1, 1, rows, row_bytes);
+      const std::size_t k = sets.size();
+      const std::size_t moved = 2 * sets[0]->moved_one_way;
+      const int calls = round_calls(calls_for(moved), k);
+      std::size_t gnodes = 0, snodes = 0;
+      const double g = time_per_call_us(stream, calls, [&](int i) {
+        step& s = *sets[std::size_t(i) % k];
+        mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+      }, &gnodes);
+      const double sc = time_per_call_us(stream, calls, [&](int i) {
+        step& s = *sets[std::size_t(i) % k];
+        mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+      }, &snodes);
+      const double m = time_per_call_us(stream, calls, [&](int i) {
+        step& s = *sets[std::size_t(i) % k];
+        CUDA_OK(cudaMemcpyAsync(s.pools[0], s.batch, s.moved_one_way, cudaMemcpyDeviceToDevice, stream));
+      });
+      const auto gbps = [&](double us) { return double(moved) / (us * 1e3); };
+      const double rg = m / g, rs = m / sc;
+      const bool big = moved >= (std::size_t(8) << 20);
+      const bool one_big_row = rows == 1 && row_bytes >= (std::size_t(1) << 20);
+      const bool small = moved <= (std::size_t(64) << 10);
+      const bool ok = (!big || std::min(rg, rs) >= 0.90) && (!one_big_row || std::min(rg, rs) >= 0.6) &&
+                      (!small || std::max(g, sc) <= 3.0) && gnodes == 1 && snodes == 1;
+      fails += ok ? 0 : 1;
+      std::printf("%6d %6zuKiB %8.2fMiB | %9.2f %8.0f | %9.2f %8.0f | %9.2f %8.0f | %6.2f %6.2f %2zu/%zu %s\n", rows,
+                  row_bytes >> 10, double(moved) / (1 << 20), g, gbps(g), sc, gbps(sc), m, gbps(m), rg, rs, gnodes,
+                  snodes, ok ? "" : "<- below target");
+    }
+  }
+
+  std::printf("\n== node steps: several pools and layers, small rows (GPU time per call) ==\n");
+  std::printf("%5s %6s %5s %7s %9s | %9s %9s %9s | %5s %5s %5s\n", "pools", "layers", "rows", "row", "moved", "gather_us",
+              "scatter", "zero", "g", "s", "z");
+  struct shape {
+    int pools, layers;
+    std::int32_t rows;
+    std::size_t row_bytes;
+  };
+  for (const shape sh : {shape{1, 8, 1, 2048}, shape{1, 8, 4, 1024}, shape{2, 8, 8, 256}, shape{1, 16, 16, 128},
+                         shape{4, 24, 8, 64}, shape{1, 8, 64, 4096}, shape{3, 100, 32, 512}}) {
+    step s(sh.pools, sh.layers, sh.rows, sh.row_bytes, rng);
+    const std::size_t moved = 2 * s.moved_one_way;
+    std::size_t gn = 0, sn = 0, zn = 0;
+    const double g = time_per_call_us(stream, 200, [&](int) { mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &gn);
+    const double sc = time_per_call_us(stream, 200, [&](int) { mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &sn);
+    const double z = time_per_call_us(stream, 200, [&](int) { mk::zero_slots<elem>(s.table, s.slots, s.rows, stream); }, &zn);
+    const bool ok = (moved > (std::size_t(64) << 10) || std::max({g, sc, z}) <= 3.0) && gn == 1 && sn == 1 && zn == 1;
+    fails += ok ? 0 : 1;
+    std::printf("%5d %6d %5d %6zuB %7.1fKiB | %9.2f %9.2f %9.2f | %5zu %5zu %5zu %s\n", sh.pools, sh.layers, sh.rows,
+                sh.row_bytes, double(moved) / 1024, g, sc, z, gn, sn, zn, ok ? "" : "<- below target");
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  std::printf("\ntargets: >= 0.90 of memcpy from 8 MiB moved; >= 0.6 for one row >= 1 MiB; <= 3 us for <= 64 KiB "
+              "moved; 1 launch per call. rows below target: %d\n",
+              fails);
+  return 0;
+}

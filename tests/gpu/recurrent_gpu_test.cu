@@ -1,0 +1,214 @@
+// The CUDA recurrent-state kernels against the host reference: random data (no zero bytes), outputs
+// poisoned before every run, every byte of the batch and of every pool compared, over row counts
+// 1..1024, odd state sizes, misaligned bases, sink and skipped rows, up to hundreds of segments and
+// rows of MiB. MSTAR_GPU_QUICK=1 keeps a reduced set (for compute-sanitizer).
+#include "../kernels/recurrent_cases.hpp"
+#include "gpu_test.hpp"
+
+#include <mstar/kernels/recurrent.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+namespace {
+
+namespace mk = mstar::kernels;
+namespace mt = mstar::test;
+
+bool quick() {
+  const char* v = std::getenv("MSTAR_GPU_QUICK");
+  return v != nullptr && v[0] == '1';
+}
+
+template <class T>
+struct device_buffer {
+  T* ptr = nullptr;
+  std::size_t size = 0;
+  explicit device_buffer(std::size_t n) : size(n) {
+    MSTAR_CUDA_REQUIRE(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(n, 1) * sizeof(T)));
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() { cudaFree(ptr); }
+  void upload(std::span<const T> h) {
+    REQUIRE(h.size() == size);
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(ptr, h.data(), h.size_bytes(), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(size);
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(h.data(), ptr, size * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  void poison() { MSTAR_CUDA_REQUIRE(cudaMemset(ptr, mt::poison_byte, std::max<std::size_t>(size, 1) * sizeof(T))); }
+};
+
+// One case run three ways (gather, scatter, zero_slots) on the device and on the host reference,
+// everything compared byte for byte after each.
+template <class T>
+void check_case(std::mt19937_64& rng, const mt::recurrent_case& c, cudaStream_t stream) {
+  CAPTURE(c.rows);
+  CAPTURE(c.misalign);
+  CAPTURE(c.segments());
+  auto host_pools = mt::random_pools<T>(c, rng);
+  std::vector<std::unique_ptr<device_buffer<T>>> dev_pools;
+  std::vector<T*> host_bases, dev_bases;
+  for (auto& p : host_pools) {
+    dev_pools.push_back(std::make_unique<device_buffer<T>>(p.size()));
+    dev_pools.back()->upload(p);
+    host_bases.push_back(p.data());
+    dev_bases.push_back(dev_pools.back()->ptr);
+  }
+  std::vector<mk::recurrent_segment<T>> host_table, dev_table;
+  const std::int64_t batch_elems = c.table<T>(host_bases, host_table);
+  c.table<T>(dev_bases, dev_table);
+  device_buffer<std::int32_t> dev_slots(c.slots.size()), dev_freed(c.freed.size());
+  dev_slots.upload(c.slots);
+  dev_freed.upload(c.freed);
+  std::vector<T> host_batch(static_cast<std::size_t>(batch_elems));
+  device_buffer<T> dev_batch(static_cast<std::size_t>(batch_elems));
+
+  const auto pools_match = [&] {
+    MSTAR_CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    MSTAR_CUDA_REQUIRE(cudaGetLastError());
+    for (std::size_t p = 0; p < host_pools.size(); ++p)
+      if (!mt::same_bytes<T>(dev_pools[p]->download(), host_pools[p])) return false;
+    return true;
+  };
+
+  // gather: the batch is the output
+  mt::poison<T>(host_batch);
+  dev_batch.poison();
+  mk::host::gather<T>(host_table, c.slots.data(), c.rows, host_batch.data() + c.misalign, nullptr);
+  mk::gather<T>(dev_table, dev_slots.ptr, c.rows, dev_batch.ptr + c.misalign, stream);
+  CHECK(pools_match());
+  CHECK(mt::same_bytes<T>(dev_batch.download(), host_batch));
+
+  // scatter: the pools are the output; a fresh random batch is the input
+  mt::fill_random<T>(host_batch, rng);
+  dev_batch.upload(host_batch);
+  mk::host::scatter<T>(host_table, c.slots.data(), c.rows, host_batch.data() + c.misalign, nullptr);
+  mk::scatter<T>(dev_table, dev_slots.ptr, c.rows, dev_batch.ptr + c.misalign, stream);
+  CHECK(pools_match());
+
+  // zero_slots: the pools again
+  mk::host::zero_slots<T>(host_table, c.freed.data(), std::int32_t(c.freed.size()), nullptr);
+  mk::zero_slots<T>(dev_table, dev_freed.ptr, std::int32_t(c.freed.size()), stream);
+  CHECK(pools_match());
+}
+
+struct stream_guard {
+  cudaStream_t s = nullptr;
+  stream_guard() { MSTAR_CUDA_REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~stream_guard() { cudaStreamDestroy(s); }
+};
+
+std::vector<std::int32_t> row_counts() {
+  if (quick()) return {1, 7, 257};
+  return {1, 2, 3, 5, 31, 64, 100, 255, 256, 257, 513, 1000, 1024};
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("gather, scatter and zero_slots on the GPU match the host reference byte for byte" *
+                       doctest::skip(!mt::has_gpu()),
+                   T, float, mstar::bf16, mstar::f16, __nv_bfloat16, __half, std::uint8_t, double) {
+  std::mt19937_64 rng(2024 + sizeof(T));
+  stream_guard stream;
+  for (const std::int32_t rows : row_counts()) {
+    const std::int64_t cap = rows > 256 ? 200 : 1200;
+    for (const std::int64_t misalign : {0, 1}) {
+      // one pool of 16-byte rows, one of odd rows, one of a single element: every access width in one launch
+      const std::int64_t vec = std::int64_t(16 / std::min<std::size_t>(16, sizeof(T))) * (1 + std::int64_t(rng() % 8));
+      mt::recurrent_case c = mt::make_case(rng, rows,
+                                           {{1 + int(rng() % 4), vec}, {2, 1 + std::int64_t(rng() % cap)}, {1, 1}},
+                                           misalign);
+      check_case<T>(rng, c, stream.s);
+    }
+  }
+}
+
+TEST_CASE("hundreds of (pool, layer) segments move in one call and match the host reference" *
+          doctest::skip(!mt::has_gpu())) {
+  std::mt19937_64 rng(77);
+  stream_guard stream;
+  for (const std::int32_t rows : {3, 100}) {
+    // 9, 64 and 310 segments: every table capacity the launcher picks between
+    check_case<mstar::bf16>(rng, mt::make_case(rng, rows, {{5, 64}, {4, 7}}, 0), stream.s);
+    check_case<mstar::bf16>(rng, mt::make_case(rng, rows, {{40, 128}, {24, 3}}, 1), stream.s);
+    check_case<mstar::bf16>(rng, mt::make_case(rng, rows, {{60, 5}, {50, 16}, {200, 3}}, 0), stream.s);
+  }
+}
+
+TEST_CASE("rows of a MiB and more, aligned or not, match the host reference" * doctest::skip(!mt::has_gpu())) {
+  std::mt19937_64 rng(31);
+  stream_guard stream;
+  const std::int64_t mib = 1 << 20;
+  check_case<float>(rng, mt::make_case(rng, 1, {{1, mib / 4}}, 0, 0, 0), stream.s);
+  if (quick()) return;
+  check_case<float>(rng, mt::make_case(rng, 1, {{2, mib / 4 + 3}}, 1, 0, 0), stream.s);
+  check_case<mstar::bf16>(rng, mt::make_case(rng, 4, {{2, mib + 1}}, 0), stream.s);
+  check_case<std::uint8_t>(rng, mt::make_case(rng, 3, {{1, 3 * mib + 5}}, 3), stream.s);
+  check_case<float>(rng, mt::make_case(rng, 1024, {{1, 2048}, {1, 5}}, 0), stream.s);
+}
+
+TEST_CASE("each direction of a node step is one kernel launch whatever the number of pools and layers" *
+          doctest::skip(!mt::has_gpu())) {
+  std::mt19937_64 rng(3);
+  stream_guard stream;
+  for (const int layers : {1, 8, 100}) {
+    mt::recurrent_case c = mt::make_case(rng, 64, {{layers, 256}, {layers, 33}, {1, 8}}, 0);
+    std::vector<device_buffer<mstar::bf16>*> pools;
+    std::vector<mstar::bf16*> bases;
+    for (std::size_t p = 0; p < c.pools.size(); ++p) {
+      pools.push_back(new device_buffer<mstar::bf16>(std::size_t(c.pool_elems(p))));
+      bases.push_back(pools.back()->ptr);
+    }
+    std::vector<mk::recurrent_segment<mstar::bf16>> table;
+    device_buffer<mstar::bf16> batch(static_cast<std::size_t>(c.table<mstar::bf16>(bases, table)));
+    device_buffer<std::int32_t> slots(c.slots.size());
+    slots.upload(c.slots);
+    for (int direction = 0; direction < 3; ++direction) {
+      cudaGraph_t graph = nullptr;
+      MSTAR_CUDA_REQUIRE(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+      if (direction == 0) mk::gather<mstar::bf16>(table, slots.ptr, c.rows, batch.ptr, stream.s);
+      if (direction == 1) mk::scatter<mstar::bf16>(table, slots.ptr, c.rows, batch.ptr, stream.s);
+      if (direction == 2) mk::zero_slots<mstar::bf16>(table, slots.ptr, c.rows, stream.s);
+      MSTAR_CUDA_REQUIRE(cudaStreamEndCapture(stream.s, &graph));
+      std::size_t nodes = 0;
+      MSTAR_CUDA_REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes));
+      CAPTURE(layers);
+      CAPTURE(direction);
+      CHECK(nodes == 1);
+      cudaGraphDestroy(graph);
+    }
+    for (auto* p : pools) delete p;
+  }
+}
+
+TEST_CASE("an empty step launches nothing and a table too large for one launch is refused before launching" *
+          doctest::skip(!mt::has_gpu())) {
+  stream_guard stream;
+  device_buffer<float> pool(64), batch(64);
+  std::vector<mk::recurrent_segment<float>> table(1, {pool.ptr, 4, 16, 0});
+  cudaGraph_t graph = nullptr;
+  MSTAR_CUDA_REQUIRE(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  mk::gather<float>(table, nullptr, 0, batch.ptr, stream.s);
+  MSTAR_CUDA_REQUIRE(cudaStreamEndCapture(stream.s, &graph));
+  std::size_t nodes = 7;
+  MSTAR_CUDA_REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes));
+  CHECK(nodes == 0);
+  cudaGraphDestroy(graph);
+
+  std::vector<mk::recurrent_segment<float>> big(mk::max_segments + 1, {pool.ptr, 1, 16, 0});
+  device_buffer<std::int32_t> slots(1);
+  CHECK_THROWS_AS(mk::gather<float>(big, slots.ptr, 1, batch.ptr, stream.s), std::invalid_argument);
+  CHECK_THROWS_AS(mk::scatter<float>(table, nullptr, 1, batch.ptr, stream.s), std::invalid_argument);
+}
