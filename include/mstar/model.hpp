@@ -44,8 +44,12 @@ struct declares {
   static_assert((resource_policy<Resources> && ...),
                 "mstar::declares takes resource policies only (kv_cache, attention, positions, sampler, "
                 "recurrent_pool): pass the resource's type, not its key or an instance.");
-  using list = detail::type_list<Resources...>;
-  static constexpr void add_keys(node_desc& d) { (d.resources.push_back(Resources::key), ...); }
+  // After a misuse, an empty list: the static_assert above stays the only error.
+  static constexpr bool well_formed = (resource_policy<Resources> && ...);
+  using list = std::conditional_t<well_formed, detail::type_list<Resources...>, detail::type_list<>>;
+  static constexpr void add_keys(node_desc& d) {
+    if constexpr (well_formed) (d.resources.push_back(Resources::key), ...);
+  }
 };
 
 struct node_identifier {};
@@ -144,7 +148,7 @@ struct worker {
         [&] {
           if constexpr (detail::is_group<Members>::value)
             d.groups.push_back(Members::name);
-          else
+          else if constexpr (detail::is_worker_option<Members>::value)
             Members::apply(d);
         }(),
         ...);
@@ -178,8 +182,23 @@ constexpr auto descriptors_of(type_list<Ts...>) {
   return std::array<decltype(nth_t<0, type_list<Ts...>>::descriptor()), sizeof...(Ts)>{Ts::descriptor()...};
 }
 
-// A model's descriptor, and for each of its resources the index of the policy type it came from
-// (the same resource type declared by several nodes appears once).
+// Appends each descriptor of all that is not already there (a policy type named twice, e.g. a
+// resource that several nodes declare or a group placed on two workers, is one entry), and records
+// for each entry the index in all of the type it came from.
+template <class List, class Out, std::size_t N>
+constexpr void add_once(const List& all, Out& out, std::array<std::uint8_t, N>& type_of) {
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    bool repeat = false;
+    for (std::size_t j = 0; j < i; ++j) repeat = repeat || all[j] == all[i];
+    if (!repeat) {
+      type_of[out.size()] = static_cast<std::uint8_t>(i);
+      out.push_back(all[i]);
+    }
+  }
+}
+
+// A model's descriptor, and for each of its resources, nodes and groups the index of the policy
+// type it came from (a type named twice appears once).
 template <class Workers>
 struct built {
   using worker_list = Workers;
@@ -190,26 +209,16 @@ struct built {
   struct result {
     model_desc desc;
     std::array<std::uint8_t, max_resources> resource_type{};
+    std::array<std::uint8_t, max_nodes> node_type{};
+    std::array<std::uint8_t, max_groups> group_type{};
   };
 
   static constexpr result make(std::string_view name) {
     result r{};
     r.desc.name = name;
-    if constexpr (resource_list::size > 0) {
-      constexpr auto all = descriptors_of(resource_list{});
-      for (std::size_t i = 0; i < all.size(); ++i) {
-        bool repeat = false;
-        for (std::size_t j = 0; j < i; ++j) repeat = repeat || all[j] == all[i];
-        if (!repeat) {
-          r.resource_type[r.desc.resources.size()] = static_cast<std::uint8_t>(i);
-          r.desc.resources.push_back(all[i]);
-        }
-      }
-    }
-    if constexpr (node_list::size > 0)
-      for (const auto& d : descriptors_of(node_list{})) r.desc.nodes.push_back(d);
-    if constexpr (group_list::size > 0)
-      for (const auto& d : descriptors_of(group_list{})) r.desc.groups.push_back(d);
+    if constexpr (resource_list::size > 0) add_once(descriptors_of(resource_list{}), r.desc.resources, r.resource_type);
+    if constexpr (node_list::size > 0) add_once(descriptors_of(node_list{}), r.desc.nodes, r.node_type);
+    if constexpr (group_list::size > 0) add_once(descriptors_of(group_list{}), r.desc.groups, r.group_type);
     if constexpr (Workers::size > 0)
       for (const auto& d : descriptors_of(Workers{})) r.desc.workers.push_back(d);
     return r;
@@ -258,11 +267,11 @@ template <class Built, const auto& Result, const auto& Verdict, std::size_t I>
 constexpr bool enforce_one() {
   if constexpr (I < Verdict.findings.size()) {
     constexpr finding f = Verdict.findings[I];
-    using Node = nth_t<f.node, typename Built::node_list>;
+    using Node = nth_t<f.node == no_index ? no_index : Result.node_type[f.node], typename Built::node_list>;
     using Resource = std::conditional_t<f.resource == no_index, none,
                                         nth_t<Result.resource_type[f.resource == no_index ? 0 : f.resource],
                                               typename Built::resource_list>>;
-    using Group = nth_t<f.group, typename Built::group_list>;
+    using Group = nth_t<f.group == no_index ? no_index : Result.group_type[f.group], typename Built::group_list>;
     using Worker = nth_t<f.worker, typename Built::worker_list>;
     return model_rule_broken<f.rule, Node, Resource, Group, Worker>::value;
   } else {

@@ -48,7 +48,9 @@ struct shape {
 // Opt-in identity: a type is a resource policy when it says so (and carries a descriptor).
 struct resource_identifier {};
 template <class R>
-concept resource_policy = std::is_same_v<typename R::identifier, resource_identifier> && requires {
+concept resource_policy = requires {
+  typename R::identifier;
+  requires std::is_same_v<typename R::identifier, resource_identifier>;
   { R::descriptor() } -> std::same_as<resource_desc>;
 };
 

@@ -1,0 +1,14 @@
+// expect-rule: lane_combined_walks
+// expect-node: CodecChunk "codec_chunk"
+// expect-group: Codec "Codec"
+// The Qwen3-TTS model with a codec that has combined walks (fused with chain nodes).
+#include "qwen3_tts/model.hpp"
+
+// clang-format off
+using CodecChunk = mstar::node<"codec_chunk", mstar::declares<qwen3_tts::CodecState>, mstar::walk::combined>;
+using Codec      = mstar::group<"Codec", mstar::side_stream, CodecChunk>;
+using Gpu0       = mstar::worker<"gpu0", qwen3_tts::Talker, Codec>;
+using Model      = mstar::model<"qwen3_tts", Gpu0>;
+// clang-format on
+
+[[maybe_unused]] constexpr auto& verdict = Model::verdict;

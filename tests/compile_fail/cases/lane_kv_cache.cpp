@@ -1,0 +1,14 @@
+// expect-rule: lane_kv_cache
+// expect-node: CodecChunk "codec_chunk"
+// expect-resource: qwen3_tts::KvCache "kv_cache"
+// The Qwen3-TTS model with a codec that also declares the Talker's KV cache.
+#include "qwen3_tts/model.hpp"
+
+// clang-format off
+using CodecChunk = mstar::node<"codec_chunk", mstar::declares<qwen3_tts::CodecState, qwen3_tts::KvCache>>;
+using Codec      = mstar::group<"Codec", mstar::side_stream, CodecChunk>;
+using Gpu0       = mstar::worker<"gpu0", qwen3_tts::Talker, Codec>;
+using Model      = mstar::model<"qwen3_tts", Gpu0>;
+// clang-format on
+
+[[maybe_unused]] constexpr auto& verdict = Model::verdict;

@@ -1,0 +1,12 @@
+// expect-rule: lane_no_streams
+// expect-node: qwen3_tts::CodecChunk "codec_chunk"
+// expect-worker: Gpu0 "gpu0"
+// The colocated model on a worker that keeps no stream for side lanes.
+#include "qwen3_tts/model.hpp"
+
+// clang-format off
+using Gpu0  = mstar::worker<"gpu0", mstar::streams<0>, qwen3_tts::Talker, qwen3_tts::Codec>;
+using Model = mstar::model<"qwen3_tts", Gpu0>;
+// clang-format on
+
+[[maybe_unused]] constexpr auto& verdict = Model::verdict;

@@ -1,0 +1,14 @@
+// expect-rule: lane_positions
+// expect-node: CodecChunk "codec_chunk"
+// expect-resource: qwen3_tts::Positions "positions"
+// The Qwen3-TTS model with a codec that also declares the Talker's positions.
+#include "qwen3_tts/model.hpp"
+
+// clang-format off
+using CodecChunk = mstar::node<"codec_chunk", mstar::declares<qwen3_tts::CodecState, qwen3_tts::Positions>>;
+using Codec      = mstar::group<"Codec", mstar::side_stream, CodecChunk>;
+using Gpu0       = mstar::worker<"gpu0", qwen3_tts::Talker, Codec>;
+using Model      = mstar::model<"qwen3_tts", Gpu0>;
+// clang-format on
+
+[[maybe_unused]] constexpr auto& verdict = Model::verdict;
