@@ -1,0 +1,256 @@
+// A bounded single-producer single-consumer ring and the spin-with-backoff wait the worker's per-step
+// handoffs use (plan thread -> GPU thread, GPU thread -> main thread). The per-step path must take no
+// lock and never sleep in steady state (issue 4), so:
+//   - push and pop are one acquire load (only when the cached opposite index says full/empty), one
+//     construct or move, and one release store; no lock, no allocation after construction;
+//   - the producer's index and the consumer's index live on their own cache lines, each beside that
+//     side's cached copy of the other's index, so the two cores only exchange a line when the cached
+//     copy runs out (once per "lap" of the free/used space, not once per item);
+//   - a waiting side spins with _mm_pause (5 us by default), then yields; it sleeps only after
+//     an idle period the caller chooses (default: never), and each sleep is bounded by the caller too.
+//
+// Exactly one thread may push and exactly one thread may pop at a time (they may be different
+// threads over the ring's life if the hand-over is itself synchronised, e.g. by a thread join).
+//
+//   mstar::detail::spsc_ring<staged_step> ring(64);            // capacity: a power of two
+//   // plan thread                                   // GPU thread
+//   while (!ring.try_push(step)) ...;                staged_step s;
+//                                                    if (!ring.pop_wait(s, [&] { return stop.load(); })) return;
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace mstar::detail {
+
+// 128, not 64: on x86 the adjacent-line prefetcher pulls lines in pairs, so two indices 64 bytes apart
+// still ping-pong (folly and crossbeam pad to 128 for the same reason). std::hardware_destructive_
+// interference_size is not used because g++ warns that its value may differ between translation units.
+inline constexpr std::size_t cache_line_pad = 128;
+
+// One spin-loop hint: tells the core it is in a spin-wait (saves power, frees the sibling hyperthread,
+// avoids the memory-order mis-speculation flush when the awaited line changes).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// How a waiting thread backs off: spin with pause hints for spin_for, then yield, and sleep only
+// once idle_before_sleep (0: never) has passed, each sleep bounded by sleep_quantum.
+//
+// The default suits threads that may share a core (CI has 2 cores and the worker more threads than
+// that): a 5 us spin covers a handoff whose other side is running (0.3-1 us), and when two threads
+// share one core each wait burns at most 5 us before giving the core to the other. dedicated_core()
+// suits a pinned thread with a core of its own: it spins through any gap up to 100 us, since a
+// yield there only adds the scheduler's latency. A thread that may idle for long (between requests)
+// sets idle_before_sleep, so it gives the core back after that much idle time.
+// The spin phase is bounded by time, not by a count, because one pause costs from a few cycles (AMD
+// Zen 1) to ~140 (Intel since Skylake-SP): a fixed count would spin 40x longer on one than the other.
+struct backoff_policy {
+  std::chrono::nanoseconds spin_for{std::chrono::microseconds(5)};
+  // Spin round k issues min(2^k, max_pauses_per_round) pause hints between two checks; the cap bounds
+  // the time between checks (4 pauses: ~0.2 us on Intel Xeon, where one costs ~140 cycles).
+  std::uint32_t max_pauses_per_round = 4;
+  // 0: never sleep (the per-step default). Otherwise: after this long waiting, sleep in quanta.
+  std::chrono::nanoseconds idle_before_sleep{0};
+  // The most one sleep adds to the wake-up latency once the idle threshold is passed.
+  std::chrono::nanoseconds sleep_quantum{std::chrono::microseconds(50)};
+
+  static constexpr backoff_policy dedicated_core() noexcept {
+    backoff_policy p;
+    p.spin_for = std::chrono::microseconds(100);
+    return p;
+  }
+};
+
+// The state of one wait: construct it when the wait starts (free: no clock read), call pause() after
+// each failed check. The clock is first read in the first pause(), so a wait whose condition already
+// holds costs nothing.
+class backoff {
+public:
+  explicit backoff(const backoff_policy& policy = {}) noexcept : policy_(policy) {}
+
+  void pause() noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    if (rounds_ == 0) start_ = now;
+    const std::uint32_t round = rounds_++;
+    const auto waited = now - start_;
+    if (waited < policy_.spin_for) {
+      const std::uint32_t pauses =
+          std::min<std::uint32_t>(std::uint32_t{1} << std::min<std::uint32_t>(round, 31), policy_.max_pauses_per_round);
+      for (std::uint32_t i = 0; i < pauses; ++i)
+        cpu_relax();
+      return;
+    }
+    if (policy_.idle_before_sleep.count() > 0 && waited >= policy_.idle_before_sleep) {
+      ++sleeps_;
+      std::this_thread::sleep_for(policy_.sleep_quantum);
+      return;
+    }
+    ++yields_;
+    std::this_thread::yield();
+  }
+
+  void reset() noexcept {
+    rounds_ = 0;
+    yields_ = 0;
+    sleeps_ = 0;
+  }
+
+  // How the wait went, for tests and metrics: a steady-state handoff shows sleeps() == 0.
+  std::uint32_t rounds() const noexcept { return rounds_; }
+  std::uint32_t yields() const noexcept { return yields_; }
+  std::uint32_t sleeps() const noexcept { return sleeps_; }
+
+private:
+  backoff_policy policy_;
+  std::uint32_t rounds_ = 0;
+  std::uint32_t yields_ = 0;
+  std::uint32_t sleeps_ = 0;
+  std::chrono::steady_clock::time_point start_{};
+};
+
+// A stop predicate that never fires, for waits that only end when the condition holds.
+struct never_stop {
+  constexpr bool operator()() const noexcept { return false; }
+};
+
+// Waits until ready() is true (returns true) or stop() is true (returns false). ready() is checked
+// before stop(), so an item that arrived together with the stop request is still taken.
+template <class Ready, class Stop = never_stop>
+bool spin_wait(Ready&& ready, Stop&& stop = {}, const backoff_policy& policy = {}) {
+  backoff b(policy);
+  for (;;) {
+    if (ready()) return true;
+    if (stop()) return false;
+    b.pause();
+  }
+}
+
+template <class T>
+class spsc_ring {
+  static_assert(std::is_nothrow_move_constructible_v<T> && std::is_nothrow_destructible_v<T>,
+                "spsc_ring<T>: T must be nothrow move-constructible and nothrow destructible, because a pop "
+                "moves the item out after the producer has published it and cannot roll back. Hand over a "
+                "pointer or an index to the object instead.");
+
+public:
+  using value_type = T;
+
+  // Allocates all slots now; nothing allocates afterwards.
+  explicit spsc_ring(std::size_t capacity)
+      : mask_(checked_capacity(capacity) - 1),
+        slots_(static_cast<slot*>(::operator new[](capacity * sizeof(slot), std::align_val_t{alignof(slot)}))) {}
+
+  spsc_ring(const spsc_ring&) = delete;
+  spsc_ring& operator=(const spsc_ring&) = delete;
+
+  ~spsc_ring() {
+    // Items still queued are destroyed; by now neither side may be running.
+    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    for (std::size_t h = head_.load(std::memory_order_relaxed); h != t; ++h)
+      std::destroy_at(item(h));
+    ::operator delete[](slots_, std::align_val_t{alignof(slot)});
+  }
+
+  std::size_t capacity() const noexcept { return mask_ + 1; }
+
+  // Producer side. Returns false (and leaves v untouched) when the ring is full.
+  bool try_push(const T& v) noexcept(std::is_nothrow_copy_constructible_v<T>) { return try_emplace(v); }
+  bool try_push(T&& v) noexcept { return try_emplace(std::move(v)); }
+
+  template <class... Args>
+  bool try_emplace(Args&&... args) noexcept(std::is_nothrow_constructible_v<T, Args&&...>) {
+    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    if (t - producer_cached_head_ == capacity()) {
+      // Only now touch the consumer's line: the cached head said full, the real one may not.
+      producer_cached_head_ = head_.load(std::memory_order_acquire);
+      if (t - producer_cached_head_ == capacity()) return false;
+    }
+    std::construct_at(item(t), std::forward<Args>(args)...);
+    tail_.store(t + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer side. Returns false (and leaves out untouched) when the ring is empty.
+  bool try_pop(T& out) noexcept(std::is_nothrow_move_assignable_v<T>) {
+    const std::size_t h = head_.load(std::memory_order_relaxed);
+    if (h == consumer_cached_tail_) {
+      consumer_cached_tail_ = tail_.load(std::memory_order_acquire);
+      if (h == consumer_cached_tail_) return false;
+    }
+    T* p = item(h);
+    out = std::move(*p);
+    std::destroy_at(p);
+    head_.store(h + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Blocking variants: spin with backoff until the item moved (true) or stop() fired first (false).
+  template <class Stop = never_stop>
+  bool push_wait(T v, Stop&& stop = {}, const backoff_policy& policy = {}) {
+    return spin_wait([&] { return try_push(std::move(v)); }, std::forward<Stop>(stop), policy);
+  }
+  template <class Stop = never_stop>
+  bool pop_wait(T& out, Stop&& stop = {}, const backoff_policy& policy = {}) {
+    return spin_wait([&] { return try_pop(out); }, std::forward<Stop>(stop), policy);
+  }
+
+  // A snapshot, exact only when called by one side while the other is idle; for metrics and tests.
+  std::size_t size_approx() const noexcept {
+    const std::size_t h = head_.load(std::memory_order_acquire);
+    const std::size_t t = tail_.load(std::memory_order_acquire);
+    return t - h;
+  }
+  bool empty_approx() const noexcept { return size_approx() == 0; }
+
+private:
+  struct slot {
+    alignas(T) unsigned char bytes[sizeof(T)];
+  };
+
+  static std::size_t checked_capacity(std::size_t capacity) {
+    if (capacity < 2 || !std::has_single_bit(capacity))
+      throw std::invalid_argument("spsc_ring: capacity " + std::to_string(capacity) +
+                                  " is not a power of two of at least 2 (the index mask needs one); use " +
+                                  std::to_string(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity)));
+    if (capacity > (std::size_t{1} << 40))
+      throw std::invalid_argument("spsc_ring: capacity " + std::to_string(capacity) + " is over 2^40 slots");
+    return capacity;
+  }
+
+  T* item(std::size_t index) const noexcept { return std::launder(reinterpret_cast<T*>(slots_[index & mask_].bytes)); }
+
+  // Indices count up forever (2^64 items never wrap in practice); the slot is index & mask_.
+  // Consumer line: what the consumer writes, plus its cache of the producer's index.
+  alignas(cache_line_pad) std::atomic<std::size_t> head_{0};
+  std::size_t consumer_cached_tail_ = 0;
+  // Producer line.
+  alignas(cache_line_pad) std::atomic<std::size_t> tail_{0};
+  std::size_t producer_cached_head_ = 0;
+  // Read-only after construction, so sharing this line costs nothing.
+  alignas(cache_line_pad) const std::size_t mask_;
+  slot* const slots_;
+};
+
+} // namespace mstar::detail

@@ -1,0 +1,307 @@
+// Host metrics: the log-linear histogram against a sorted-vector oracle, merging across threads,
+// per-request latencies, the GPU busy fraction against a bitmap oracle, and the report.
+#include <mstar/metrics.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace mm = mstar::metrics;
+
+std::uint64_t oracle_percentile(const std::vector<std::uint64_t>& sorted, double p) {
+  std::uint64_t rank = std::uint64_t(std::ceil(p / 100.0 * double(sorted.size())));
+  rank = std::clamp<std::uint64_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+// Log-uniform durations from 10 ns to 100 s: every decade of the stated range gets samples.
+std::vector<std::uint64_t> log_uniform(std::size_t n, std::uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> exponent(1.0, 11.0);
+  std::vector<std::uint64_t> v(n);
+  for (auto& x : v)
+    x = std::uint64_t(std::pow(10.0, exponent(rng)));
+  return v;
+}
+
+void check_against_oracle(const mm::histogram& h, std::vector<std::uint64_t> values) {
+  std::sort(values.begin(), values.end());
+  REQUIRE(h.count() == values.size());
+  CHECK(h.min() == values.front());
+  CHECK(h.max() == values.back());
+  for (double p : {0.0, 1.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 100.0}) {
+    const double want = double(oracle_percentile(values, p));
+    const double got = double(h.percentile(p));
+    INFO("p" << p << ": histogram " << got << " ns, oracle " << want << " ns");
+    CHECK(std::abs(got - want) <= want * mm::histogram::relative_precision);
+  }
+}
+
+} // namespace
+
+TEST_CASE("histogram buckets tile 0 to 2^37 ns without gaps, each at most 1/128 of its lower bound wide") {
+  using H = mm::histogram;
+  CHECK(H::bucket_lower(0) == 0);
+  for (std::size_t i = 0; i < H::bucket_count; ++i) {
+    const std::uint64_t lo = H::bucket_lower(i), hi = H::bucket_upper(i);
+    REQUIRE(lo < hi);
+    REQUIRE(H::bucket_of(lo) == i);
+    REQUIRE(H::bucket_of(hi - 1) == i);
+    if (i + 1 < H::bucket_count) REQUIRE(H::bucket_lower(i + 1) == hi);
+    if (lo >= H::sub_bucket_count) REQUIRE(double(hi - lo) <= double(lo) / 128.0);
+  }
+  CHECK(H::bucket_upper(H::bucket_count - 1) == H::highest_trackable + 1);
+  CHECK(H::highest_trackable >= 100'000'000'000ull); // 100 s
+}
+
+TEST_CASE("histogram percentiles match a sorted-vector oracle within the stated precision from 10 ns to 100 s") {
+  const auto values = log_uniform(200'000, 1);
+  mm::histogram h;
+  for (auto v : values)
+    h.record(mm::nanos(v));
+  check_against_oracle(h, values);
+  double sum = 0;
+  for (auto v : values)
+    sum += double(v);
+  CHECK(h.mean() == doctest::Approx(sum / double(values.size())).epsilon(1e-9));
+}
+
+TEST_CASE("histogram percentiles are exact for values below 128 ns and for a single sample") {
+  mm::histogram h;
+  std::vector<std::uint64_t> values;
+  for (std::uint64_t v = 0; v < 128; ++v)
+    for (std::uint64_t k = 0; k <= v % 3; ++k)
+      h.record(mm::nanos(v)), values.push_back(v);
+  std::sort(values.begin(), values.end());
+  for (double p : {1.0, 33.0, 50.0, 99.0})
+    CHECK(h.percentile(p) == oracle_percentile(values, p));
+
+  mm::histogram one;
+  one.record(123'456'789);
+  CHECK(one.percentile(50) == 123'456'789u); // clamped to the exact min and max
+  CHECK(mm::histogram().percentile(50) == 0u);
+}
+
+TEST_CASE("values past the top of the range are counted as overflows and keep the exact max") {
+  mm::histogram h;
+  h.record(1000);
+  h.record(mm::nanos(1) << 40);
+  h.record(-5); // a negative duration counts as zero
+  CHECK(h.count() == 3);
+  CHECK(h.overflows() == 1);
+  CHECK(h.max() == (std::uint64_t(1) << 40));
+  CHECK(h.min() == 0);
+  CHECK(h.percentile(100) == (std::uint64_t(1) << 40));
+}
+
+TEST_CASE("recorders filled on several threads merge into the same percentiles as one histogram of every value") {
+  mm::recorder_layout layout{.nodes = {"talker_decode", "codec_chunk"}, .user_phases = {"route"}};
+  const mm::phase_id route = layout.user_phase("route");
+  mm::thread_recorder gpu("GPU", layout), plan("plan", layout);
+  const auto a = log_uniform(50'000, 2), b = log_uniform(30'000, 3);
+  std::thread ta([&] {
+    for (auto v : a)
+      gpu.record(0, mm::phase::plan, mm::nanos(v));
+    gpu.record(1, route, 42);
+  });
+  std::thread tb([&] {
+    for (auto v : b)
+      plan.record(0, mm::phase::plan, mm::nanos(v));
+  });
+  ta.join();
+  tb.join();
+
+  mm::histogram all;
+  for (auto v : a)
+    all.record(mm::nanos(v));
+  for (auto v : b)
+    all.record(mm::nanos(v));
+  std::vector<std::uint64_t> both(a);
+  both.insert(both.end(), b.begin(), b.end());
+
+  const mm::summary s = mm::summarize({&gpu, &plan});
+  const mm::phase_row* merged = nullptr;
+  for (const auto& r : s.per_node)
+    if (r.node == "talker_decode" && r.phase == "plan") merged = &r;
+  REQUIRE(merged != nullptr);
+  CHECK(merged->thread == "all");
+  CHECK(merged->time.count == a.size() + b.size());
+  CHECK(merged->time.p50 == all.percentile(50));
+  CHECK(merged->time.p95 == all.percentile(95));
+  CHECK(merged->time.p99 == all.percentile(99));
+  CHECK(merged->time.min == all.min());
+  CHECK(merged->time.max == all.max());
+
+  mm::histogram merged_by_hand;
+  merged_by_hand.merge_from(gpu.at(0, mm::phase::plan));
+  merged_by_hand.merge_from(plan.at(0, mm::phase::plan));
+  check_against_oracle(merged_by_hand, both);
+
+  int per_thread_plan_rows = 0;
+  bool route_row = false;
+  for (const auto& r : s.per_thread) {
+    if (r.node == "talker_decode" && r.phase == "plan") {
+      ++per_thread_plan_rows;
+      CHECK(r.time.count == (r.thread == "GPU" ? a.size() : b.size()));
+    }
+    route_row |= r.thread == "GPU" && r.node == "codec_chunk" && r.phase == "route" && r.time.count == 1;
+  }
+  CHECK(per_thread_plan_rows == 2);
+  CHECK(route_row);
+  CHECK(s.per_thread.size() == 3); // cells without records are left out
+}
+
+TEST_CASE("a summary taken while threads record never reports more than was recorded") {
+  mm::recorder_layout layout{.nodes = {"n"}};
+  mm::thread_recorder r1("GPU", layout), r2("plan", layout);
+  constexpr int per_thread = 20'000;
+  std::atomic<bool> go{false};
+  auto writer = [&](mm::thread_recorder& r) {
+    while (!go.load())
+      std::this_thread::yield();
+    for (int i = 0; i < per_thread; ++i)
+      r.record(0, mm::phase::commit, 100 + i % 1000);
+  };
+  std::thread t1(writer, std::ref(r1)), t2(writer, std::ref(r2));
+  go = true;
+  std::uint64_t last = 0;
+  for (int i = 0; i < 50; ++i) {
+    const mm::summary s = mm::summarize({&r1, &r2});
+    const std::uint64_t n = s.per_node.empty() ? 0 : s.per_node.front().time.count;
+    CHECK(n <= 2u * per_thread);
+    CHECK(n >= last); // one reader sees counts only grow
+    last = n;
+  }
+  t1.join();
+  t2.join();
+  CHECK(mm::summarize({&r1, &r2}).per_node.front().time.count == 2u * per_thread);
+}
+
+TEST_CASE("recorders with different layouts are refused at report time, naming both threads") {
+  mm::thread_recorder a("GPU", {.nodes = {"x"}}), b("plan", {.nodes = {"x", "y"}});
+  try {
+    (void)mm::summarize({&a, &b});
+    FAIL("layouts that differ were merged");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(what.find("'plan'") != std::string::npos);
+    CHECK(what.find("'GPU'") != std::string::npos);
+  }
+}
+
+TEST_CASE("a node or phase id outside the layout is dropped and counted, never written out of bounds") {
+  mm::thread_recorder r("main", {.nodes = {"a"}});
+  r.record(1, mm::phase::admit, 10);
+  r.record(0, mm::phase_id(mm::builtin_phase_count), 10); // no user phases in this layout
+  r.record(0, mm::phase::admit, 10);
+  CHECK(r.dropped() == 2);
+  CHECK(r.at(0, mm::phase::admit).count() == 1);
+  CHECK_THROWS_AS((void)r.at(1, mm::phase::admit), std::out_of_range);
+  CHECK_THROWS_AS((void)r.layout().user_phase("nope"), std::invalid_argument);
+  CHECK(mm::summarize({&r}).dropped == 2);
+}
+
+TEST_CASE("a scoped timer records one duration into its cell, however often it is stopped") {
+  mm::thread_recorder r("GPU", {.nodes = {"a", "b"}});
+  mm::nanos took = 0;
+  {
+    auto t = r.time(1, mm::phase::launch);
+    volatile int sink = 0;
+    for (int i = 0; i < 1000; ++i)
+      sink = sink + i;
+    took = t.stop();
+    CHECK(t.stop() == 0);
+  }
+  CHECK(r.at(1, mm::phase::launch).count() == 1);
+  CHECK(r.at(0, mm::phase::launch).count() == 0);
+  CHECK(took >= 0);
+  CHECK(r.at(1, mm::phase::launch).max() == std::uint64_t(took));
+}
+
+TEST_CASE("request latencies: first output from submit, gaps between outputs, total only for completed requests") {
+  mm::request_recorder rec;
+  mm::request_timing done, cancelled;
+  rec.on_submit(done, 1'000);
+  rec.on_output(done, 5'000);  // first output after 4 us
+  rec.on_output(done, 7'000);  // gap 2 us
+  rec.on_output(done, 10'000); // gap 3 us
+  rec.on_finish(done, true, 12'000);
+  rec.on_submit(cancelled, 2'000);
+  rec.on_output(cancelled, 9'000);
+  rec.on_finish(cancelled, false, 9'500);
+
+  CHECK(done.outputs == 3);
+  CHECK(done.first_output == 5'000);
+  CHECK(rec.first_output().count() == 2);
+  CHECK(rec.first_output().min() == 4'000);
+  CHECK(rec.first_output().max() == 7'000);
+  CHECK(rec.gaps().count() == 2);
+  CHECK(rec.gaps().min() == 2'000);
+  CHECK(rec.gaps().max() == 3'000);
+  CHECK(rec.total().count() == 1);
+  CHECK(rec.total().max() == 11'000);
+  CHECK(rec.completed() == 1);
+  CHECK(rec.cancelled() == 1);
+  CHECK(rec.outputs() == 4);
+
+  mm::request_recorder other;
+  other.merge_from(rec);
+  other.merge_from(rec);
+  CHECK(other.outputs() == 8);
+  CHECK(other.gaps().count() == 4);
+  const auto s = mm::summarize(std::span<const mm::thread_recorder* const>{}, &other);
+  CHECK(s.requests.completed == 2);
+  CHECK(s.requests.first_output.max == 7'000);
+}
+
+TEST_CASE("GPU busy time counts overlapping intervals once and clips them to the window") {
+  const std::vector<mm::interval> fixed{{0, 10}, {5, 15}, {20, 30}, {28, 29}};
+  CHECK(mm::busy_time(fixed, 0, 40) == 25);
+  CHECK(mm::busy_fraction(fixed, 0, 40) == doctest::Approx(25.0 / 40.0));
+  CHECK(mm::busy_time(fixed, 8, 25) == 12);
+  CHECK(mm::busy_fraction(fixed, 10, 10) == 0.0);
+
+  // Against a bitmap oracle: random intervals from two "streams" that overlap each other.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> start(0, 990), len(0, 60);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<mm::interval> v;
+    std::vector<bool> busy(1000, false);
+    for (int i = 0; i < 30; ++i) {
+      const int b = start(rng), e = b + len(rng);
+      v.push_back({b, e});
+      for (int t = b; t < e && t < 1000; ++t)
+        busy[t] = true;
+    }
+    const int w0 = 100, w1 = 900;
+    const auto want = std::count(busy.begin() + w0, busy.begin() + w1, true);
+    REQUIRE(mm::busy_time(v, w0, w1) == want);
+  }
+}
+
+TEST_CASE("the report names every thread, node and phase with records, and the request and GPU lines") {
+  mm::recorder_layout layout{.nodes = {"talker_decode", "codec_chunk"}, .user_phases = {"route"}};
+  mm::thread_recorder gpu("GPU", layout), main_thread("main", layout);
+  gpu.record(0, mm::phase::launch, 2'500);
+  gpu.record(1, layout.user_phase("route"), 1'000);
+  main_thread.record(1, mm::phase::admit, 800);
+  mm::request_recorder req;
+  mm::request_timing t;
+  req.on_submit(t, 0);
+  req.on_output(t, 120'000'000);
+  req.on_finish(t, true, 200'000'000);
+  const std::string text = mm::format(mm::summarize({&gpu, &main_thread}, &req, 0.875));
+  for (const char* s : {"phase time per thread", "phase time per node", "GPU", "main", "talker_decode", "codec_chunk",
+                        "launch", "route", "admit", "first output", "120.000", "GPU busy: 87.5%", "2.50"})
+    CHECK_MESSAGE(text.find(s) != std::string::npos, "missing '" << s << "' in:\n" << text);
+  CHECK(text.find("dropped") == std::string::npos);
+}
