@@ -11,7 +11,7 @@
 // copies of the step's buffers (pools and batch) to fill 3x the L2, so data comes from HBM as in a
 // real step, for the kernels and for memcpy alike; the small-step table runs on one copy (L2-hot).
 // Element type bf16.
-#include <mstar/kernels/recurrent.cuh>  // for detail::tuning(), the launch-policy sweep
+#include <mstar/kernels/recurrent.cuh>  // for detail::tuning() and detail::swept_policies, the sweep
 
 #include <cuda_runtime.h>
 
@@ -22,6 +22,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 MSTAR_EXTERN_RECURRENT(mstar::bf16);  // measure the Qwen3-TTS library's instantiation
@@ -149,35 +150,84 @@ int main() {
   };
   const auto round_calls = [](int calls, std::size_t k) { return int((std::size_t(calls) + k - 1) / k * k); };
 
-  std::printf("\n== launch-policy sweep, gather, HBM-resident (us per call; memcpy same bytes) ==\n");
-  std::printf("%6s %9s %10s | %8s %8s %8s %8s | %8s\n", "rows", "row", "moved", "u1", "u4", "u4p4", "u4p8", "memcpy");
-  struct policy_case {
-    std::int32_t rows;
-    std::size_t row_bytes;
-  };
-  for (const policy_case pc : {policy_case{1024, 4 << 10}, policy_case{16, 256 << 10}, policy_case{4, 1 << 20},
-                               policy_case{256, 64 << 10}, policy_case{64, 256 << 10}, policy_case{64, 1 << 20},
-                               policy_case{1024, 1 << 20}}) {
-    auto sets = make_sets(1, 1, pc.rows, pc.row_bytes);
-    const std::size_t k = sets.size();
-    const int calls = round_calls(calls_for(2 * sets[0]->moved_one_way), k);
-    const auto gather = [&](int i) {
-      step& s = *sets[std::size_t(i) % k];
-      mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+  // Launch-policy sweep: every variant of detail::swept_policies, gather and scatter, HBM-resident.
+  // MSTAR_BENCH_SWEEP=0 skips it; MSTAR_BENCH_POLICY=<index> runs the tables below under that variant,
+  // =auto under the sweep's best (highest worst ratio to memcpy from 8 MiB moved, with one 1 MiB row
+  // >= 0.6 and 1 x 4 KiB <= 3 us); unset, under the launcher's default.
+  const char* sweep_env = std::getenv("MSTAR_BENCH_SWEEP");
+  const char* policy_env = std::getenv("MSTAR_BENCH_POLICY");
+  const bool sweep = sweep_env == nullptr || sweep_env[0] != '0';
+  constexpr std::size_t nvar = std::size(mk::detail::swept_policies);
+  if (sweep) {
+    std::printf("\n== launch-policy sweep, HBM-resident (us per call; g = gather, s = scatter; memcpy same bytes) ==\n");
+    std::printf("%6s %8s %8s   ", "rows", "row", "moved");
+    for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7s", mk::detail::swept_policy_names[v]);
+    std::printf(" | %7s\n", "memcpy");
+    struct policy_case {
+      std::int32_t rows;
+      std::size_t row_bytes;
     };
-    double t[4];
-    const mk::detail::launch_policy policies[4] = {{1 << 30, 0}, {0, 0}, {0, 4}, {0, 8}};
-    for (int v = 0; v < 4; ++v) {
-      mk::detail::tuning() = policies[v];
-      t[v] = time_per_call_us(stream, calls, gather);
+    std::vector<double> worst_big(nvar, 1e9), one_row(nvar, 1e9), tiny(nvar, 0);
+    for (const policy_case pc :
+         {policy_case{1, 4 << 10}, policy_case{1, 1 << 20}, policy_case{1024, 4 << 10}, policy_case{16, 256 << 10},
+          policy_case{4, 1 << 20}, policy_case{1024, 16 << 10}, policy_case{64, 256 << 10}, policy_case{16, 1 << 20},
+          policy_case{1024, 64 << 10}, policy_case{64, 1 << 20}, policy_case{1024, 1 << 20}}) {
+      auto sets = make_sets(1, 1, pc.rows, pc.row_bytes);
+      const std::size_t k = sets.size();
+      const std::size_t moved = 2 * sets[0]->moved_one_way;
+      const int calls = round_calls(calls_for(moved), k);
+      std::vector<double> tg(nvar), ts(nvar);
+      for (std::size_t v = 0; v < nvar; ++v) {
+        mk::detail::tuning() = mk::detail::swept_policies[v];
+        tg[v] = time_per_call_us(stream, calls, [&](int i) {
+          step& s = *sets[std::size_t(i) % k];
+          mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        });
+        ts[v] = time_per_call_us(stream, calls, [&](int i) {
+          step& s = *sets[std::size_t(i) % k];
+          mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        });
+      }
+      mk::detail::tuning() = mk::detail::launch_policy{};
+      const double m = time_per_call_us(stream, calls, [&](int i) {
+        step& s = *sets[std::size_t(i) % k];
+        CUDA_OK(cudaMemcpyAsync(s.pools[0], s.batch, s.moved_one_way, cudaMemcpyDeviceToDevice, stream));
+      });
+      for (int dir = 0; dir < 2; ++dir) {
+        const std::vector<double>& t = dir == 0 ? tg : ts;
+        std::printf("%6d %5zuKiB %6.2fMiB %c ", pc.rows, pc.row_bytes >> 10, double(moved) / (1 << 20), dir ? 's' : 'g');
+        for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7.2f", t[v]);
+        std::printf(" | %7.2f\n", m);
+        for (std::size_t v = 0; v < nvar; ++v) {
+          if (moved >= (std::size_t(8) << 20)) worst_big[v] = std::min(worst_big[v], m / t[v]);
+          if (pc.rows == 1 && pc.row_bytes >= (std::size_t(1) << 20)) one_row[v] = std::min(one_row[v], m / t[v]);
+          if (moved <= (std::size_t(64) << 10)) tiny[v] = std::max(tiny[v], t[v]);
+        }
+      }
     }
-    mk::detail::tuning() = mk::detail::launch_policy{};
-    const double m = time_per_call_us(stream, calls, [&](int i) {
-      step& s = *sets[std::size_t(i) % k];
-      CUDA_OK(cudaMemcpyAsync(s.pools[0], s.batch, s.moved_one_way, cudaMemcpyDeviceToDevice, stream));
-    });
-    std::printf("%6d %6zuKiB %8.2fMiB | %8.2f %8.2f %8.2f %8.2f | %8.2f\n", pc.rows, pc.row_bytes >> 10,
-                double(2 * sets[0]->moved_one_way) / (1 << 20), t[0], t[1], t[2], t[3], m);
+    std::printf("%-26s", "worst g|s/cpy from 8 MiB");
+    for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7.3f", worst_big[v]);
+    std::printf("\n%-26s", "worst g|s/cpy 1 x 1 MiB");
+    for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7.3f", one_row[v]);
+    std::printf("\n%-26s", "slowest us 1 x 4 KiB");
+    for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7.2f", tiny[v]);
+    std::printf("\n");
+    if (policy_env != nullptr && std::string(policy_env) == "auto") {
+      std::size_t best = nvar;
+      for (std::size_t v = 0; v < nvar; ++v)
+        if (one_row[v] >= 0.6 && tiny[v] <= 3.0 && (best == nvar || worst_big[v] > worst_big[best])) best = v;
+      if (best < nvar) {
+        mk::detail::tuning() = mk::detail::swept_policies[best];
+        std::printf("tables below run under the sweep's best: %s\n", mk::detail::swept_policy_names[best]);
+      }
+    }
+  }
+  if (policy_env != nullptr && std::string(policy_env) != "auto") {
+    const std::size_t v = std::size_t(std::atoi(policy_env));
+    if (v < nvar) {
+      mk::detail::tuning() = mk::detail::swept_policies[v];
+      std::printf("tables below run under policy %s\n", mk::detail::swept_policy_names[v]);
+    }
   }
 
   std::printf("\n== bandwidth, one pool of one layer, HBM-resident (moved = bytes read + bytes written) ==\n");

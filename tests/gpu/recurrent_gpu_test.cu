@@ -5,7 +5,7 @@
 #include "../kernels/recurrent_cases.hpp"
 #include "gpu_test.hpp"
 
-#include <mstar/kernels/recurrent.hpp>
+#include <mstar/kernels/recurrent.cuh>  // detail::tuning() and detail::swept_policies
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +17,16 @@
 #include <span>
 #include <stdexcept>
 #include <vector>
+
+// The launchers come from the Qwen3-TTS library and recurrent_instantiate.cu; this file only needs
+// the launch-policy knobs of the .cuh.
+MSTAR_EXTERN_RECURRENT(float);
+MSTAR_EXTERN_RECURRENT(double);
+MSTAR_EXTERN_RECURRENT(std::uint8_t);
+MSTAR_EXTERN_RECURRENT(mstar::f16);
+MSTAR_EXTERN_RECURRENT(mstar::bf16);
+MSTAR_EXTERN_RECURRENT(__half);
+MSTAR_EXTERN_RECURRENT(__nv_bfloat16);
 
 namespace {
 
@@ -157,6 +167,28 @@ TEST_CASE("rows of a MiB and more, aligned or not, match the host reference" * d
   check_case<mstar::bf16>(rng, mt::make_case(rng, 4, {{2, mib + 1}}, 0), stream.s);
   check_case<std::uint8_t>(rng, mt::make_case(rng, 3, {{1, 3 * mib + 5}}, 3), stream.s);
   check_case<float>(rng, mt::make_case(rng, 1024, {{1, 2048}, {1, 5}}, 0), stream.s);
+}
+
+TEST_CASE("every launch policy the benchmark sweeps matches the host reference, grids walking several tiles included" *
+          doctest::skip(!mt::has_gpu())) {
+  std::mt19937_64 rng(55);
+  stream_guard stream;
+  // The swept variants, plus grids capped at one block a SM so that the next-tile slot prefetch runs
+  // many passes on small data (cheap under compute-sanitizer).
+  std::vector<mk::detail::launch_policy> policies(std::begin(mk::detail::swept_policies),
+                                                  std::end(mk::detail::swept_policies));
+  for (const int unroll : {1, 2, 4}) policies.push_back({8, unroll, unroll, 1, mk::detail::hint_keep_slots | mk::detail::hint_stream_reads});
+  policies.push_back({0, 1, 4, 1, 0u});  // below and beyond the wave threshold differ: take "beyond" at once
+  const mk::detail::launch_policy saved = mk::detail::tuning();
+  for (std::size_t v = 0; v < policies.size(); ++v) {
+    CAPTURE(v);
+    mk::detail::tuning() = policies[v];
+    // all 16-byte units (the wide kernel), then every width in one launch (the general one)
+    check_case<float>(rng, mt::make_case(rng, quick() ? 100 : 1000, {{2, 1024}, {1, 4}}, 0), stream.s);
+    check_case<std::uint8_t>(rng, mt::make_case(rng, quick() ? 60 : 300, {{2, 4096}, {1, 37}, {1, 1}}, 1), stream.s);
+    if (!quick()) check_case<float>(rng, mt::make_case(rng, 256, {{1, 16384}}, 0), stream.s);  // 16 MiB, grids of 8/SM iterate
+  }
+  mk::detail::tuning() = saved;
 }
 
 TEST_CASE("each direction of a node step is one kernel launch whatever the number of pools and layers" *

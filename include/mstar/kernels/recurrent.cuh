@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +54,7 @@ struct copy_params {
   std::uint64_t total_items;
   std::int32_t nseg;
   copy_op op;
+  std::uint32_t hints;  // hint_bits
 };
 // Kernel parameters larger than 4 KiB need CUDA 12.1 and sm_70 or newer (the limit is 32764 bytes).
 static_assert(sizeof(copy_params<max_segments>) <= 32764,
@@ -74,6 +76,57 @@ inline void make_fast_divmod(std::uint32_t d, std::uint32_t& multiplier, std::ui
 
 __device__ __forceinline__ std::uint32_t fast_div(std::uint32_t n, const packed_segment& s) {
   return s.multiplier ? (__umulhi(n, s.multiplier) >> s.shift) : n;
+}
+
+// L2 policies for the loads (createpolicy, sm_80+). hint_keep_slots (default on): the slot table is
+// kept (evict_last): it is a few KiB, gather and then scatter of the same step read it, and every
+// pool address waits on it, so a miss to HBM there adds a memory latency to the call.
+// hint_stream_reads (default off, measured slower): state read once (gather's pool rows, scatter's
+// batch) evicted first. Stores keep the default policy: the batch gather writes is what the model
+// kernel reads next, and the pool rows scatter writes are what the next step gathers. Slot and 16-byte
+// state loads take the non-coherent path; the state skips L1 (read once), the slots do not (a row's
+// threads share them).
+enum hint_bits : std::uint32_t { hint_keep_slots = 1, hint_stream_reads = 2 };
+
+__device__ __forceinline__ std::uint64_t l2_policy(int kind) {  // 0 normal, 1 evict_last, 2 evict_first
+  std::uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (kind == 1)
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  else if (kind == 2)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#else
+  (void)kind;
+#endif
+  return pol;
+}
+
+// Read-only for the kernel's lifetime (slots, and the side a direction reads, never alias what it
+// writes), so the non-coherent path is valid.
+__device__ __forceinline__ std::int32_t load_slot(const std::int32_t* src, std::uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  std::int32_t v;
+  asm("ld.global.nc.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(src), "l"(pol));
+  return v;
+#else
+  (void)pol;
+  return __ldg(src);
+#endif
+}
+
+__device__ __forceinline__ uint4 load16(const char* src, std::uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(src), "l"(pol));
+  return v;
+#else
+  (void)pol;
+  return __ldg(reinterpret_cast<const uint4*>(src));
+#endif
 }
 
 __device__ __forceinline__ uint4 load_unit(const char* src, std::uint32_t log2_unit) {
@@ -99,78 +152,103 @@ __device__ __forceinline__ void store_unit(char* dst, uint4 v, std::uint32_t log
   }
 }
 
-// A thread handles Unroll items of a tile per pass, in phases so that nothing waits on a load it
-// does not need: locate all items (parameter reads and arithmetic only), load all their slots (and,
-// for scatter, the batch data, which does not depend on the slot), load the pool data, store.
-// Tiles go to blocks grid-stride, so a thread's items only move forward and the segment search
-// walks on from where it was.
-template <int Threads, int Unroll, int Cap>
+// One item as a thread holds it between locating it and storing it: four registers, the addresses
+// are rebuilt from the segment table (constant bank) where they are used.
+struct located_unit {
+  std::int32_t seg;      // -1 past the end of the item space
+  std::uint32_t row;     // row of the batch (index into slots)
+  std::uint32_t in_row;  // unit within the row
+  std::int32_t slot;     // in flight from locate() until first used
+};
+
+// A thread handles Unroll items of a tile per pass (Threads apart, so a warp's accesses are
+// contiguous). Tiles go to blocks grid-stride and each pass locates the thread's items of its next
+// tile and issues their slot loads before storing the current tile, so with a capped grid the slot
+// latency overlaps the data movement instead of adding to it. Within a pass: pool (gather) or batch
+// (scatter) loads of all items, then the next tile's slots, then the stores: no load waits on one it
+// does not need. Wide: every segment moves 16-byte units (decided on the host), no width switch.
+template <int Threads, int Unroll, int Cap, bool Wide>
 __global__ void __launch_bounds__(Threads) recurrent_copy_kernel(const __grid_constant__ copy_params<Cap> p) {
   constexpr std::uint64_t tile_items = std::uint64_t(Threads) * Unroll;
-  int s = 0;
-  for (std::uint64_t tile = blockIdx.x; tile * tile_items < p.total_items; tile += gridDim.x) {
-    const std::uint64_t first = tile * tile_items + threadIdx.x;
-    int hi = p.nseg - 1;
-    while (s < hi) {  // last segment whose first item is <= first
-      const int mid = (s + hi + 1) >> 1;
-      if (p.seg[mid].item_begin <= first)
-        s = mid;
-      else
-        hi = mid - 1;
-    }
+  std::uint64_t tile = blockIdx.x;
+  if (tile * tile_items >= p.total_items) return;
+  const std::uint64_t pol_slot = l2_policy((p.hints & hint_keep_slots) ? 1 : 0);
+  const std::uint64_t pol_read = l2_policy((p.hints & hint_stream_reads) ? 2 : 0);
+  int s = 0;  // segment of the last located item; items only move forward
 
-    int seg[Unroll];
-    std::uint32_t row[Unroll];
-    std::uint64_t in_row[Unroll];
+  const auto locate = [&](std::uint64_t t, located_unit (&u)[Unroll]) {
+    const std::uint64_t first = t * tile_items + threadIdx.x;
+    if (first < p.total_items) {
+      int hi = p.nseg - 1;
+      while (s < hi) {  // last segment whose first item is <= first
+        const int mid = (s + hi + 1) >> 1;
+        if (p.seg[mid].item_begin <= first)
+          s = mid;
+        else
+          hi = mid - 1;
+      }
+    }
 #pragma unroll
     for (int k = 0; k < Unroll; ++k) {
       const std::uint64_t i = first + std::uint64_t(k) * Threads;
-      seg[k] = -1;
-      row[k] = 0;
-      in_row[k] = 0;
+      u[k].seg = -1;
+      u[k].slot = skip_slot;
       if (i < p.total_items) {
         while (s + 1 < p.nseg && p.seg[s + 1].item_begin <= i) ++s;
         const packed_segment& g = p.seg[s];
         const std::uint32_t local = std::uint32_t(i - g.item_begin);
-        seg[k] = s;
-        row[k] = fast_div(local, g);
-        in_row[k] = std::uint64_t(local - row[k] * g.units_per_row) << g.log2_unit;
+        u[k].seg = s;
+        u[k].row = fast_div(local, g);
+        u[k].in_row = local - u[k].row * g.units_per_row;
+        u[k].slot = load_slot(p.slots + u[k].row, pol_slot);
       }
     }
+  };
+  const auto log2_of = [&](const packed_segment& g) { return Wide ? 4u : g.log2_unit; };
+  const auto row_bytes = [&](const packed_segment& g) { return std::uint64_t(g.units_per_row) << log2_of(g); };
+  const auto batch_at = [&](const located_unit& u) {
+    const packed_segment& g = p.seg[u.seg];
+    return p.batch + g.batch_offset + u.row * row_bytes(g) + (std::uint64_t(u.in_row) << log2_of(g));
+  };
+  const auto pool_at = [&](const located_unit& u) {
+    const packed_segment& g = p.seg[u.seg];
+    return g.pool + std::uint64_t(u.slot) * row_bytes(g) + (std::uint64_t(u.in_row) << log2_of(g));
+  };
 
-    std::int32_t slot[Unroll];
+  located_unit cur[Unroll];
+  locate(tile, cur);
+  for (;;) {
     uint4 v[Unroll];
 #pragma unroll
     for (int k = 0; k < Unroll; ++k) {
-      slot[k] = seg[k] >= 0 ? p.slots[row[k]] : skip_slot;
       v[k] = make_uint4(0, 0, 0, 0);
-      if (p.op == copy_op::scatter && seg[k] >= 0) {
-        const packed_segment& g = p.seg[seg[k]];
-        const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << g.log2_unit;
-        v[k] = load_unit(p.batch + g.batch_offset + row[k] * row_bytes + in_row[k], g.log2_unit);
-      }
+      const char* src = nullptr;
+      if (p.op == copy_op::gather && cur[k].seg >= 0 && cur[k].slot > 0)
+        src = pool_at(cur[k]);
+      else if (p.op == copy_op::scatter && cur[k].seg >= 0)
+        src = batch_at(cur[k]);
+      if (src != nullptr) v[k] = Wide ? load16(src, pol_read) : load_unit(src, p.seg[cur[k].seg].log2_unit);
     }
 
-    if (p.op == copy_op::gather) {
-#pragma unroll
-      for (int k = 0; k < Unroll; ++k)
-        if (slot[k] > 0) {
-          const packed_segment& g = p.seg[seg[k]];
-          const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << g.log2_unit;
-          v[k] = load_unit(g.pool + std::uint64_t(slot[k]) * row_bytes + in_row[k], g.log2_unit);
-        }
-    }
+    const std::uint64_t next = tile + gridDim.x;
+    const bool more = next * tile_items < p.total_items;
+    located_unit nxt[Unroll];
+    if (more) locate(next, nxt);
 
 #pragma unroll
     for (int k = 0; k < Unroll; ++k) {
-      if (seg[k] < 0) continue;
-      const packed_segment& g = p.seg[seg[k]];
-      const std::uint64_t row_bytes = std::uint64_t(g.units_per_row) << g.log2_unit;
+      if (cur[k].seg < 0) continue;
+      char* dst = nullptr;
       if (p.op == copy_op::gather)
-        store_unit(p.batch + g.batch_offset + row[k] * row_bytes + in_row[k], v[k], g.log2_unit);
-      else if (slot[k] > 0 || (p.op == copy_op::zero && slot[k] == sink_slot))
-        store_unit(g.pool + std::uint64_t(slot[k]) * row_bytes + in_row[k], v[k], g.log2_unit);
+        dst = batch_at(cur[k]);
+      else if (cur[k].slot > 0 || (p.op == copy_op::zero && cur[k].slot == sink_slot))
+        dst = pool_at(cur[k]);
+      if (dst != nullptr) store_unit(dst, v[k], log2_of(p.seg[cur[k].seg]));
     }
+    if (!more) break;
+    tile = next;
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) cur[k] = nxt[k];
   }
 }
 
@@ -187,44 +265,78 @@ inline int sm_count() {
   return n;
 }
 
-// Launch policy (256 threads a block). Up to `unroll_from_waves` waves of resident threads (2048
-// a SM) a thread moves one unit and a block one tile: small steps are latency-bound and want every
-// load issued at once. Beyond it a thread moves 4 units (4 x 16 bytes in flight); blocks_per_sm > 0
-// caps the grid at SMs x blocks_per_sm blocks walking the tiles, 0 gives one block per tile.
-// The defaults are the fastest of the sweep in bench/kernels (H200, 2026-12-02, gather, HBM-resident,
-// us per call; u1 = one unit a thread throughout, u4 = 4 units, p4 = grid capped at 4 blocks a SM):
-//   moved     u1      u4      u4p4    memcpy
-//   8 MiB     4.31    4.74    4.74    3.52
-//   32 MiB    11.20   11.81   11.58   9.71
-//   128 MiB   35.69   36.26   38.07   33.71
-//   2 GiB     530.8   520.4   560.3   791.7
-// and in the full table u1 lost at 128 MiB when rows were many (1024 x 64 KiB: 39.7 against 36.8 for
-// u4), so one unit a thread up to 8 waves (about 64 MiB moved), 4 units and one block a tile beyond.
+// Launch policy (256 threads a block). Up to `unroll_from_waves` waves of resident threads (2048 a
+// SM) a thread moves `small_unroll` units a pass, beyond it `unroll` (1, 2 or 4); blocks_per_sm > 0
+// caps the grid at SMs x blocks_per_sm blocks walking the tiles (slots of the next tile prefetched),
+// 0 gives one block per tile. hints: hint_bits for the loads' L2 policies.
+// Defaults: the best of the sweep in bench/kernels (H200, 2026-12-02, HBM-resident, us per call,
+// gather / scatter; "keep" = one unit a thread, slots evict_last; "plain" = the same without L2
+// policies; u2keep = 2 units a thread, slots evict_last):
+//   moved     plain        keep         u2keep       hint (both policies)  memcpy
+//   8 MiB     4.39/4.48    4.19/4.23    4.28/4.27    4.28/4.29             3.52   (1024 x 4 KiB)
+//   32 MiB    11.86/11.79  10.94/10.85  10.97/10.83  11.23/11.15           9.70   (1024 x 16 KiB)
+//   128 MiB   37.07/37.42  36.97/36.70  36.03/35.87  38.52/38.29           33.69  (1024 x 64 KiB)
+//   2 GiB     519.2/531.7  518.8/532.0  515.9/531.2  547.7/555.9           794.0
+// Evicting the streamed state first was slower everywhere, 4 units a thread and capped grids too
+// (docs/kernels.md has the whole sweep). So: slots evict_last, one unit a thread up to 8 waves (about
+// 64 MiB moved), 2 units a thread beyond, one block a tile.
 // The benchmark changes them through tuning() to run that sweep.
 struct launch_policy {
   int unroll_from_waves = 8;
+  int small_unroll = 1;
+  int unroll = 2;
   int blocks_per_sm = 0;
+  std::uint32_t hints = hint_keep_slots;
 };
+// The variants bench/kernels sweeps (and tests/gpu checks byte for byte), in the order it prints them:
+//   plain  u1 below 8 waves, u4 beyond, no L2 policies (the kernel of commit 34d888f, restructured)
+//   keep   as plain, slots evict_last          hint  as plain, both policies
+//   u2/u4  2 or 4 units a pass throughout, both policies
+//   u1p8/u2p6/u4p4  as u1/u2/u4, grid capped at 8/6/4 blocks a SM, both policies
+//   u2keep u2 with the slot policy only
+inline constexpr launch_policy swept_policies[] = {
+    {8, 1, 4, 0, 0u}, {8, 1, 4, 0, hint_keep_slots}, {8, 1, 4, 0, hint_keep_slots | hint_stream_reads},
+    {8, 2, 2, 0, hint_keep_slots | hint_stream_reads}, {8, 4, 4, 0, hint_keep_slots | hint_stream_reads},
+    {8, 1, 1, 8, hint_keep_slots | hint_stream_reads}, {8, 2, 2, 6, hint_keep_slots | hint_stream_reads},
+    {8, 4, 4, 4, hint_keep_slots | hint_stream_reads}, {8, 2, 2, 0, hint_keep_slots}};
+inline constexpr const char* swept_policy_names[] = {"plain", "keep", "hint", "u2", "u4", "u1p8", "u2p6", "u4p4", "u2keep"};
+static_assert(std::size(swept_policies) == std::size(swept_policy_names));
+
 inline launch_policy& tuning() {
   static launch_policy policy;
   return policy;
 }
 
-template <int Cap>
-void launch_params(const copy_params<Cap>& p, cudaStream_t stream) {
+template <int Unroll, int Cap, bool Wide>
+void launch_unrolled(const copy_params<Cap>& p, std::uint64_t sms, int blocks_per_sm, cudaStream_t stream) {
   constexpr int threads = 256;
-  constexpr int unroll = 4;
+  const std::uint64_t tiles = (p.total_items + threads * Unroll - 1) / (threads * Unroll);
+  const std::uint64_t cap = blocks_per_sm > 0 ? sms * std::uint64_t(blocks_per_sm) : tiles;
+  const std::uint64_t blocks = tiles < cap ? tiles : cap;
+  recurrent_copy_kernel<threads, Unroll, Cap, Wide><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
+}
+
+template <int Cap, bool Wide>
+void launch_width(const copy_params<Cap>& p, int unroll, std::uint64_t sms, int blocks_per_sm, cudaStream_t stream) {
+  if (unroll <= 1)
+    launch_unrolled<1, Cap, Wide>(p, sms, blocks_per_sm, stream);
+  else if (unroll == 2)
+    launch_unrolled<2, Cap, Wide>(p, sms, blocks_per_sm, stream);
+  else
+    launch_unrolled<4, Cap, Wide>(p, sms, blocks_per_sm, stream);
+}
+
+template <int Cap>
+void launch_params(copy_params<Cap>& p, bool wide, cudaStream_t stream) {
   const launch_policy policy = tuning();
   const std::uint64_t sms = std::uint64_t(sm_count());
-  if (p.total_items <= std::uint64_t(policy.unroll_from_waves) * sms * 2048) {
-    const std::uint64_t blocks = (p.total_items + threads - 1) / threads;
-    recurrent_copy_kernel<threads, 1, Cap><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
-  } else {
-    const std::uint64_t tiles = (p.total_items + threads * unroll - 1) / (threads * unroll);
-    const std::uint64_t cap = policy.blocks_per_sm > 0 ? sms * std::uint64_t(policy.blocks_per_sm) : tiles;
-    const std::uint64_t blocks = tiles < cap ? tiles : cap;
-    recurrent_copy_kernel<threads, unroll, Cap><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
-  }
+  p.hints = policy.hints;
+  const int unroll =
+      p.total_items <= std::uint64_t(policy.unroll_from_waves) * sms * 2048 ? policy.small_unroll : policy.unroll;
+  if (wide)
+    launch_width<Cap, true>(p, unroll, sms, policy.blocks_per_sm, stream);
+  else
+    launch_width<Cap, false>(p, unroll, sms, policy.blocks_per_sm, stream);
 }
 
 template <int Cap, class T>
@@ -236,6 +348,7 @@ void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slo
   p.nseg = std::int32_t(table.size());
   p.op = op;
   std::uint64_t items = 0;
+  bool wide = true;
   for (std::size_t i = 0; i < table.size(); ++i) {
     const auto& s = table[i];
     const std::uint64_t row_bytes = std::uint64_t(s.state_elems) * sizeof(T);
@@ -258,10 +371,11 @@ void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slo
     g.units_per_row = std::uint32_t(units);
     make_fast_divmod(g.units_per_row, g.multiplier, g.shift);
     g.log2_unit = log2_unit;
+    wide = wide && log2_unit == 4;
     items += seg_items;
   }
   p.total_items = items;
-  launch_params(p, stream);
+  launch_params(p, wide, stream);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw std::runtime_error(std::string("mstar::kernels::") + where + ": kernel launch failed: " +
                              cudaGetErrorString(e));
