@@ -27,7 +27,7 @@ def main(path: str) -> int:
         if m:
             total, p, f, s = map(int, m[-1])
             passed, failed, skipped = passed + p, failed + f, skipped + s
-            if result not in ("OK", "EXPECTEDFAIL") and f == 0:
+            if result not in ("OK", "EXPECTEDFAIL", "SKIP") and f == 0:
                 failed += 1  # crashed or timed out after its summary
         elif result in ("OK", "EXPECTEDFAIL"):
             passed += 1
