@@ -1,0 +1,273 @@
+// A paged KV cache: the block allocator and per-request block tables behind the mstar::kv_cache
+// policy. The K/V tensors themselves belong to the model's forward; this resource decides which
+// blocks each request owns and stages the page table a paged-attention kernel reads.
+//
+// Admit reserves the blocks the step's new tokens need (ceil((held tokens + new) / block_tokens)
+// minus the blocks held), all rows or none, refusing with the count when too few are free; a request
+// that would outgrow max_blocks_per_request is an error (waiting would never help). Blocks come from
+// a LIFO free list and return to it on teardown (KV blocks are written before they are read, so they
+// need no zeroing). Plan stages, per padded row, FlashInfer-style page_indptr [bucket + 1],
+// page_indices [pages] and last_page_len [bucket]. Commit advances the request's token count and
+// notes the blocks the step wrote for the ordering checker.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mstar/backend/backend.hpp"
+#include "mstar/detail/spin_lock.hpp"
+#include "mstar/resources/resource.hpp"
+
+namespace mstar {
+
+template <device_backend Backend>
+class paged_kv_cache {
+public:
+  using backend_type = Backend;
+  using stream_type = typename Backend::stream_type;
+
+  struct plan_type {
+    const std::int32_t* page_indptr = nullptr;   // device [bucket + 1]
+    const std::int32_t* page_indices = nullptr;  // device [pages]
+    const std::int32_t* last_page_len = nullptr; // device [bucket]
+    std::span<const std::int32_t> host_page_indptr;
+    std::span<const std::int32_t> host_page_indices;
+    std::span<const std::int32_t> host_last_page_len;
+    std::uint32_t rows = 0, bucket = 0, pages = 0, block_tokens = 0;
+  };
+
+  explicit paged_kv_cache(const resource_context<Backend>& ctx)
+      : backend_(ctx.backend), key_(ctx.desc->key), blocks_(ctx.desc->blocks), block_tokens_(ctx.desc->block_tokens),
+        max_per_request_(ctx.options->max_blocks_per_request != 0 ? ctx.options->max_blocks_per_request
+                                                                  : std::min<std::uint32_t>(blocks_, 1024)),
+        tokens_(ctx.options->max_requests, 0), held_(ctx.options->max_requests, 0),
+        table_(std::size_t(ctx.options->max_requests) * max_per_request_, -1), free_(blocks_, 0),
+        staged_base_(ctx.options->max_batch, 0),
+        written_(std::size_t(ctx.options->max_tokens) + 2u * ctx.options->max_batch, 0) {
+    if (ctx.desc->kind != resource_kind::kv_cache || blocks_ == 0 || block_tokens_ == 0)
+      throw std::invalid_argument("mstar::paged_kv_cache: resource " + std::string(key_) +
+                                  " needs blocks<N> and block_tokens<N> above 0");
+    if ((block_tokens_ & (block_tokens_ - 1)) == 0)
+      while ((1u << (shift_ + 1)) <= block_tokens_)
+        ++shift_;
+    else
+      shift_ = -1;
+    for (std::uint32_t b = 0; b < blocks_; ++b)
+      free_[b] = static_cast<std::int32_t>(blocks_ - 1 - b);
+    top_ = blocks_;
+    region_ = backend_->track_region(key_, blocks_);
+  }
+  paged_kv_cache(const paged_kv_cache&) = delete;
+  paged_kv_cache& operator=(const paged_kv_cache&) = delete;
+
+  std::string_view key() const { return key_; }
+  void declare(std::uint8_t) {}
+
+  std::optional<refusal> admit(const step_view& s) {
+    std::lock_guard g(lock_);
+    auto r = admit_locked(s);
+    ++(r ? counters_.refusals : counters_.admits);
+    return r;
+  }
+  void plan(const step_view& s, plan_arena& arena, stream_type stream) {
+    std::lock_guard g(lock_);
+    live_ = fill(s, arena, nullptr);
+    planned_stream_ = stream;
+    ++counters_.plans;
+  }
+  void commit(const step_view& s) {
+    std::lock_guard g(lock_);
+    const bool note = backend_->checking();
+    std::size_t n = 0;
+    for (const auto& r : s.rows) {
+      const auto i = r.request.index;
+      const std::uint32_t before = tokens_[i];
+      tokens_[i] += r.tokens;
+      if (!note || r.tokens == 0) continue;
+      // The blocks this step wrote (the checker treats them as accessed; older blocks were only read).
+      for (std::uint32_t b = blocks_for(before + 1) - 1; b < blocks_for(tokens_[i]) && n < written_.size(); ++b)
+        written_[n++] = table_[std::size_t(i) * max_per_request_ + b];
+    }
+    if (note) backend_->note_accesses(planned_stream_, region_, std::span<const std::int32_t>(written_.data(), n));
+    ++counters_.commits;
+  }
+  std::optional<refusal> pre_admit(const step_view& s) {
+    std::lock_guard g(lock_);
+    auto r = admit_locked(s);
+    ++(r ? counters_.refusals : counters_.pre_admits);
+    return r;
+  }
+  void pre_plan(const step_view& s, plan_arena& arena) {
+    std::lock_guard g(lock_);
+    staged_ = fill(s, arena, staged_base_.data());
+    has_staged_ = true;
+    ++counters_.pre_plans;
+  }
+  bool promote(const step_view& s, stream_type stream) {
+    std::lock_guard g(lock_);
+    bool ok = has_staged_ && staged_.rows == s.rows.size();
+    for (std::size_t i = 0; ok && i < s.rows.size(); ++i) {
+      const auto idx = s.rows[i].request.index;
+      ok = tokens_[idx] == staged_base_[i] && held_[idx] >= blocks_for(tokens_[idx] + s.rows[i].tokens);
+    }
+    has_staged_ = false;
+    if (!ok) {
+      ++counters_.stale_promotes;
+      return false;
+    }
+    live_ = staged_;
+    planned_stream_ = stream;
+    ++counters_.promotes;
+    return true;
+  }
+  void clear_preplan() {
+    std::lock_guard g(lock_);
+    has_staged_ = false;
+    ++counters_.clears;
+  }
+  void remove_request(request_ref r, stream_type) {
+    std::lock_guard g(lock_);
+    if (r.index >= held_.size() || (held_[r.index] == 0 && tokens_[r.index] == 0)) return;
+    for (std::uint32_t b = held_[r.index]; b-- > 0;)
+      free_[top_++] = table_[std::size_t(r.index) * max_per_request_ + b];
+    held_[r.index] = 0;
+    tokens_[r.index] = 0;
+    ++counters_.removes;
+  }
+  resource_stats stats() const {
+    std::lock_guard g(lock_);
+    resource_stats st;
+    st.key = key_;
+    st.kind = resource_kind::kv_cache;
+    st.capacity = blocks_;
+    st.free = top_;
+    for (auto h : held_)
+      st.requests += h != 0 ? 1 : 0;
+    counters_.fill(st);
+    st.staged = has_staged_;
+    return st;
+  }
+  std::size_t staging_bytes(std::uint32_t max_rows, std::uint32_t) const {
+    const std::size_t pages = std::min<std::size_t>(blocks_, std::size_t(max_rows) * max_per_request_);
+    return plan_arena::padded((max_rows + 1) * 4u) + plan_arena::padded(pages * 4) + plan_arena::padded(max_rows * 4u) +
+           plan_arena::alignment;
+  }
+  const plan_type& current_plan() const { return live_; }
+
+  // ---- direct use ----
+  std::uint32_t free_blocks() const {
+    std::lock_guard g(lock_);
+    return top_;
+  }
+  std::uint32_t blocks_held(request_ref r) const {
+    std::lock_guard g(lock_);
+    return held_.at(r.index);
+  }
+  std::uint32_t tokens_held(request_ref r) const {
+    std::lock_guard g(lock_);
+    return tokens_.at(r.index);
+  }
+  // Would `blocks` more blocks fit now? (admission at readiness)
+  bool ask(std::uint32_t blocks) const {
+    std::lock_guard g(lock_);
+    return top_ >= blocks;
+  }
+  std::uint32_t block_tokens() const { return block_tokens_; }
+  std::uint32_t max_blocks_per_request() const { return max_per_request_; }
+
+private:
+  // A shift when block_tokens is a power of two (the usual 16): this runs several times per row.
+  std::uint32_t blocks_for(std::uint32_t tokens) const {
+    return shift_ >= 0 ? (tokens + block_tokens_ - 1) >> shift_ : (tokens + block_tokens_ - 1) / block_tokens_;
+  }
+
+  std::optional<refusal> admit_locked(const step_view& s) {
+    std::uint32_t need = 0;
+    for (const auto& r : s.rows) {
+      const auto i = r.request.index;
+      const std::uint32_t want = blocks_for(tokens_[i] + r.tokens);
+      if (want > max_per_request_)
+        throw resource_error("mstar::paged_kv_cache " + std::string(key_) + ": request index " + std::to_string(i) +
+                             " would hold " + std::to_string(tokens_[i] + r.tokens) + " tokens, " +
+                             std::to_string(want) + " blocks, beyond max_blocks_per_request (" +
+                             std::to_string(max_per_request_) +
+                             "); stop the request earlier or raise engine_options.max_blocks_per_request");
+      need += want > held_[i] ? want - held_[i] : 0;
+    }
+    if (need > top_)
+      return refusal::make(key_,
+                           "kv cache %.*s is full: the step's %zu row(s) need %u more block(s) and %u of %u are free; "
+                           "the rows wait until requests finish (or give the cache more blocks)",
+                           int(key_.size()), key_.data(), s.rows.size(), need, top_, blocks_);
+    for (const auto& r : s.rows) {
+      const auto i = r.request.index;
+      const std::uint32_t want = blocks_for(tokens_[i] + r.tokens);
+      while (held_[i] < want)
+        table_[std::size_t(i) * max_per_request_ + held_[i]++] = free_[--top_];
+    }
+    return std::nullopt;
+  }
+
+  plan_type fill(const step_view& s, plan_arena& arena, std::uint32_t* base) {
+    const auto rows = static_cast<std::uint32_t>(s.rows.size());
+    std::uint32_t pages = 0;
+    for (const auto& r : s.rows) {
+      const auto i = r.request.index;
+      const std::uint32_t want = blocks_for(tokens_[i] + r.tokens);
+      if (want > held_[i])
+        throw resource_error("mstar::paged_kv_cache " + std::string(key_) + ": request index " + std::to_string(i) +
+                             " holds " + std::to_string(held_[i]) + " block(s) but the step needs " +
+                             std::to_string(want) + "; admit the step before planning it");
+      pages += want;
+    }
+    auto indptr = arena.take<std::int32_t>(s.bucket + 1);
+    auto indices = arena.take<std::int32_t>(pages);
+    auto last = arena.take<std::int32_t>(s.bucket);
+    std::uint32_t at = 0;
+    indptr.host[0] = 0;
+    for (std::uint32_t k = 0; k < rows; ++k) {
+      const auto i = s.rows[k].request.index;
+      const std::uint32_t total = tokens_[i] + s.rows[k].tokens;
+      const std::uint32_t want = blocks_for(total);
+      std::copy_n(table_.data() + std::size_t(i) * max_per_request_, want, indices.host + at);
+      at += want;
+      indptr.host[k + 1] = static_cast<std::int32_t>(at);
+      last.host[k] = want == 0 ? 0 : static_cast<std::int32_t>(total - (want - 1) * block_tokens_);
+      if (base) base[k] = tokens_[i];
+    }
+    for (std::uint32_t k = rows; k < s.bucket; ++k) {
+      indptr.host[k + 1] = static_cast<std::int32_t>(at);
+      last.host[k] = 0;
+    }
+    return plan_type{indptr.device, indices.device, last.device, indptr.span(), indices.span(),
+                     last.span(),   rows,           s.bucket,    pages,         block_tokens_};
+  }
+
+  Backend* backend_;
+  std::string_view key_;
+  std::uint32_t blocks_;
+  std::uint32_t block_tokens_;
+  int shift_ = 0; // log2(block_tokens_), or -1 when it is not a power of two
+  std::uint32_t max_per_request_;
+  mutable detail::spin_lock lock_;
+  std::vector<std::uint32_t> tokens_; // per request index: tokens committed
+  std::vector<std::uint32_t> held_;   // per request index: blocks held
+  std::vector<std::int32_t> table_;   // [request index][max_per_request_]
+  std::vector<std::int32_t> free_;
+  std::uint32_t top_ = 0;
+  region_id region_;
+  plan_type live_, staged_;
+  bool has_staged_ = false;
+  std::vector<std::uint32_t> staged_base_;
+  std::vector<std::int32_t> written_;
+  stream_type planned_stream_{};
+  detail::resource_counters counters_;
+};
+
+} // namespace mstar
