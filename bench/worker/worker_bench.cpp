@@ -1,0 +1,231 @@
+// The worker's host cost on the Qwen3-TTS model (host backend): the plan-thread to GPU-thread handoff
+// of the staged chain step (p50/p99: from the plan thread's push of "staged" to the GPU thread's pop),
+// and the GPU thread's host time per pass at 128 rows (one chain step: admit, promote or plan, forward
+// launch, commit, and forming and handing over the next step). Baselines measured in the same run:
+// a bare SPSC ring ping-pong between two threads (the floor of any handoff), and the same 128-row
+// decode step run inline by engine::run on one thread (admit + plan + forward + commit, no worker).
+//
+//   mstar_worker_bench [--requests 256] [--frames 400] [--device-us 200] [--lane on|off]
+//
+// The "device" is the host backend: each decode step's forward enqueues a spin of --device-us on the
+// chain stream, so the plan thread has a step's time to stage the next one, as on a GPU. Steps hold
+// at most 128 rows, so 256 requests decode as two cohorts of 128: while one cohort's step runs, the
+// other's is ready, and the worker stages it on the plan thread (a cohort's next step can only be
+// formed once its last one landed and the main thread made its rows ready again).
+#include <mstar/backend/host.hpp>
+#include <mstar/engine.hpp>
+#include <mstar/worker.hpp>
+
+#include "qwen3_tts/model.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Model = qwen3_tts::Model;
+constexpr std::uint8_t prefill = mstar::detail::named_index(Model::descriptor.nodes, "talker_prefill");
+constexpr std::uint8_t decode = mstar::detail::named_index(Model::descriptor.nodes, "talker_decode");
+constexpr std::uint8_t codec = mstar::detail::named_index(Model::descriptor.nodes, "codec_chunk");
+
+// Prefill, `frames` decode steps, a codec window every 8 frames; nothing is computed.
+struct bench_flow {
+  struct request_state {
+    std::uint32_t frames = 0, decoded = 0, coded = 0;
+    bool prefilled = false;
+  };
+  using request_input = std::uint32_t; // frames
+  struct payload {
+    std::uint32_t width = 0;
+  };
+  void start(request_state& s, mstar::request_id, std::uint32_t frames) { s.frames = frames; }
+  bool ready(request_state& s, std::uint8_t node, mstar::row& r, payload& p) {
+    if (node == prefill) {
+      r.tokens = 16;
+      return !s.prefilled;
+    }
+    if (node == decode) return s.prefilled && s.decoded < s.frames;
+    if (node == codec) {
+      p.width = std::min(8u, s.frames - s.coded);
+      return p.width > 0 && s.decoded - s.coded >= p.width;
+    }
+    return false;
+  }
+  bool landed(request_state& s, std::uint8_t node, const payload& p) {
+    if (node == prefill) s.prefilled = true;
+    if (node == decode) ++s.decoded;
+    if (node == codec) s.coded += p.width;
+    return node == codec;
+  }
+  bool finished(const request_state& s) const { return s.prefilled && s.coded == s.frames; }
+  void end(request_state&, mstar::request_id, mstar::request_end) {}
+  std::uint32_t batch_key(std::uint8_t, const payload& p) const { return p.width; }
+};
+
+using Worker = mstar::threaded_worker<Model, mstar::host_backend, bench_flow>;
+
+void spin_for(std::chrono::nanoseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+mstar::engine_options options(std::uint32_t requests) {
+  mstar::engine_options o;
+  o.max_batch = 128;
+  o.max_tokens = 4096;
+  o.max_requests = requests;
+  o.max_labels = 1;
+  return o;
+}
+
+double us(std::uint64_t ns) { return double(ns) / 1000.0; }
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::uint32_t requests = 256, frames = 400, device_us = 200;
+  std::string lane = "on";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "mstar_worker_bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    const std::string v = argv[++i];
+    if (a == "--requests")
+      requests = std::stoul(v);
+    else if (a == "--frames")
+      frames = std::stoul(v);
+    else if (a == "--device-us")
+      device_us = std::stoul(v);
+    else if (a == "--lane")
+      lane = v;
+    else {
+      std::fprintf(stderr, "mstar_worker_bench: unknown argument %s (--requests, --frames, --device-us, --lane)\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  if (requests == 0 || requests > 1024) {
+    std::fprintf(stderr, "mstar_worker_bench: --requests %u; use 1 to 1024 (256: two cohorts of 128 rows)\n", requests);
+    return 2;
+  }
+
+  // ---- the worker ----
+  mstar::host_backend backend(mstar::host_backend_options{.check_ordering = false});
+  mstar::engine<Model, mstar::host_backend> engine(backend, options(requests));
+  bench_flow flow;
+  mstar::worker_options wo;
+  wo.lane = lane == "off" ? mstar::lane_mode::off : mstar::lane_mode::on;
+  wo.gpu_backoff = mstar::detail::backoff_policy{}; // spin then yield, never sleep: a busy worker
+  wo.plan_backoff = mstar::detail::backoff_policy{};
+  const auto device = std::chrono::microseconds(device_us);
+  std::uint64_t wall_ns = 0;
+  mstar::metrics::summary sum;
+  std::uint64_t chain_steps = 0, promoted = 0;
+  {
+    Worker w(engine, flow, wo);
+    w.forward<qwen3_tts::TalkerPrefill>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
+    w.forward<qwen3_tts::TalkerDecode>(
+        [&](const auto& ctx) { backend.enqueue(ctx.stream, [device] { spin_for(device); }); });
+    w.forward<qwen3_tts::CodecChunk>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
+    w.start();
+    const auto t0 = mstar::metrics::now_ns();
+    for (std::uint32_t i = 0; i < requests; ++i)
+      w.submit(i, frames);
+    w.wait_idle();
+    wall_ns = std::uint64_t(mstar::metrics::now_ns() - t0);
+    w.stop();
+    sum = w.summary();
+    chain_steps = w.counters().chain_steps.load();
+    promoted = w.counters().promoted.load();
+  }
+  const auto find = [&](const char* thread, const char* node, const char* phase) -> mstar::metrics::distribution {
+    for (const auto& r : sum.per_thread)
+      if (r.thread == thread && r.node == node && r.phase == phase) return r.time;
+    return {};
+  };
+  const auto handoff = find("GPU", "talker_decode", "handoff");
+  const auto pass = find("GPU", "talker_decode", "pass");
+
+  // ---- baseline 1: a bare SPSC ring ping-pong, the floor of a handoff ----
+  mstar::metrics::histogram ring_h;
+  {
+    mstar::detail::spsc_ring<std::int64_t> there(64), back(64);
+    std::atomic<bool> stop{false};
+    std::thread other([&] {
+      std::int64_t t;
+      while (there.pop_wait(t, [&] { return stop.load(std::memory_order_relaxed); })) {
+        ring_h.record(mstar::metrics::now_ns() - t);
+        back.push_wait(0);
+      }
+    });
+    for (int i = 0; i < 20000; ++i) {
+      there.push_wait(mstar::metrics::now_ns());
+      std::int64_t ack;
+      back.pop_wait(ack);
+    }
+    stop.store(true);
+    other.join();
+  }
+
+  // ---- baseline 2: the same 128-row decode step inline on one thread (engine::run) ----
+  mstar::metrics::histogram inline_h;
+  {
+    mstar::host_backend b2(mstar::host_backend_options{.check_ordering = false});
+    mstar::engine<Model, mstar::host_backend> e2(b2, options(128));
+    auto chain = b2.create_stream();
+    std::vector<mstar::row> rows;
+    for (std::uint32_t i = 0; i < 128; ++i)
+      rows.push_back({*e2.add_request(i), 1});
+    for (int k = 0; k < 2000; ++k) {
+      const auto t = mstar::metrics::now_ns();
+      auto out = e2.run(mstar::chain_step<Model, qwen3_tts::TalkerDecode>{rows}, chain,
+                        [&](const auto& ctx) { b2.enqueue(ctx.stream, [] {}); });
+      inline_h.record(mstar::metrics::now_ns() - t);
+      if (!out) {
+        std::fprintf(stderr, "baseline step failed: %s\n", out.message().c_str());
+        return 1;
+      }
+      if (k % 64 == 63) b2.synchronize(chain);
+      if (k % 256 == 255) { // keep the KV cache from filling: start the requests over (untimed)
+        b2.synchronize(chain);
+        for (auto& r : rows) {
+          const auto id = e2.requests().id_of(r.request);
+          e2.remove_request(r.request, chain);
+          r.request = *e2.add_request(id);
+        }
+      }
+    }
+    b2.synchronize(chain);
+  }
+
+  std::printf("mstar_worker_bench: %u requests x %u frames, decode step %u us of host-backend 'device' time, lane %s\n",
+              requests, frames, device_us, lane.c_str());
+  std::printf("  run: %.2f s, %llu chain steps (%llu promoted)\n", double(wall_ns) / 1e9,
+              (unsigned long long)chain_steps, (unsigned long long)promoted);
+  std::printf("  plan -> GPU handoff (staged step):   p50 %8.2f us  p99 %8.2f us  (n=%llu)\n", us(handoff.p50),
+              us(handoff.p99), (unsigned long long)handoff.count);
+  std::printf("  baseline, bare SPSC ring one-way:    p50 %8.2f us  p99 %8.2f us  -> handoff/ring p50 %.2fx p99 %.2fx\n",
+              us(ring_h.percentile(50)), us(ring_h.percentile(99)),
+              double(handoff.p50) / double(std::max<std::uint64_t>(ring_h.percentile(50), 1)),
+              double(handoff.p99) / double(std::max<std::uint64_t>(ring_h.percentile(99), 1)));
+  std::printf("  GPU-thread pass, talker_decode:      p50 %8.2f us  p99 %8.2f us  (n=%llu; rows up to 128)\n",
+              us(pass.p50), us(pass.p99), (unsigned long long)pass.count);
+  std::printf("  baseline, inline engine::run 128 rows: p50 %6.2f us  p99 %8.2f us  -> pass/inline p50 %.2fx\n",
+              us(inline_h.percentile(50)), us(inline_h.percentile(99)),
+              double(pass.p50) / double(std::max<std::uint64_t>(inline_h.percentile(50), 1)));
+  const auto admit = find("GPU", "talker_decode", "admit"), promote = find("GPU", "talker_decode", "promote"),
+             launch = find("GPU", "talker_decode", "launch"), commit = find("GPU", "talker_decode", "commit"),
+             preplan = find("plan", "talker_decode", "plan");
+  std::printf("  GPU thread p50: admit %.2f us, promote %.2f us, launch %.2f us, commit %.2f us; plan thread "
+              "pre-plan p50 %.2f us\n",
+              us(admit.p50), us(promote.p50), us(launch.p50), us(commit.p50), us(preplan.p50));
+  if (sum.gpu_busy_fraction >= 0) std::printf("  device busy: %.1f%%\n", sum.gpu_busy_fraction * 100.0);
+  return 0;
+}

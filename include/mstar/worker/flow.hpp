@@ -1,0 +1,78 @@
+// The model-specific part of a worker: a request's flow through the nodes (the hook object a user
+// supplies), and what a forward function sees of a step.
+//
+// A flow is a plain object with three types and six hooks. The worker owns one request_state per live
+// request (reset to request_state{} when the request starts) and calls the hooks in this order:
+//
+//   start(state, id, input)          main thread; the request got a place in the engine
+//   ready(state, node, row, payload) main thread; called for each node the request has no row queued or
+//                                    in flight for: return true when it is ready for `node` now, after
+//                                    setting row.tokens / row.label (row.request is the worker's) and the
+//                                    payload the forward will read. Called again after each of the
+//                                    request's steps lands.
+//   landed(state, node, payload)     main thread; that row's step landed (its forward's work is done and
+//                                    visible); update the state, and return true when the step produced
+//                                    an output for the client (first-output latency and gaps count these)
+//   finished(state)                  main thread; true when nothing is left to run
+//   end(state, id, how)              main thread; the request's last hook: completed, cancelled or failed
+//                                    (its resources are torn down already)
+//   batch_key(node, payload)         GPU thread, const: rows of a node with different keys never share a
+//                                    step when the node batches per_key (one codec step per chunk width)
+//
+// The payload is per row, trivially copyable, and travels with the step: the forward reads it on the
+// GPU thread (and its stream work may read it until the step lands), so it carries the row's input and
+// output addresses (a codec window's first frame and width, where its audio goes). A flow must be
+// deterministic: a row's payload may depend on the request's state only, never on timing or on which
+// other rows share its step, so that output bytes do not depend on the lane mode or on cancellations
+// of other requests.
+//
+// A forward function per node is a callable taking `const mstar::step_context<Model, Backend, Node>&`
+// (the same as engine::run's) or the worker's richer `const worker_step_context<...>&` (a step_context
+// that adds the rows' payloads and the backend); it enqueues the step's work on ctx.stream.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "mstar/detail/step_view.hpp"
+#include "mstar/engine.hpp"
+
+namespace mstar {
+
+enum class request_end : std::uint8_t { completed, cancelled, failed };
+
+template <class F>
+concept worker_flow =
+    requires(F& f, const F& cf, typename F::request_state& s, const typename F::request_state& cs,
+             const typename F::request_input& in, request_id id, std::uint8_t node, row& r,
+             typename F::payload& p, const typename F::payload& cp, request_end how) {
+      requires std::is_default_constructible_v<typename F::request_state>;
+      requires std::is_move_assignable_v<typename F::request_state>;
+      requires std::is_trivially_copyable_v<typename F::payload>;
+      requires std::is_default_constructible_v<typename F::payload>;
+      requires std::is_move_constructible_v<typename F::request_input>;
+      f.start(s, id, in);
+      { f.ready(s, node, r, p) } -> std::same_as<bool>;
+      { f.landed(s, node, cp) } -> std::same_as<bool>;
+      { cf.finished(cs) } -> std::same_as<bool>;
+      f.end(s, id, how);
+      { cf.batch_key(node, cp) } -> std::convertible_to<std::uint32_t>;
+    };
+
+// What the worker hands a forward function: the engine's step_context plus the rows' payloads (one per
+// row, in row order) and the backend, so a host-backend forward can enqueue work on ctx.stream.
+template <class Model, device_backend Backend, class Node, class Payload>
+class worker_step_context : public step_context<Model, Backend, Node> {
+public:
+  using base = step_context<Model, Backend, Node>;
+  worker_step_context(typename base::resources_type& resources, typename base::stream_type s, const step_view& v,
+                      std::span<const Payload> p, Backend& b)
+      : base(resources, s, v), payloads(p), backend(&b) {}
+
+  std::span<const Payload> payloads;
+  Backend* backend;
+};
+
+} // namespace mstar

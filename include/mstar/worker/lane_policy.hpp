@@ -1,0 +1,129 @@
+// lane_mode::automatic: whether a side step should run beside the chain (on the lane stream) or on
+// the chain stream, decided per step from what the worker measured over a window of recent steps.
+//
+// Inputs (lane_measurements), each an exponential moving average over about `window` steps:
+//   chain_alone_ns    device time of a chain step that ran with no lane step beside it
+//   chain_beside_ns   device time of a chain step that overlapped a lane step
+//   side_ns           device time of a side step
+//   gpu_idle_fraction the chain stream's idle share while the chain runs: the gaps between one chain
+//                     step's end and the next one's start, over gaps plus steps
+//   side_host_ns      host time the lane adds on the GPU thread per side step (its launch on the
+//                     lane: admit, plan, forward launch, commit, and its landing poll)
+//
+// The rule (beside_pays): on the chain stream, a side step delays the chain by the part of it that does
+// not fall into the chain's idle gaps, side_ns * (1 - gpu_idle_fraction). Beside it, it costs the chain
+// the slowdown it causes, chain_beside_ns - chain_alone_ns (the two compete for the device), plus the
+// host time the lane adds. The lane pays when the first exceeds the second by more than `margin` of
+// side_ns. So a GPU-bound worker (no idle gaps, and a slowdown close to side_ns: nothing to overlap)
+// keeps the codec on the chain, and a worker with idle device time or a cheap overlap runs it beside.
+//
+// The chooser (lane_chooser) needs both arms measured: until each of "chain step alone", "chain step
+// beside" and "side step" has min_samples samples it alternates lane and chain; afterwards it follows
+// the rule, and every explore_every-th decision takes the other arm once so that the arm it is not
+// using keeps being measured (the GPU's load changes).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace mstar {
+
+struct lane_measurements {
+  double chain_alone_ns = 0;
+  double chain_beside_ns = 0;
+  double side_ns = 0;
+  double gpu_idle_fraction = 0;
+  double side_host_ns = 0;
+  std::uint64_t samples_alone = 0;
+  std::uint64_t samples_beside = 0;
+  std::uint64_t samples_side = 0;
+};
+
+struct lane_policy_options {
+  std::uint32_t window = 64;        // steps an average spans (EMA weight 1/window)
+  std::uint32_t min_samples = 8;    // per arm, before the rule is trusted
+  std::uint32_t explore_every = 32; // decisions between two forced picks of the other arm; 0: never
+  double margin = 0.05;             // of side_ns: the lane must win by this much
+
+  void check() const {
+    if (window == 0) throw std::invalid_argument("mstar::lane_policy_options: window is 0; average over >= 1 step");
+    if (!(margin >= 0.0 && margin < 1.0))
+      throw std::invalid_argument("mstar::lane_policy_options: margin is " + std::to_string(margin) +
+                                  "; use a fraction of the side step's time in [0, 1)");
+  }
+};
+
+// The rule alone: true when running the side step beside the chain is expected to cost the chain
+// less than running it on the chain stream.
+constexpr bool beside_pays(const lane_measurements& m, const lane_policy_options& o) {
+  const double idle = std::clamp(m.gpu_idle_fraction, 0.0, 1.0);
+  const double inline_cost = m.side_ns * (1.0 - idle);
+  const double slowdown = std::max(0.0, m.chain_beside_ns - m.chain_alone_ns);
+  const double beside_cost = slowdown + m.side_host_ns;
+  return inline_cost - beside_cost > o.margin * m.side_ns;
+}
+
+// The measurements, fed by the GPU thread as steps land, and the per-step decision.
+class lane_chooser {
+public:
+  explicit lane_chooser(lane_policy_options o = {}) : o_(o) { o_.check(); }
+
+  void chain_step(double device_ns, bool beside) {
+    if (beside)
+      add(m_.chain_beside_ns, m_.samples_beside, device_ns);
+    else
+      add(m_.chain_alone_ns, m_.samples_alone, device_ns);
+  }
+  // The chain stream's gap before a chain step started (0 when it was queued behind the last one).
+  void chain_gap(double gap_ns, double step_ns) {
+    const double busy = std::max(step_ns, 0.0), gap = std::max(gap_ns, 0.0);
+    if (busy + gap <= 0) return;
+    const double f = gap / (busy + gap);
+    idle_samples_ == 0 ? void(m_.gpu_idle_fraction = f) : void(m_.gpu_idle_fraction += (f - m_.gpu_idle_fraction) / weight(idle_samples_));
+    ++idle_samples_;
+  }
+  void side_step(double device_ns) { add(m_.side_ns, m_.samples_side, device_ns); }
+  void side_host(double host_ns) {
+    side_host_samples_ == 0 ? void(m_.side_host_ns = host_ns)
+                            : void(m_.side_host_ns += (host_ns - m_.side_host_ns) / weight(side_host_samples_));
+    ++side_host_samples_;
+  }
+  // Replaces the measurements (tests; a worker restoring what it learned).
+  void set(const lane_measurements& m) { m_ = m; }
+  const lane_measurements& measurements() const noexcept { return m_; }
+  const lane_policy_options& options() const noexcept { return o_; }
+
+  // The decision for the next side step: true = on the lane.
+  bool decide() {
+    ++decisions_;
+    const bool warm = m_.samples_alone >= o_.min_samples && m_.samples_beside >= o_.min_samples &&
+                      m_.samples_side >= o_.min_samples;
+    bool lane;
+    if (!warm) {
+      lane = (decisions_ & 1u) == 1u; // alternate until both arms are measured
+    } else {
+      lane = beside_pays(m_, o_);
+      if (o_.explore_every != 0 && decisions_ % o_.explore_every == 0) lane = !lane;
+    }
+    (lane ? on_lane_ : on_chain_) += 1;
+    return lane;
+  }
+  std::uint64_t decisions_on_lane() const noexcept { return on_lane_; }
+  std::uint64_t decisions_on_chain() const noexcept { return on_chain_; }
+
+private:
+  double weight(std::uint64_t samples) const { return double(std::min<std::uint64_t>(samples + 1, o_.window)); }
+  void add(double& avg, std::uint64_t& n, double v) {
+    avg = n == 0 ? v : avg + (v - avg) / weight(n);
+    ++n;
+  }
+
+  lane_policy_options o_;
+  lane_measurements m_{};
+  std::uint64_t idle_samples_ = 0, side_host_samples_ = 0;
+  std::uint64_t decisions_ = 0, on_lane_ = 0, on_chain_ = 0;
+};
+
+} // namespace mstar

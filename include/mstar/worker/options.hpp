@@ -1,0 +1,117 @@
+// What a threaded_worker is configured with: the lane mode of side nodes, the admit-failure action,
+// per-node batching, the threads' backoff, and the sizes of what it preallocates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mstar/backend/backend.hpp"
+#include "mstar/detail/spsc_ring.hpp"
+#include "mstar/worker/lane_policy.hpp"
+
+namespace mstar {
+
+// Where a side node's steps run.
+//   off        on the chain stream, in the chain's order (the node still runs beside the stage: a side
+//              step never touches the chain's staged pre-plan, whatever its stream)
+//   on         on the lane stream, beside the chain, one step in flight
+//   automatic  per step, on whichever the lane policy says pays (lane_policy.hpp)
+enum class lane_mode : std::uint8_t { off, on, automatic };
+
+constexpr std::string_view name_of(lane_mode m) {
+  switch (m) {
+  case lane_mode::off: return "off";
+  case lane_mode::on: return "on";
+  case lane_mode::automatic: return "auto";
+  }
+  return "?";
+}
+
+// What the one admit-failure handler does with the rows of a refused step (chain or side). Whatever it
+// picks, a refused step routes no output: its rows only change queues.
+//   push_back    back to the front of the node's ready queue, in order; the next pass tries again
+//   hold         aside until something may have freed capacity: a teardown or cancel on the main
+//                thread, or any step landing, or the next pass when no step is in flight; then back to
+//                the front of the ready queue
+//   limit_batch  back to the front of the ready queue, and the node's batch is halved (down to 1 row)
+//                until a step of that node is admitted again, which doubles it back toward its maximum
+enum class admit_action : std::uint8_t { push_back, hold, limit_batch };
+
+// How a node's ready rows are batched into one step.
+//   every_key  rows of every batch key share a step (the codec: one step for every chunk width)
+//   per_key    a step holds rows of one batch key only (the codec: one step per chunk width); the key
+//              of the oldest ready row goes first
+enum class batching : std::uint8_t { every_key, per_key };
+
+struct node_options {
+  std::uint32_t max_batch = 0; // rows per step; 0: engine_options.max_batch
+  batching batch = batching::every_key;
+  admit_action on_refusal = admit_action::hold;
+};
+
+// What the admit-failure handler is told about a refusal.
+struct refusal_event {
+  std::uint8_t node = 0;
+  std::string_view node_name;
+  bool side = false;           // a side step (lane or chain stream) or a chain step
+  std::uint32_t rows = 0;      // rows in the refused step
+  std::string_view resource;   // the resource that refused ("" for the runner's own checks)
+  std::string_view reason;     // its sentence, with the numbers
+};
+
+struct worker_options {
+  lane_mode lane = lane_mode::on;
+  stream_priority lane_priority = stream_priority::high; // the lane stream is created on first launch
+  lane_policy_options lane_policy{};                     // lane_mode::automatic only
+
+  // Chain steps enqueued on the chain stream and not yet landed. With 1, the next chain step is
+  // staged on the plan thread while the device runs the current one, and promoted when it lands. With
+  // more, the GPU thread runs ahead of the device and launches ready rows at once (planned inline);
+  // staging then happens only while that many steps are in flight.
+  std::uint32_t max_chain_in_flight = 1;
+  // Stage the next chain step on the plan thread after each launch (off: every chain step admits and
+  // plans inline on the GPU thread).
+  bool preplan = true;
+
+  // Per node, by node index in the model (missing entries: defaults).
+  std::vector<node_options> nodes{};
+  // The one admit-failure handler, for chain and side steps alike; when empty, each node's
+  // node_options::on_refusal. Runs on the GPU thread; must not block.
+  std::function<admit_action(const refusal_event&)> on_refusal{};
+
+  // How each thread waits when it has nothing to do. Steady state never reaches idle_before_sleep;
+  // an idle worker gives its cores back after it.
+  detail::backoff_policy main_backoff = idle_policy();
+  detail::backoff_policy gpu_backoff = idle_policy();
+  detail::backoff_policy plan_backoff = idle_policy();
+
+  // Sizes preallocated at construction.
+  std::uint32_t step_records = 8;            // steps between forming and their return to the main thread
+  std::size_t trace_events = std::size_t{1} << 16; // per recording thread; 0: no trace
+  std::size_t busy_intervals = std::size_t{1} << 16; // stream intervals kept for the GPU busy fraction
+
+  static constexpr detail::backoff_policy idle_policy() noexcept {
+    detail::backoff_policy p;
+    p.idle_before_sleep = std::chrono::milliseconds(1);
+    return p;
+  }
+
+  void check(std::size_t node_count) const {
+    auto bad = [](const std::string& what) { throw std::invalid_argument("mstar::worker_options: " + what); };
+    if (max_chain_in_flight == 0) bad("max_chain_in_flight is 0; allow at least one chain step in flight");
+    if (step_records < max_chain_in_flight + 3)
+      bad("step_records is " + std::to_string(step_records) + "; it needs max_chain_in_flight + 3 (" +
+          std::to_string(max_chain_in_flight + 3) +
+          "): the chain's steps in flight, the staged one, the side step and one being formed");
+    if (nodes.size() > node_count)
+      bad("nodes has " + std::to_string(nodes.size()) + " entries but the model has " + std::to_string(node_count) +
+          " nodes; give one entry per node, in the model's node order");
+    lane_policy.check();
+  }
+};
+
+} // namespace mstar

@@ -1,0 +1,1186 @@
+// The worker: a model loaded on an engine, run by three threads.
+//
+//   main   ingests requests (submit/cancel from any client thread), decides readiness through the
+//          flow's hooks, reserves capacity at readiness (ask/reserve through admission: a node's
+//          recurrent pools), parks rows whose pool is full, routes landed steps back to the flow, and
+//          tears requests down (engine::remove_request: it waits for the lane's admit in flight, then
+//          tears side keys down on the lane's stream)
+//   GPU    batches ready rows per node, launches chain steps and side steps (admit, plan or promote,
+//          forward, commit), sends refusals to the one admit-failure handler, polls steps' completion
+//          events and hands landed steps to the main thread
+//   plan   pre-plans (stages) the next chain step while the device runs the current one
+//
+// Per-step handoffs are single-producer single-consumer rings (detail::spsc_ring): main -> GPU (ready
+// rows), GPU -> main (landed steps, dropped rows), main -> GPU (step records to reuse), GPU -> plan
+// (the step to stage), plan -> GPU (staged). No lock on that path and no sleeping in steady state: an
+// idle thread spins, then yields, and sleeps only after worker_options::*_backoff.idle_before_sleep.
+// Client ingest (submit/cancel) takes a mutex once per request, off the per-step path.
+//
+// Cancellation at any moment. The main thread marks the request cancelled (and the GPU thread sees a
+// per-request cancel word): rows still queued on the GPU thread are dropped and handed back, rows in a
+// formed step run to their landing with their outputs discarded, a parked row is unparked. Once the
+// request has no row outside the main thread, it is torn down. A step never carries a torn-down
+// request, so a cancel never fails another request's step.
+//
+//   mstar::host_backend backend;
+//   mstar::engine<Model, mstar::host_backend> engine(backend, options);
+//   my_flow flow;
+//   mstar::threaded_worker<Model, mstar::host_backend, my_flow> w(engine, flow, {.lane = mstar::lane_mode::on});
+//   w.forward<Decode>([&](const auto& ctx) { /* enqueue on ctx.stream; ctx.payloads[i] is row i's */ });
+//   w.forward<Codec>(...);  w.forward<Prefill>(...);
+//   w.start();
+//   w.submit(42, input);  w.cancel(42);
+//   w.wait_idle();  w.stop();
+//   std::puts(mstar::metrics::format(w.summary()).c_str());
+//   w.write_trace("run.trace.json");
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "mstar/detail/spsc_ring.hpp"
+#include "mstar/detail/type_list.hpp"
+#include "mstar/engine.hpp"
+#include "mstar/metrics.hpp"
+#include "mstar/trace.hpp"
+#include "mstar/worker/flow.hpp"
+#include "mstar/worker/lane_policy.hpp"
+#include "mstar/worker/options.hpp"
+
+namespace mstar {
+
+namespace detail {
+
+// A fixed-capacity double-ended queue owned by one thread (the GPU thread's ready and held rows).
+template <class T>
+class row_queue {
+public:
+  explicit row_queue(std::size_t capacity = 0) : items_(std::bit_ceil(std::max<std::size_t>(capacity, 2))) {}
+  std::size_t size() const noexcept { return tail_ - head_; }
+  bool empty() const noexcept { return head_ == tail_; }
+  T& operator[](std::size_t i) noexcept { return items_[(head_ + i) & (items_.size() - 1)]; }
+  void push_back(const T& v) {
+    check_room();
+    items_[tail_++ & (items_.size() - 1)] = v;
+  }
+  void push_front(const T& v) {
+    check_room();
+    items_[--head_ & (items_.size() - 1)] = v;
+  }
+  T pop_front() noexcept { return items_[head_++ & (items_.size() - 1)]; }
+  // Removes element i, keeping the order of the rest.
+  void erase(std::size_t i) noexcept {
+    for (std::size_t k = i; k > 0; --k)
+      (*this)[k] = (*this)[k - 1];
+    ++head_;
+  }
+
+private:
+  void check_room() const {
+    if (size() == items_.size())
+      throw std::length_error("mstar::threaded_worker: a ready queue holds " + std::to_string(items_.size()) +
+                              " rows and is full; this is a worker bug (each request has at most one row per node)");
+  }
+  std::vector<T> items_;
+  std::size_t head_ = std::size_t{1} << 62, tail_ = std::size_t{1} << 62;
+};
+
+} // namespace detail
+
+// Counters of a worker's run (any thread may read them; they are relaxed atomics).
+struct worker_counters {
+  std::atomic<std::uint64_t> chain_steps{0}, side_steps{0}, side_steps_on_lane{0}, promoted{0}, staged{0};
+  std::atomic<std::uint64_t> refusals{0}, side_refusals{0}, failed_steps{0}, parked{0}, unparked{0};
+  std::atomic<std::uint64_t> dropped_rows{0}, teardowns{0}, teardown_errors{0}, lane_created{0};
+  // Where cancels found their request: not admitted yet (backlog), a row parked, a row out on a side
+  // node, a row out on the chain only, nothing out, or already ended (a cancel during or after teardown).
+  std::atomic<std::uint64_t> cancel_backlog{0}, cancel_parked{0}, cancel_side{0}, cancel_chain{0}, cancel_idle{0},
+      cancel_ended{0};
+};
+
+template <class Model, device_backend Backend, worker_flow Flow>
+class threaded_worker {
+public:
+  using engine_type = mstar::engine<Model, Backend>;
+  using stream_type = typename Backend::stream_type;
+  using event_type = typename Backend::event_type;
+  using payload_type = typename Flow::payload;
+  using request_input = typename Flow::request_input;
+  using request_state = typename Flow::request_state;
+  static constexpr std::size_t node_count = Model::descriptor.nodes.size();
+  template <class Node>
+  using context_type = worker_step_context<Model, Backend, Node, payload_type>;
+  template <class Node>
+  using forward_type = std::function<void(const context_type<Node>&)>;
+
+  threaded_worker(engine_type& eng, Flow& flow, worker_options options = {})
+      : engine_(&eng), backend_(&eng.backend()), flow_(&flow), options_(checked(std::move(options))),
+        max_requests_(eng.options().max_requests), max_batch_(eng.options().max_batch),
+        slots_(max_requests_), cancel_word_(max_requests_),
+        ready_ring_(std::bit_ceil(std::size_t(max_requests_) * node_count + 2)),
+        done_ring_(std::bit_ceil(std::size_t(max_requests_) * node_count + options_.step_records + 2)),
+        recycle_ring_(std::bit_ceil(std::size_t(options_.step_records) + 2)), to_plan_(4), from_plan_(4),
+        records_(options_.step_records), chooser_(options_.lane_policy),
+        layout_{node_names(), {"handoff", "pass", "route", "teardown"}}, main_rec_("main", layout_),
+        gpu_rec_("GPU", layout_), plan_rec_("plan", layout_), trace_(0, "mstar worker") {
+    for (auto& w : cancel_word_)
+      w.store(0, std::memory_order_relaxed);
+    for (std::size_t n = 0; n < node_count; ++n) {
+      node_opts_[n] = n < options_.nodes.size() ? options_.nodes[n] : node_options{};
+      if (node_opts_[n].max_batch == 0 || node_opts_[n].max_batch > max_batch_) node_opts_[n].max_batch = max_batch_;
+      batch_limit_[n] = node_opts_[n].max_batch;
+      ready_[n] = detail::row_queue<ready_row>(max_requests_);
+      held_[n] = detail::row_queue<ready_row>(max_requests_);
+    }
+    for (std::uint32_t i = 0; i < options_.step_records; ++i) {
+      records_[i].rows.resize(max_batch_);
+      records_[i].payloads.resize(max_batch_);
+      records_[i].done = backend_->create_event();
+      free_records_.push_back(i);
+    }
+    busy_.reserve(options_.busy_intervals);
+    chain_ = backend_->create_stream();
+    // Trace: one track per thread and per stream.
+    t_main_ = trace_.add_track("main");
+    t_gpu_ = trace_.add_track("GPU");
+    t_plan_ = trace_.add_track("plan");
+    t_chain_ = trace_.add_track("chain stream");
+    t_lane_ = trace_.add_track("lane stream");
+    for (std::size_t n = 0; n < node_count; ++n)
+      node_name_id_[n] = trace_.intern(Model::descriptor.nodes[n].name);
+    n_rows_ = trace_.intern("rows");
+    n_preplan_ = trace_.intern("pre_plan");
+    n_teardown_ = trace_.intern("teardown");
+    n_cancel_ = trace_.intern("cancel");
+    n_park_ = trace_.intern("park");
+    n_refused_ = trace_.intern("refused");
+    n_promoted_ = trace_.intern("promoted");
+    const std::size_t cap = std::max<std::size_t>(options_.trace_events, 1);
+    main_buf_ = &trace_.add_buffer(cap);
+    gpu_buf_ = &trace_.add_buffer(cap);
+    plan_buf_ = &trace_.add_buffer(cap);
+  }
+
+  threaded_worker(const threaded_worker&) = delete;
+  threaded_worker& operator=(const threaded_worker&) = delete;
+
+  ~threaded_worker() {
+    try {
+      stop();
+    } catch (...) {
+    }
+    try {
+      backend_->synchronize(chain_);
+      if (lane_) backend_->synchronize(*lane_);
+    } catch (...) {
+    }
+    for (auto& r : records_)
+      backend_->destroy_event(r.done);
+  }
+
+  // The forward function of Node (before start()).
+  template <class Node, class F>
+  requires node_of<Model, Node>
+  void forward(F&& f) {
+    if (started_) throw std::logic_error("mstar::threaded_worker::forward: set every forward before start()");
+    std::get<node_index<Node>>(forwards_) = forward_type<Node>(std::forward<F>(f));
+  }
+
+  void start() {
+    if (started_) throw std::logic_error("mstar::threaded_worker::start: already started");
+    check_forwards(std::make_index_sequence<node_count>{});
+    started_ = true;
+    t0_ = metrics::now_ns();
+    plan_thread_ = std::thread([this] { plan_loop(); });
+    gpu_thread_ = std::thread([this] { gpu_loop(); });
+    main_thread_ = std::thread([this] { main_loop(); });
+  }
+
+  // Client side (any thread). False when `id` is already live in this worker.
+  bool submit(request_id id, request_input input) {
+    std::lock_guard g(inbox_lock_);
+    if (stopping_.load(std::memory_order_relaxed))
+      throw std::logic_error("mstar::threaded_worker::submit: the worker is stopping");
+    if (!ids_.insert(id).second) return false;
+    inbox_submits_.push_back({id, std::move(input), metrics::now_ns()});
+    ++submitted_;
+    inbox_flag_.store(true, std::memory_order_release);
+    return true;
+  }
+  void cancel(request_id id) {
+    std::lock_guard g(inbox_lock_);
+    inbox_cancels_.push_back(id);
+    inbox_flag_.store(true, std::memory_order_release);
+  }
+  // Blocks until every submitted request has ended.
+  void wait_idle() {
+    std::unique_lock g(inbox_lock_);
+    idle_cv_.wait(g, [&] { return ended_ == submitted_ || main_failed_; });
+    if (main_error_) std::rethrow_exception(main_error_);
+  }
+  // Cancels what is still live, tears it down, and joins the threads.
+  void stop() {
+    if (!started_ || stopped_) return;
+    {
+      std::lock_guard g(inbox_lock_);
+      stopping_.store(true, std::memory_order_release);
+      inbox_flag_.store(true, std::memory_order_release);
+    }
+    main_thread_.join();
+    gpu_thread_.join();
+    plan_thread_.join();
+    stopped_ = true;
+    t1_ = metrics::now_ns();
+    if (main_error_) std::rethrow_exception(main_error_);
+  }
+
+  // ---- results ----
+  const worker_counters& counters() const noexcept { return counters_; }
+  const lane_chooser& lane_decisions() const noexcept { return chooser_; }
+  // Per-phase host time per node and thread, request latencies and the GPU busy fraction. After stop()
+  // (or from any thread at any time, as a live approximation of the histograms; the busy fraction
+  // only after stop()).
+  metrics::summary summary() const {
+    double busy = -1.0;
+    if (stopped_) {
+      const auto end = t1_;
+      busy = metrics::busy_fraction(std::span<const metrics::interval>(busy_.data(), busy_.size()), t0_, end);
+    }
+    return metrics::summarize({&main_rec_, &gpu_rec_, &plan_rec_}, &requests_rec_, busy);
+  }
+  const metrics::thread_recorder& recorder(int thread) const {
+    return thread == 0 ? main_rec_ : thread == 1 ? gpu_rec_ : plan_rec_;
+  }
+  const metrics::request_recorder& request_metrics() const noexcept { return requests_rec_; }
+  const trace::session& trace_session() const noexcept { return trace_; }
+  void write_trace(const std::string& path) const { trace::write_json(path, trace_); }
+  engine_type& engine() noexcept { return *engine_; }
+  stream_type chain_stream() const noexcept { return chain_; }
+  // The lane's stream, once the first side step on the lane created it (read after stop()).
+  std::optional<stream_type> lane_stream() const { return lane_; }
+  // GPU-thread time stamps of steps landing; busy intervals (read after stop()).
+  std::span<const metrics::interval> busy_intervals() const { return busy_; }
+
+  template <class Node>
+  static constexpr std::uint8_t node_index = detail::named_index(Model::descriptor.nodes, Node::name);
+
+private:
+  // ---------------------------------------------------------------------------------------------
+  // Types
+  struct ready_row {
+    row r{};
+    std::uint8_t node = 0;
+    payload_type payload{};
+  };
+  static_assert(std::is_trivially_copyable_v<ready_row>);
+  struct done_item {
+    std::uint32_t record = ~0u; // ~0u: a dropped row (r, node)
+    std::uint8_t node = 0;
+    row r{};
+  };
+  struct plan_ack {
+    std::uint32_t record = 0;
+    bool staged = false;
+    metrics::nanos pushed = 0;
+  };
+  enum class record_status : std::uint8_t { ok, failed };
+  struct step_record {
+    std::uint8_t node = 0;
+    bool side = false;
+    bool on_lane = false;
+    std::uint32_t count = 0;
+    std::vector<row> rows;
+    std::vector<payload_type> payloads;
+    event_type done{};
+    stream_type stream{};
+    record_status status = record_status::ok;
+    std::string error;
+    bool enqueued = false; // stream work was enqueued (poll the event)
+    metrics::nanos launched = 0, host_ns = 0;
+    std::atomic<metrics::nanos> device_begin{0}, device_end{0};
+  };
+  struct request_slot {
+    request_ref ref{};
+    request_id id = 0;
+    request_state state{};
+    metrics::request_timing timing{};
+    std::uint32_t outstanding = 0;
+    std::array<bool, node_count> out_node{};
+    std::array<bool, node_count> parked{};
+    bool live = false, cancelled = false, failed = false;
+  };
+  struct parked_row {
+    std::uint32_t index = 0;
+    request_ref ref{};
+    row r{};
+    payload_type payload{};
+  };
+  struct submission {
+    request_id id = 0;
+    request_input input;
+    metrics::nanos at = 0;
+  };
+
+  template <class List>
+  struct forward_tuple;
+  template <class... N>
+  struct forward_tuple<detail::type_list<N...>> {
+    using type = std::tuple<forward_type<N>...>;
+  };
+
+  // ---------------------------------------------------------------------------------------------
+  static worker_options checked(worker_options o) {
+    o.check(node_count);
+    return o;
+  }
+  static std::vector<std::string> node_names() {
+    std::vector<std::string> v;
+    for (const auto& n : Model::descriptor.nodes)
+      v.emplace_back(n.name);
+    return v;
+  }
+  template <std::size_t... I>
+  void check_forwards(std::index_sequence<I...>) const {
+    (
+        [&] {
+          if (!std::get<I>(forwards_))
+            throw std::logic_error("mstar::threaded_worker::start: node " +
+                                   std::string(Model::descriptor.nodes[I].name) +
+                                   " has no forward function; set one with worker.forward<Node>(fn) before start()");
+        }(),
+        ...);
+  }
+  template <class F>
+  static void with_node(std::uint8_t n, F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((n == I ? (f.template operator()<detail::nth_t<I, typename Model::nodes>>(), 0) : 0), ...);
+    }(std::make_index_sequence<node_count>{});
+  }
+  static constexpr bool is_side(std::uint8_t n) { return Model::verdict.lanes[n].lane == lane::side; }
+
+  // =============================================================================================
+  // Main thread
+  // =============================================================================================
+  void main_loop() {
+    try {
+      detail::backoff wait(options_.main_backoff);
+      for (;;) {
+        bool did = false;
+        routing_.store(true, std::memory_order_release);
+        if (inbox_flag_.load(std::memory_order_acquire)) did |= take_inbox();
+        did |= drain_done();
+        did |= admit_backlog();
+        routing_.store(false, std::memory_order_release);
+        if (stopping_.load(std::memory_order_acquire) && live_ == 0 && backlog_.empty()) break;
+        if (did)
+          wait.reset();
+        else
+          wait.pause();
+      }
+    } catch (...) {
+      std::lock_guard g(inbox_lock_);
+      main_error_ = std::current_exception();
+      main_failed_ = true;
+      idle_cv_.notify_all();
+    }
+    gpu_stop_.store(true, std::memory_order_release);
+  }
+
+  bool take_inbox() {
+    std::vector<submission> subs;
+    std::vector<request_id> cancels;
+    bool stopping;
+    {
+      std::lock_guard g(inbox_lock_);
+      inbox_flag_.store(false, std::memory_order_relaxed);
+      subs.swap(inbox_submits_);
+      cancels.swap(inbox_cancels_);
+      stopping = stopping_.load(std::memory_order_relaxed);
+    }
+    for (auto& s : subs)
+      backlog_.push_back(std::move(s));
+    for (auto id : cancels)
+      cancel_now(id);
+    if (stopping) {
+      while (!backlog_.empty())
+        cancel_now(backlog_.front().id);
+      std::vector<request_id> live;
+      for (auto& [id, index] : by_id_)
+        live.push_back(id);
+      for (auto id : live)
+        cancel_now(id);
+    }
+    return true;
+  }
+
+  void cancel_now(request_id id) {
+    for (auto it = backlog_.begin(); it != backlog_.end(); ++it)
+      if (it->id == id) {
+        request_state s{};
+        main_buf_->instant(t_main_, n_cancel_, metrics::now_ns());
+        flow_->end(s, id, request_end::cancelled);
+        metrics::request_timing t{};
+        metrics::request_recorder::on_submit(t, it->at);
+        requests_rec_.on_finish(t, false);
+        backlog_.erase(it);
+        counters_.cancel_backlog.fetch_add(1, std::memory_order_relaxed);
+        ended(id);
+        return;
+      }
+    auto found = by_id_.find(id);
+    if (found == by_id_.end()) { // ended already (or never submitted): nothing to do
+      counters_.cancel_ended.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    auto& s = slots_[found->second];
+    if (s.cancelled) return;
+    {
+      bool parked = false, side = false;
+      for (std::uint8_t n = 0; n < node_count; ++n) {
+        parked |= s.parked[n];
+        side |= s.out_node[n] && is_side(n);
+      }
+      auto& c = parked ? counters_.cancel_parked
+                : side ? counters_.cancel_side
+                : s.outstanding > 0 ? counters_.cancel_chain
+                                    : counters_.cancel_idle;
+      c.fetch_add(1, std::memory_order_relaxed);
+    }
+    main_buf_->instant(t_main_, n_cancel_, metrics::now_ns());
+    s.cancelled = true;
+    unpark(found->second);
+    cancel_word_[s.ref.index].store(s.ref.generation, std::memory_order_release);
+    epoch_.fetch_add(1, std::memory_order_release);
+    settle(found->second);
+  }
+
+  bool admit_backlog() {
+    bool did = false;
+    while (!backlog_.empty()) {
+      auto ref = engine_->add_request(backlog_.front().id);
+      if (!ref) break;
+      auto sub = std::move(backlog_.front());
+      backlog_.pop_front();
+      auto& s = slots_[ref->index];
+      s.ref = *ref;
+      s.id = sub.id;
+      s.state = request_state{};
+      s.outstanding = 0;
+      s.out_node.fill(false);
+      s.parked.fill(false);
+      s.live = true;
+      s.cancelled = s.failed = false;
+      metrics::request_recorder::on_submit(s.timing, sub.at);
+      by_id_[sub.id] = ref->index;
+      ++live_;
+      flow_->start(s.state, sub.id, sub.input);
+      settle(ref->index);
+      did = true;
+    }
+    return did;
+  }
+
+  bool drain_done() {
+    bool did = false;
+    done_item d;
+    while (done_ring_.try_pop(d)) {
+      did = true;
+      auto timer = main_rec_.time(d.node, route_phase());
+      if (d.record == ~0u) {
+        returned(d.r, d.node);
+        settle(d.r.request.index);
+        continue;
+      }
+      auto& rec = records_[d.record];
+      const auto now = metrics::now_ns();
+      for (std::uint32_t i = 0; i < rec.count; ++i) {
+        auto& s = slots_[rec.rows[i].request.index];
+        returned(rec.rows[i], rec.node);
+        if (rec.status != record_status::ok) {
+          if (!s.cancelled) s.failed = true;
+          continue;
+        }
+        if (s.cancelled || s.failed) continue;
+        if (flow_->landed(s.state, rec.node, rec.payloads[i])) requests_rec_.on_output(s.timing, now);
+      }
+      for (std::uint32_t i = 0; i < rec.count; ++i)
+        settle(rec.rows[i].request.index);
+      const std::uint32_t index = d.record;
+      recycle_ring_.push_wait(index);
+    }
+    return did;
+  }
+
+  void returned(const row& r, std::uint8_t node) {
+    auto& s = slots_[r.request.index];
+    if (!s.live || !(s.ref == r.request) || !s.out_node[node])
+      throw std::logic_error("mstar::threaded_worker: a row came back for a request that has none out (a worker bug)");
+    s.out_node[node] = false;
+    --s.outstanding;
+  }
+
+  // Decides what happens to a request after something changed: teardown, or readiness.
+  void settle(std::uint32_t index) {
+    auto& s = slots_[index];
+    if (!s.live) return;
+    if (s.cancelled || s.failed) {
+      if (s.failed) {
+        unpark(index);
+        cancel_word_[s.ref.index].store(s.ref.generation, std::memory_order_release);
+      }
+      if (s.outstanding == 0) teardown(index, s.cancelled ? request_end::cancelled : request_end::failed);
+      return;
+    }
+    bool parked = false;
+    for (bool p : s.parked)
+      parked |= p;
+    if (s.outstanding == 0 && !parked && flow_->finished(s.state)) {
+      teardown(index, request_end::completed);
+      return;
+    }
+    for (std::uint8_t n = 0; n < node_count; ++n) {
+      if (s.out_node[n] || s.parked[n]) continue;
+      row r{};
+      payload_type p{};
+      if (!flow_->ready(s.state, n, r, p)) continue;
+      r.request = s.ref;
+      if (reserve(n, r)) {
+        push_ready(index, n, r, p);
+      } else {
+        s.parked[n] = true;
+        parked_[n].push_back({index, s.ref, r, p});
+        counters_.parked.fetch_add(1, std::memory_order_relaxed);
+        main_buf_->instant(t_main_, n_park_, metrics::now_ns(), {n_rows_, 1});
+      }
+    }
+  }
+
+  void push_ready(std::uint32_t index, std::uint8_t n, const row& r, const payload_type& p) {
+    auto& s = slots_[index];
+    s.out_node[n] = true;
+    ++s.outstanding;
+    ready_ring_.push_wait(ready_row{r, n, p});
+  }
+
+  // Ask/reserve at readiness: every recurrent pool of the node reserves the row's slot (idempotent).
+  // False when one is full: the row parks here while the chain keeps scheduling.
+  bool reserve(std::uint8_t n, const row& r) {
+    auto timer = main_rec_.time(n, metrics::phase::admit);
+    bool ok = true;
+    with_node(n, [&]<class Node>() {
+      engine_->resources().template for_each_of<Node>([&](auto, auto& res) -> bool {
+        if constexpr (requires { res.reserve(r.request, r.label, static_cast<refusal*>(nullptr)); }) {
+          if (!res.reserve(r.request, r.label, nullptr)) ok = false;
+        }
+        return ok;
+      });
+    });
+    return ok;
+  }
+
+  void unpark(std::uint32_t index) {
+    auto& s = slots_[index];
+    for (std::uint8_t n = 0; n < node_count; ++n) {
+      if (!s.parked[n]) continue;
+      s.parked[n] = false;
+      auto& q = parked_[n];
+      for (auto it = q.begin(); it != q.end(); ++it)
+        if (it->index == index) {
+          q.erase(it);
+          break;
+        }
+    }
+  }
+
+  // Parked rows, oldest first, once a teardown freed capacity.
+  void retry_parked() {
+    for (std::uint8_t n = 0; n < node_count; ++n) {
+      auto& q = parked_[n];
+      while (!q.empty()) {
+        auto& e = q.front();
+        auto& s = slots_[e.index];
+        if (!s.live || !(s.ref == e.ref) || !s.parked[n]) {
+          q.pop_front();
+          continue;
+        }
+        if (!reserve(n, e.r)) break;
+        s.parked[n] = false;
+        const auto entry = e;
+        q.pop_front();
+        counters_.unparked.fetch_add(1, std::memory_order_relaxed);
+        push_ready(entry.index, n, entry.r, entry.payload);
+      }
+    }
+  }
+
+  void teardown(std::uint32_t index, request_end how) {
+    auto& s = slots_[index];
+    const auto begin = metrics::now_ns();
+    try {
+      engine_->remove_request(s.ref, chain_);
+    } catch (const std::exception& e) {
+      counters_.teardown_errors.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "mstar::threaded_worker: teardown of request %llu failed: %s\n",
+                   static_cast<unsigned long long>(s.id), e.what());
+    }
+    const auto end = metrics::now_ns();
+    main_rec_.record(0, teardown_phase(), end - begin);
+    main_buf_->complete(t_main_, n_teardown_, begin, end);
+    counters_.teardowns.fetch_add(1, std::memory_order_relaxed);
+    s.live = false;
+    requests_rec_.on_finish(s.timing, how == request_end::completed, end);
+    flow_->end(s.state, s.id, how);
+    by_id_.erase(s.id);
+    --live_;
+    epoch_.fetch_add(1, std::memory_order_release);
+    ended(s.id);
+    retry_parked();
+  }
+
+  void ended(request_id id) {
+    std::lock_guard g(inbox_lock_);
+    ids_.erase(id);
+    ++ended_;
+    if (ended_ == submitted_) idle_cv_.notify_all();
+  }
+
+  // =============================================================================================
+  // GPU thread
+  // =============================================================================================
+  void gpu_loop() {
+    detail::backoff wait(options_.gpu_backoff);
+    std::uint64_t seen_epoch = epoch_.load(std::memory_order_acquire);
+    for (;;) {
+      bool did = false;
+      ready_row rr;
+      while (ready_ring_.try_pop(rr)) {
+        ready_[rr.node].push_back(rr);
+        did = true;
+      }
+      std::uint32_t back;
+      while (recycle_ring_.try_pop(back))
+        free_records_.push_back(back);
+      const auto e = epoch_.load(std::memory_order_acquire);
+      if (e != seen_epoch) {
+        seen_epoch = e;
+        release_held();
+        did = true;
+      }
+      did |= take_ack();
+      did |= poll_landed();
+      did |= launch_side();
+      did |= launch_chain();
+      // Held rows with nothing in flight: no landing will release them, so retry now (a refusal that
+      // persists then retries each pass until a teardown frees capacity).
+      if (!did && in_flight_.empty() && any_held()) {
+        release_held();
+        did = true;
+      }
+      if (!did && gpu_stop_.load(std::memory_order_acquire) && in_flight_.empty() && staged_ == no_record) break;
+      if (did)
+        wait.reset();
+      else
+        wait.pause();
+    }
+    plan_stop_.store(true, std::memory_order_release);
+  }
+
+  static constexpr std::uint32_t no_record = ~0u;
+
+  std::uint32_t take_record() {
+    if (free_records_.empty()) return no_record;
+    const auto i = free_records_.back();
+    free_records_.pop_back();
+    return i;
+  }
+
+  bool cancelled(const row& r) const {
+    return cancel_word_[r.request.index].load(std::memory_order_acquire) == r.request.generation;
+  }
+
+  // Fills a record with up to the node's batch from its ready queue (dropping cancelled rows back to
+  // the main thread). False when nothing is ready.
+  bool form(std::uint8_t n, std::uint32_t rec_index) {
+    auto& q = ready_[n];
+    auto& rec = records_[rec_index];
+    rec.node = n;
+    rec.side = is_side(n);
+    rec.count = 0;
+    const auto limit = batch_limit_[n];
+    const auto max_tokens = engine_->options().max_tokens;
+    std::uint32_t tokens = 0;
+    bool keyed = node_opts_[n].batch == batching::per_key;
+    std::uint32_t key = 0;
+    bool have_key = false;
+    for (std::size_t i = 0; i < q.size() && rec.count < limit;) {
+      const ready_row& rr = q[i];
+      if (cancelled(rr.r)) {
+        drop(rr);
+        q.erase(i);
+        continue;
+      }
+      if (keyed) {
+        const std::uint32_t k = flow_->batch_key(n, rr.payload);
+        if (!have_key) {
+          key = k;
+          have_key = true;
+        } else if (k != key) {
+          ++i;
+          continue;
+        }
+      }
+      if (tokens + rr.r.tokens > max_tokens && rec.count > 0) break;
+      tokens += rr.r.tokens;
+      rec.rows[rec.count] = rr.r;
+      rec.payloads[rec.count] = rr.payload;
+      ++rec.count;
+      q.erase(i);
+    }
+    return rec.count > 0;
+  }
+
+  void drop(const ready_row& rr) {
+    counters_.dropped_rows.fetch_add(1, std::memory_order_relaxed);
+    done_ring_.push_wait(done_item{no_record, rr.node, rr.r});
+  }
+
+  bool any_held() const {
+    for (const auto& h : held_)
+      if (!h.empty()) return true;
+    return false;
+  }
+
+  // Held rows go back to the front of their ready queue, in the order they were held.
+  void release_held() {
+    for (std::uint8_t n = 0; n < node_count; ++n) {
+      auto& h = held_[n];
+      if (h.empty()) continue;
+      scratch_.clear();
+      while (!h.empty())
+        scratch_.push_back(h.pop_front());
+      for (auto it = scratch_.rbegin(); it != scratch_.rend(); ++it)
+        ready_[n].push_front(*it);
+    }
+  }
+
+  // ---- the chain ----
+  // The plan thread's answer, taken as soon as it arrives (the handoff latency is measured here).
+  bool take_ack() {
+    if (staged_ == no_record || staged_acked_) return false;
+    plan_ack ack;
+    if (!from_plan_.try_pop(ack)) return false;
+    gpu_rec_.record(records_[ack.record].node, handoff_phase(), metrics::now_ns() - ack.pushed);
+    staged_acked_ = true;
+    if (ack.staged) counters_.staged.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // A batch is formed once the main thread is between routing passes (so the rows of one landed step
+  // arrive together and are not split over two steps), or the node's batch is full, or after 20 us.
+  bool batch_settled(std::uint8_t n) {
+    if (ready_[n].size() >= batch_limit_[n] || !routing_.load(std::memory_order_acquire)) {
+      settle_since_ = 0;
+      return true;
+    }
+    const auto now = metrics::now_ns();
+    if (settle_since_ == 0) settle_since_ = now;
+    if (now - settle_since_ > 20000) {
+      settle_since_ = 0;
+      return true;
+    }
+    return false;
+  }
+
+  bool launch_chain() {
+    if (chain_in_flight_ >= options_.max_chain_in_flight) return stage_next();
+    std::uint32_t rec_index = no_record;
+    if (staged_ != no_record) {
+      if (!staged_acked_) return false;
+      rec_index = std::exchange(staged_, no_record);
+    } else {
+      const auto n = pick_chain_node();
+      if (n == no_index || !batch_settled(n)) return false;
+      rec_index = take_record();
+      if (rec_index == no_record) return false;
+      if (!form(n, rec_index)) {
+        free_records_.push_back(rec_index);
+        return false;
+      }
+    }
+    const auto pass_begin = metrics::now_ns();
+    const std::uint8_t node = records_[rec_index].node;
+    if (launch(rec_index, chain_, false)) ++chain_in_flight_;
+    if (chain_in_flight_ >= options_.max_chain_in_flight) stage_next();
+    gpu_rec_.record(node, pass_phase(), metrics::now_ns() - pass_begin);
+    return true;
+  }
+
+  // While the chain is full, the next chain step is formed from the rows ready now and handed to the
+  // plan thread, which stages it while the device runs the current one; it is the next chain step
+  // launched (nothing else launches on the chain before it), so its plan is a promote.
+  bool stage_next() {
+    if (!options_.preplan || staged_ != no_record) return false;
+    const auto n = pick_chain_node();
+    if (n == no_index || !batch_settled(n)) return false;
+    const auto next = take_record();
+    if (next == no_record) return false;
+    if (!form(n, next)) {
+      free_records_.push_back(next);
+      return false;
+    }
+    staged_ = next;
+    staged_acked_ = false;
+    to_plan_.push_wait(next);
+    return true;
+  }
+
+  // Round robin over the chain nodes with ready rows.
+  std::uint8_t pick_chain_node() {
+    for (std::size_t k = 1; k <= node_count; ++k) {
+      const auto n = static_cast<std::uint8_t>((last_chain_node_ + k) % node_count);
+      if (is_side(n) || ready_[n].empty()) continue;
+      last_chain_node_ = n;
+      return n;
+    }
+    return no_index;
+  }
+
+  // ---- the side lane ----
+  bool launch_side() {
+    if (side_in_flight_) return false;
+    for (std::size_t k = 1; k <= node_count; ++k) {
+      const auto n = static_cast<std::uint8_t>((last_side_node_ + k) % node_count);
+      if (!is_side(n) || ready_[n].empty()) continue;
+      last_side_node_ = n;
+      const auto rec_index = take_record();
+      if (rec_index == no_record) return false;
+      if (!form(n, rec_index)) {
+        free_records_.push_back(rec_index);
+        continue;
+      }
+      bool on_lane = options_.lane == lane_mode::on;
+      if (options_.lane == lane_mode::automatic) on_lane = chooser_.decide();
+      if (on_lane && !lane_) {
+        // Created on first launch, with its priority, and registered with the engine so that the side
+        // keys' teardown runs on it from now on.
+        lane_ = backend_->create_stream(options_.lane_priority);
+        for (std::uint8_t m = 0; m < node_count; ++m)
+          if (is_side(m)) engine_->set_side_stream(Model::descriptor.nodes[m].name, *lane_);
+        counters_.lane_created.fetch_add(1, std::memory_order_relaxed);
+      }
+      const auto begin = metrics::now_ns();
+      if (launch(rec_index, on_lane ? *lane_ : chain_, on_lane)) side_in_flight_ = true;
+      if (on_lane) chooser_.side_host(double(metrics::now_ns() - begin));
+      return true;
+    }
+    return false;
+  }
+
+  // admit -> plan (or promote) -> forward -> commit, for one record. False when nothing was enqueued.
+  bool launch(std::uint32_t rec_index, stream_type stream, bool on_lane) {
+    auto& rec = records_[rec_index];
+    rec.stream = stream;
+    rec.on_lane = on_lane;
+    rec.status = record_status::ok;
+    rec.error.clear();
+    rec.enqueued = false;
+    rec.device_begin.store(0, std::memory_order_relaxed);
+    rec.device_end.store(0, std::memory_order_relaxed);
+    bool enqueued = false;
+    with_node(rec.node, [&]<class Node>() { enqueued = launch_as<Node>(rec_index, stream); });
+    return enqueued;
+  }
+
+  template <class Node>
+  bool launch_as(std::uint32_t rec_index, stream_type stream) {
+    auto& rec = records_[rec_index];
+    auto& runner = engine_->runner();
+    using S = step_for<Model, Node>;
+    const S step{std::span<const row>(rec.rows.data(), rec.count), 0};
+    const auto n = rec.node;
+    const auto t0 = metrics::now_ns();
+    auto a = runner.admit(step);
+    const auto t1 = metrics::now_ns();
+    gpu_rec_.record(n, metrics::phase::admit, t1 - t0);
+    if (!a) {
+      if (a.refused()) {
+        refused(rec_index, a);
+      } else {
+        end_now(rec_index, a.message());
+      }
+      return false;
+    }
+    if (batch_limit_[n] < node_opts_[n].max_batch) batch_limit_[n] = std::min(batch_limit_[n] * 2, node_opts_[n].max_batch);
+    auto p = runner.plan(step, stream);
+    const auto t2 = metrics::now_ns();
+    gpu_rec_.record(n, p.promoted ? metrics::phase::promote : metrics::phase::plan, t2 - t1);
+    if (!p) {
+      end_now(rec_index, p.message());
+      return false;
+    }
+    if (p.promoted) counters_.promoted.fetch_add(1, std::memory_order_relaxed);
+    stamp(rec.device_begin, stream);
+    try {
+      const context_type<Node> ctx(engine_->resources(), stream, engine_type::runner_type::view(step),
+                                   std::span<const payload_type>(rec.payloads.data(), rec.count), *backend_);
+      std::get<node_index<Node>>(forwards_)(ctx);
+    } catch (const std::exception& e) {
+      runner.abandon(step);
+      rec.status = record_status::failed;
+      rec.error = e.what();
+    } catch (...) {
+      runner.abandon(step);
+      rec.status = record_status::failed;
+      rec.error = "a non-standard exception";
+    }
+    stamp(rec.device_end, stream);
+    backend_->record(rec.done, stream);
+    const auto t3 = metrics::now_ns();
+    gpu_rec_.record(n, metrics::phase::launch, t3 - t2);
+    if (rec.status == record_status::ok) {
+      auto c = runner.commit(step);
+      if (!c) {
+        rec.status = record_status::failed;
+        rec.error = c.message();
+      }
+    }
+    const auto t4 = metrics::now_ns();
+    gpu_rec_.record(n, metrics::phase::commit, t4 - t3);
+    gpu_buf_->complete(t_gpu_, node_name_id_[n], t0, t4, {n_rows_, rec.count}, {n_promoted_, p.promoted ? 1 : 0});
+    if (rec.status != record_status::ok) counters_.failed_steps.fetch_add(1, std::memory_order_relaxed);
+    (rec.side ? counters_.side_steps : counters_.chain_steps).fetch_add(1, std::memory_order_relaxed);
+    if (rec.on_lane) counters_.side_steps_on_lane.fetch_add(1, std::memory_order_relaxed);
+    rec.enqueued = true;
+    rec.launched = t0;
+    rec.host_ns = t4 - t0;
+    in_flight_.push_back(rec_index);
+    return true;
+  }
+
+  // Device-side time stamps where the backend can run host code in stream order (the host backend);
+  // elsewhere the interval is taken from the launch to the landing seen by the GPU thread.
+  void stamp(std::atomic<metrics::nanos>& at, stream_type stream) {
+    if constexpr (requires(Backend& b) { b.enqueue(stream, [] {}); }) {
+      backend_->enqueue(stream, [p = &at] { p->store(metrics::now_ns(), std::memory_order_relaxed); });
+    }
+  }
+
+  // A step that failed before enqueueing anything: its rows go back now, failed.
+  void end_now(std::uint32_t rec_index, std::string why) {
+    auto& rec = records_[rec_index];
+    rec.status = record_status::failed;
+    rec.error = std::move(why);
+    counters_.failed_steps.fetch_add(1, std::memory_order_relaxed);
+    done_ring_.push_wait(done_item{rec_index, rec.node, {}});
+  }
+
+  // The one admit-failure handler, for chain and side steps: the rows change queues, nothing is routed.
+  void refused(std::uint32_t rec_index, const step_outcome& why) {
+    auto& rec = records_[rec_index];
+    const auto n = rec.node;
+    counters_.refusals.fetch_add(1, std::memory_order_relaxed);
+    if (rec.side) counters_.side_refusals.fetch_add(1, std::memory_order_relaxed);
+    gpu_buf_->instant(t_gpu_, n_refused_, metrics::now_ns(), {n_rows_, rec.count});
+    admit_action action = node_opts_[n].on_refusal;
+    if (options_.on_refusal) {
+      refusal_event ev{n, Model::descriptor.nodes[n].name, rec.side, rec.count,
+                       why.why ? why.why->resource : std::string_view{},
+                       why.why ? why.why->message() : std::string_view{}};
+      action = options_.on_refusal(ev);
+    }
+    auto& q = action == admit_action::hold ? held_[n] : ready_[n];
+    if (action == admit_action::hold) {
+      for (std::uint32_t i = 0; i < rec.count; ++i)
+        q.push_back(ready_row{rec.rows[i], n, rec.payloads[i]});
+    } else {
+      for (std::uint32_t i = rec.count; i-- > 0;)
+        q.push_front(ready_row{rec.rows[i], n, rec.payloads[i]});
+    }
+    if (action == admit_action::limit_batch) batch_limit_[n] = std::max<std::uint32_t>(1, rec.count / 2);
+    rec.count = 0;
+    free_records_.push_back(rec_index);
+  }
+
+  bool poll_landed() {
+    bool did = false;
+    for (std::size_t i = 0; i < in_flight_.size();) {
+      const auto rec_index = in_flight_[i];
+      auto& rec = records_[rec_index];
+      if (!backend_->query(rec.done)) {
+        ++i;
+        continue;
+      }
+      const auto now = metrics::now_ns();
+      landed(rec, now);
+      in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+      done_ring_.push_wait(done_item{rec_index, rec.node, {}});
+      did = true;
+    }
+    return did;
+  }
+
+  void landed(step_record& rec, metrics::nanos now) {
+    auto b = rec.device_begin.load(std::memory_order_relaxed);
+    auto e = rec.device_end.load(std::memory_order_relaxed);
+    if (b == 0 || e == 0 || e < b) {
+      b = rec.launched;
+      e = now;
+    }
+    if (busy_.size() < busy_.capacity()) busy_.push_back({b, e});
+    gpu_buf_->complete(rec.on_lane ? t_lane_ : t_chain_, node_name_id_[rec.node], b, e, {n_rows_, rec.count});
+    const double d = double(e - b);
+    if (rec.side) {
+      side_in_flight_ = false;
+      chooser_.side_step(d);
+      if (rec.on_lane) last_lane_ = {b, e};
+    } else {
+      --chain_in_flight_;
+      // Beside: a lane step ran during this chain step (the one in flight counts once it started).
+      bool beside = last_lane_.end > b && last_lane_.begin < e;
+      for (auto j : in_flight_) {
+        const auto& o = records_[j];
+        if (o.on_lane) {
+          const auto ob = o.device_begin.load(std::memory_order_relaxed);
+          if (ob != 0 && ob < e) beside = true;
+        }
+      }
+      chooser_.chain_step(d, beside);
+      if (last_chain_end_ != 0) chooser_.chain_gap(double(b - last_chain_end_), d);
+      last_chain_end_ = e;
+    }
+    release_held();
+  }
+
+  // =============================================================================================
+  // Plan thread
+  // =============================================================================================
+  void plan_loop() {
+    detail::backoff wait(options_.plan_backoff);
+    for (;;) {
+      std::uint32_t rec_index;
+      if (!to_plan_.try_pop(rec_index)) {
+        if (plan_stop_.load(std::memory_order_acquire)) break;
+        wait.pause();
+        continue;
+      }
+      wait.reset();
+      auto& rec = records_[rec_index];
+      const auto begin = metrics::now_ns();
+      bool staged = false;
+      with_node(rec.node, [&]<class Node>() {
+        if constexpr (runs_on_the_chain<Model, Node>) {
+          const chain_step<Model, Node> step{std::span<const row>(rec.rows.data(), rec.count), 0};
+          staged = static_cast<bool>(engine_->runner().pre_plan(step, chain_));
+        }
+      });
+      const auto end = metrics::now_ns();
+      plan_rec_.record(rec.node, metrics::phase::plan, end - begin);
+      plan_buf_->complete(t_plan_, n_preplan_, begin, end, {n_rows_, rec.count});
+      from_plan_.push_wait(plan_ack{rec_index, staged, metrics::now_ns()});
+    }
+  }
+
+  metrics::phase_id handoff_phase() const { return metrics::builtin_phase_count + 0; }
+  metrics::phase_id pass_phase() const { return metrics::builtin_phase_count + 1; }
+  metrics::phase_id route_phase() const { return metrics::builtin_phase_count + 2; }
+  metrics::phase_id teardown_phase() const { return metrics::builtin_phase_count + 3; }
+
+  // =============================================================================================
+  engine_type* engine_;
+  Backend* backend_;
+  Flow* flow_;
+  worker_options options_;
+  std::uint32_t max_requests_;
+  std::uint32_t max_batch_;
+  std::array<node_options, node_count> node_opts_{};
+
+  // main thread
+  std::vector<request_slot> slots_;
+  std::unordered_map<request_id, std::uint32_t> by_id_;
+  std::deque<submission> backlog_;
+  std::array<std::deque<parked_row>, node_count> parked_;
+  std::uint32_t live_ = 0;
+
+  // shared
+  std::vector<std::atomic<std::uint32_t>> cancel_word_; // per request index: the cancelled generation
+  std::atomic<std::uint64_t> epoch_{0};                 // bumped by the main thread when capacity may free
+  detail::spsc_ring<ready_row> ready_ring_;             // main -> GPU
+  detail::spsc_ring<done_item> done_ring_;              // GPU -> main
+  detail::spsc_ring<std::uint32_t> recycle_ring_;       // main -> GPU
+  detail::spsc_ring<std::uint32_t> to_plan_;            // GPU -> plan
+  detail::spsc_ring<plan_ack> from_plan_;               // plan -> GPU
+  std::vector<step_record> records_;
+  std::atomic<bool> gpu_stop_{false}, plan_stop_{false};
+  std::atomic<bool> routing_{false}; // the main thread is in a pass that may push ready rows
+
+  // GPU thread
+  std::array<detail::row_queue<ready_row>, node_count> ready_;
+  std::array<detail::row_queue<ready_row>, node_count> held_;
+  std::array<std::uint32_t, node_count> batch_limit_{};
+  std::vector<std::uint32_t> free_records_;
+  std::vector<std::uint32_t> in_flight_;
+  std::vector<ready_row> scratch_;
+  std::uint32_t chain_in_flight_ = 0;
+  bool side_in_flight_ = false;
+  std::uint32_t staged_ = no_record;
+  bool staged_acked_ = false;
+  std::uint8_t last_chain_node_ = 0, last_side_node_ = 0;
+  std::optional<stream_type> lane_;
+  lane_chooser chooser_;
+  metrics::interval last_lane_{};
+  metrics::nanos last_chain_end_ = 0;
+  metrics::nanos settle_since_ = 0;
+  std::vector<metrics::interval> busy_;
+
+  typename forward_tuple<typename Model::nodes>::type forwards_;
+  stream_type chain_{};
+
+  // metrics and trace
+  metrics::recorder_layout layout_;
+  metrics::thread_recorder main_rec_, gpu_rec_, plan_rec_;
+  metrics::request_recorder requests_rec_;
+  trace::session trace_;
+  trace::buffer *main_buf_ = nullptr, *gpu_buf_ = nullptr, *plan_buf_ = nullptr;
+  trace::track_id t_main_ = 0, t_gpu_ = 0, t_plan_ = 0, t_chain_ = 0, t_lane_ = 0;
+  std::array<trace::name_id, node_count> node_name_id_{};
+  trace::name_id n_rows_ = 0, n_preplan_ = 0, n_teardown_ = 0, n_cancel_ = 0, n_park_ = 0, n_refused_ = 0,
+                 n_promoted_ = 0;
+  worker_counters counters_;
+
+  // client side
+  std::mutex inbox_lock_;
+  std::condition_variable idle_cv_;
+  std::vector<submission> inbox_submits_;
+  std::vector<request_id> inbox_cancels_;
+  std::unordered_set<request_id> ids_;
+  std::atomic<bool> inbox_flag_{false}, stopping_{false};
+  std::uint64_t submitted_ = 0, ended_ = 0;
+  bool main_failed_ = false;
+  std::exception_ptr main_error_;
+
+  std::thread main_thread_, gpu_thread_, plan_thread_;
+  bool started_ = false, stopped_ = false;
+  metrics::nanos t0_ = 0, t1_ = 0;
+};
+
+} // namespace mstar
