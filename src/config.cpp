@@ -616,7 +616,8 @@ private:
     return out;
   }
 
-  // A list of names, each written once; the names and their positions.
+  // A list of names and their positions, as written: a name written twice is kept twice, so that
+  // the validator's duplicate_entry rule refuses it with the same sentence as the C++ path.
   template <std::size_t N>
   bool names_of(const field& f, std::string_view what, std::string_view item_what, std::string_view capacity_name,
                 static_vector<std::string_view, N>& names, std::vector<config_mark>& marks) {
@@ -626,14 +627,6 @@ private:
     for (const auto& item : *items) {
       auto name = name_of(item, f.at, fmt::format("an entry of '{}' in {}", f.key, what));
       if (!name) {
-        ok = false;
-        continue;
-      }
-      if (names.contains(*name)) {
-        const auto first = marks[detail::index_of(names, *name)];
-        fail(mark_of(item), load_rule::duplicate_entry,
-             fmt::format("'{}' of {} lists {} twice (first{}). Way out: keep one.", f.key, what, quote_value(*name),
-                         line_note(first)));
         ok = false;
         continue;
       }
@@ -857,7 +850,7 @@ private:
               continue;
             }
             if (seen[k]) {
-              fail(mark_of(item), load_rule::duplicate_entry,
+              fail(mark_of(item), load_rule::duplicate_walk,
                    fmt::format("'walks' of {} lists '{}' twice. Way out: keep one.", what, walk_names[k]));
               continue;
             }
@@ -979,11 +972,9 @@ private:
   void walk_worker_groups(const field& f, const std::string& what, worker_desc& d, worker_marks& m) {
     auto items = list_of(f, what, max_worker_groups, "max_worker_groups", "[ {name: Talker, nodes: [...]} ]");
     if (!items) return;
-    std::vector<bool> inline_entry; // parallel to d.groups
     for (const auto& item : *items) {
       const auto at = mark_of(item);
       std::optional<std::string_view> name;
-      bool defined_here = false;
       if (item.IsMap()) {
         auto fs = fields_of(item, at, fmt::format("a group of {}", what), inline_group_keys, " in a group");
         if (!fs) continue;
@@ -996,23 +987,14 @@ private:
         if (!name) continue;
         const std::string gwhat = fmt::format("group '{}'", *name);
         if (!add_group(*name, at, *fs, gwhat)) continue;
-        defined_here = true;
       } else {
         name = name_of(item, f.at, fmt::format("an entry of 'groups' of {}", what));
         if (!name) continue;
       }
-      if (const auto i = detail::index_of(d.groups, *name); i != no_index) {
-        // Two groups defined in place under one name are the validator's duplicate_group.
-        if (!(defined_here && inline_entry[i])) {
-          fail(at, load_rule::duplicate_entry,
-               fmt::format("'groups' of {} lists group '{}' twice (first{}). Way out: keep one.", what, *name,
-                           line_note(m.groups[i])));
-          continue;
-        }
-      }
+      // A name listed twice stays twice: the validator refuses it (duplicate_entry, or
+      // duplicate_group when two groups are defined in place under one name).
       d.groups.push_back(*name);
       m.groups.push_back(at);
-      inline_entry.push_back(defined_here);
     }
   }
 
@@ -1189,6 +1171,7 @@ private:
                           wentry(first_named(d_.workers, w, name)).line, t.at.line);
       break;
     }
+    case rule::duplicate_entry: duplicate_entry(t); break;
     case rule::unknown_resource: {
       if (!has_node(n) || f_.other >= d_.nodes[n].resources.size()) break;
       const auto key = d_.nodes[n].resources[f_.other];
@@ -1363,6 +1346,55 @@ private:
     return t;
   }
 
+  // A list that names an entry twice: which list it is follows from the finding's indices (see
+  // check_structure in validate.hpp); the position is the repeat, and the fix names both lines.
+  void duplicate_entry(finding_text& t) const {
+    const std::size_t i = f_.other;
+    std::string_view entry, entry_kind, list, owner_kind, owner;
+    const std::vector<config_mark>* marks = nullptr;
+    config_mark owner_at{};
+    std::size_t first = i;
+    auto first_of = [&](const auto& names) {
+      if (i >= names.size()) return false;
+      entry = names[i];
+      first = detail::index_of(names, entry);
+      return true;
+    };
+    if (has_worker(f_.worker)) {
+      if (!first_of(d_.workers[f_.worker].groups)) return;
+      entry_kind = "group", list = "groups", owner_kind = "worker", owner = d_.workers[f_.worker].name;
+      marks = wmarks(f_.worker) ? &wmarks(f_.worker)->groups : nullptr;
+      owner_at = wentry(f_.worker);
+    } else if (has_group(f_.group)) {
+      if (!first_of(d_.groups[f_.group].nodes)) return;
+      entry_kind = "node", list = "nodes", owner_kind = "group", owner = d_.groups[f_.group].name;
+      marks = gmarks(f_.group) ? &gmarks(f_.group)->nodes : nullptr;
+      owner_at = gentry(f_.group);
+    } else if (has_node(f_.node)) {
+      if (!first_of(d_.nodes[f_.node].resources)) return;
+      entry_kind = "resource", list = "resources", owner_kind = "node", owner = d_.nodes[f_.node].name;
+      marks = nmarks(f_.node) ? &nmarks(f_.node)->resources : nullptr;
+      owner_at = nentry(f_.node);
+    } else if (has_res(f_.resource)) {
+      if (!first_of(d_.resources[f_.resource].depends_on)) return;
+      entry_kind = "dependency", list = "depends_on", owner_kind = "resource", owner = d_.resources[f_.resource].key;
+      marks = rmarks(f_.resource) ? &rmarks(f_.resource)->depends_on : nullptr;
+      owner_at = rentry(f_.resource);
+    } else {
+      return;
+    }
+    const auto second_at = marks ? mark_at(*marks, i) : config_mark{};
+    const auto first_at = marks ? mark_at(*marks, first) : config_mark{};
+    t.names = fmt::format("{} '{}' lists {} '{}' twice in its {}", owner_kind, owner, entry_kind, entry, list);
+    t.at = second_at.known() ? second_at : owner_at;
+    // Both entries are often on one line ([a, a]), so the note gives the column too.
+    const auto at_note = [](config_mark at) {
+      return at.known() ? fmt::format(" (line {}, column {})", at.line, at.column) : std::string();
+    };
+    t.fix = fmt::format("delete the second '{}'{} from the {} of {} '{}', and keep the first{}.", entry,
+                        at_note(second_at), list, owner_kind, owner, at_note(first_at));
+  }
+
   // One cycle through resource r, following depends_on among resources that lie on a cycle with r
   // (found by depth-first search; the graph has at most max_resources vertices).
   std::vector<std::size_t> cycle_through(std::size_t r) const {
@@ -1457,18 +1489,12 @@ private:
       t.fix = fmt::format("{}, or list group '{}' on a worker that runs a chain group.", drop, grp.name);
       break;
     case rule::lane_second_side_node: {
-      // The validator's first side node on this worker (worker's group order, then group's node order).
-      std::string_view first;
-      for (auto gname : wk.groups) {
-        const auto gi = detail::named_index(d_.groups, gname);
-        if (gi == no_index || !d_.groups[gi].side_stream || !first.empty()) continue;
-        for (auto nname : d_.groups[gi].nodes)
-          if (first.empty() && nname != node.name) first = nname;
-      }
-      t.fix = first.empty() ? fmt::format("{}, or move group '{}' to another worker.", drop, grp.name)
-                            : fmt::format("node '{}' comes first on worker '{}'; {}, or move group '{}' to another "
-                                          "worker.",
-                                          first, wk.name, drop, grp.name);
+      // The node that holds the worker's side lane: the first side node that passed every other check.
+      const std::string_view holder = has_node(f_.other) ? d_.nodes[f_.other].name : std::string_view{};
+      t.fix = holder.empty() ? fmt::format("{}, or move group '{}' to another worker.", drop, grp.name)
+                             : fmt::format("node '{}' holds the side lane of worker '{}'; {}, or move group '{}' to "
+                                           "another worker.",
+                                           holder, wk.name, drop, grp.name);
       break;
     }
     default: break;

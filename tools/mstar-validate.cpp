@@ -14,33 +14,15 @@
 #include <fmt/format.h>
 
 #include <mstar/config.hpp>
+#include <mstar/detail/json.hpp>
 
 namespace {
 
-// JSON string literal with the escapes RFC 8259 requires (the loader's messages are UTF-8 already).
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
-    case '\b': out += "\\b"; break;
-    case '\f': out += "\\f"; break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20)
-        out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-      else
-        out += c;
-    }
-  }
-  return out + "\"";
-}
+using mstar::detail::json_quoted; // the JSON string escaper the trace writer uses too
 
-// A file name is whatever the shell passed, possibly not UTF-8, and messages carry it. JSON wants
-// valid UTF-8: valid sequences are kept, any other byte (and control bytes) shown as \xNN.
+// A file name is whatever the shell passed, possibly not UTF-8, and messages carry it. The JSON
+// escaper would turn a stray byte into U+FFFD; here valid sequences are kept and any other byte (and
+// control bytes) is shown as \xNN, so the user can tell which file was meant.
 std::string utf8_safe(std::string_view s) {
   std::string out;
   for (std::size_t i = 0; i < s.size();) {
@@ -113,18 +95,18 @@ void print_human(const std::string& file, const mstar::load_result& r) {
 }
 
 std::string json_of(const std::string& file, const mstar::load_result& r) {
-  std::string out = fmt::format("{{\"file\": {}, \"valid\": {}", json_string(utf8_safe(file)), r.ok());
+  std::string out = fmt::format("{{\"file\": {}, \"valid\": {}", json_quoted(utf8_safe(file)), r.ok());
   if (r.ok()) {
     const auto& m = r.model();
-    out += fmt::format(", \"model\": {}, \"nodes\": [", json_string(m.desc.name));
+    out += fmt::format(", \"model\": {}, \"nodes\": [", json_quoted(m.desc.name));
     const auto rows = rows_of(m);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& row = rows[i];
       std::vector<std::string> keys;
       for (auto k : row.keys)
-        keys.push_back(json_string(k));
+        keys.push_back(json_quoted(k));
       out += fmt::format("{}{{\"name\": {}, \"group\": {}, \"worker\": {}, \"lane\": \"{}\", \"side_keys\": [{}]}}",
-                         i ? ", " : "", json_string(row.name), json_string(row.group), json_string(row.worker),
+                         i ? ", " : "", json_quoted(row.name), json_quoted(row.group), json_quoted(row.worker),
                          lane_name(row.lane), fmt::join(keys, ", "));
     }
     out += "], \"errors\": []}";
@@ -133,7 +115,7 @@ std::string json_of(const std::string& file, const mstar::load_result& r) {
     for (std::size_t i = 0; i < r.errors().size(); ++i) {
       const auto& e = r.errors()[i];
       out += fmt::format("{}{{\"line\": {}, \"column\": {}, \"rule\": {}, \"message\": {}}}", i ? ", " : "", e.line,
-                         e.column, json_string(e.rule_id), json_string(utf8_safe(e.message)));
+                         e.column, json_quoted(e.rule_id), json_quoted(utf8_safe(e.message)));
     }
     out += "]}";
   }

@@ -50,7 +50,8 @@ enum class load_rule : std::uint8_t {
   unknown_key,     // a key the schema does not have (the message lists the allowed ones)
   missing_field,   // a required key is absent
   duplicate_key,   // a key written twice in one map
-  duplicate_entry, // a name written twice in one list
+  duplicate_walk,  // a walk written twice in a node's walks (a name written twice in any other list
+                   // reaches the validator, whose duplicate_entry rule refuses it)
   bad_value,       // a negative or absurd number, an unknown kind, dtype or walk
   bad_name,        // a name that is empty, too long or has characters outside [A-Za-z0-9_.-]
   capacity,        // more entries than a model description holds (descriptor.hpp's max_*)
@@ -70,7 +71,7 @@ constexpr std::string_view id_of(load_rule r) {
   case load_rule::unknown_key: return "unknown_key";
   case load_rule::missing_field: return "missing_field";
   case load_rule::duplicate_key: return "duplicate_key";
-  case load_rule::duplicate_entry: return "duplicate_entry";
+  case load_rule::duplicate_walk: return "duplicate_walk";
   case load_rule::bad_value: return "bad_value";
   case load_rule::bad_name: return "bad_name";
   case load_rule::capacity: return "capacity";

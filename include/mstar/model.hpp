@@ -11,7 +11,10 @@
 // offending node, resource, group and worker types.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -182,9 +185,15 @@ constexpr auto descriptors_of(type_list<Ts...>) {
   return std::array<decltype(nth_t<0, type_list<Ts...>>::descriptor()), sizeof...(Ts)>{Ts::descriptor()...};
 }
 
-// Appends each descriptor of all that is not already there (a policy type named twice, e.g. a
+// Appends each descriptor of all that is not already there (a policy type reached twice, e.g. a
 // resource that several nodes declare or a group placed on two workers, is one entry), and records
 // for each entry the index in all of the type it came from.
+//
+// This merges the model's lists of resources, nodes and groups only. The name lists inside the
+// descriptors keep what was written: declares<R, R>, group<"G", N, N>, worker<"w", G, G> and
+// depends_on<"k", "k"> list a name twice, and the validator refuses that (duplicate_entry), as it
+// does for the same list in YAML. A type placed in two places (a node in two groups, a group on two
+// workers) is one entry here, and node_placed_twice or group_placement refuses it.
 template <class List, class Out, std::size_t N>
 constexpr void add_once(const List& all, Out& out, std::array<std::uint8_t, N>& type_of) {
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -233,6 +242,7 @@ struct model_rule_broken {
   static_assert(Rule != rule::duplicate_node, MSTAR_SENTENCE_DUPLICATE_NODE);
   static_assert(Rule != rule::duplicate_group, MSTAR_SENTENCE_DUPLICATE_GROUP);
   static_assert(Rule != rule::duplicate_worker, MSTAR_SENTENCE_DUPLICATE_WORKER);
+  static_assert(Rule != rule::duplicate_entry, MSTAR_SENTENCE_DUPLICATE_ENTRY);
   static_assert(Rule != rule::unknown_resource, MSTAR_SENTENCE_UNKNOWN_RESOURCE);
   static_assert(Rule != rule::unknown_node, MSTAR_SENTENCE_UNKNOWN_NODE);
   static_assert(Rule != rule::unknown_group, MSTAR_SENTENCE_UNKNOWN_GROUP);

@@ -17,6 +17,10 @@
   "two groups share one name: group names must be unique in a model. Way out: rename one of them."
 #define MSTAR_SENTENCE_DUPLICATE_WORKER                                                                      \
   "two workers share one name: worker names must be unique in a model. Way out: rename one of them."
+#define MSTAR_SENTENCE_DUPLICATE_ENTRY                                                                       \
+  "a list names one entry twice (a resource in a node's resources, a node in a group, a group in a "        \
+  "worker, or a key in a resource's depends_on): each entry is listed once. Way out: delete the repeated "  \
+  "entry."
 #define MSTAR_SENTENCE_UNKNOWN_RESOURCE                                                                      \
   "a node declares a resource key that no resource defines. Way out: define the resource under resources, "  \
   "or correct the key in the node's resources list."
@@ -113,6 +117,7 @@ enum class rule : std::uint8_t {
   duplicate_node,
   duplicate_group,
   duplicate_worker,
+  duplicate_entry,
   unknown_resource,
   unknown_node,
   unknown_group,
@@ -153,6 +158,7 @@ constexpr std::string_view id_of(rule r) {
   case rule::duplicate_node: return "duplicate_node";
   case rule::duplicate_group: return "duplicate_group";
   case rule::duplicate_worker: return "duplicate_worker";
+  case rule::duplicate_entry: return "duplicate_entry";
   case rule::unknown_resource: return "unknown_resource";
   case rule::unknown_node: return "unknown_node";
   case rule::unknown_group: return "unknown_group";
@@ -190,6 +196,7 @@ constexpr std::string_view sentence(rule r) {
   case rule::duplicate_node: return MSTAR_SENTENCE_DUPLICATE_NODE;
   case rule::duplicate_group: return MSTAR_SENTENCE_DUPLICATE_GROUP;
   case rule::duplicate_worker: return MSTAR_SENTENCE_DUPLICATE_WORKER;
+  case rule::duplicate_entry: return MSTAR_SENTENCE_DUPLICATE_ENTRY;
   case rule::unknown_resource: return MSTAR_SENTENCE_UNKNOWN_RESOURCE;
   case rule::unknown_node: return MSTAR_SENTENCE_UNKNOWN_NODE;
   case rule::unknown_group: return MSTAR_SENTENCE_UNKNOWN_GROUP;

@@ -19,6 +19,7 @@
 //   t.write_json("/tmp/run.trace.json");                          // at the end
 #pragma once
 
+#include <mstar/detail/json.hpp>
 #include <mstar/metrics.hpp>
 
 #include <algorithm>
@@ -134,61 +135,7 @@ inline scoped_event::~scoped_event() { b_->complete(track_, name_, begin_, metri
 
 namespace detail {
 
-// Appends s as the inside of a JSON string: quotes, backslashes and control characters escaped;
-// valid UTF-8 passes through; each byte of an invalid sequence becomes U+FFFD, so the file always
-// parses as UTF-8 JSON.
-inline void append_json_escaped(std::string& out, std::string_view s) {
-  auto cont = [&](std::size_t i) { return i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80; };
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
-          out += buf;
-        } else {
-          out += char(c);
-        }
-      }
-      ++i;
-      continue;
-    }
-    // Sequence length from the lead byte; overlong forms, surrogates and > U+10FFFF are rejected.
-    std::size_t len = 0;
-    if (c >= 0xC2 && c <= 0xDF)
-      len = 2;
-    else if (c >= 0xE0 && c <= 0xEF)
-      len = 3;
-    else if (c >= 0xF0 && c <= 0xF4)
-      len = 4;
-    bool ok = len != 0;
-    for (std::size_t k = 1; ok && k < len; ++k)
-      ok = cont(i + k);
-    if (ok && len >= 3) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      if (c == 0xE0 && c1 < 0xA0) ok = false;
-      if (c == 0xED && c1 >= 0xA0) ok = false;
-      if (c == 0xF0 && c1 < 0x90) ok = false;
-      if (c == 0xF4 && c1 >= 0x90) ok = false;
-    }
-    if (!ok) {
-      out += "\\ufffd";
-      ++i;
-      continue;
-    }
-    out.append(s.substr(i, len));
-    i += len;
-  }
-}
+using mstar::detail::append_json_escaped; // detail/json.hpp: shared with mstar-validate --json
 
 // Nanoseconds as microseconds with three decimals, in integer arithmetic (no float rounding).
 inline void append_us(std::string& out, nanos ns) {

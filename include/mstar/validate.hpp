@@ -3,10 +3,13 @@
 // sentences (rules.hpp).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "mstar/descriptor.hpp"
+#include "mstar/detail/static_vector.hpp"
 #include "mstar/rules.hpp"
 
 namespace mstar {
@@ -14,14 +17,27 @@ namespace mstar {
 inline constexpr std::uint8_t no_index = 0xff;
 inline constexpr std::size_t max_findings = 64;
 
-// One broken rule, with the indices (into the descriptor's lists) of what it is about.
+// One broken rule, with the indices (into the descriptor's lists) of what it is about. resource,
+// node, group and worker index model_desc's lists; no_index where the rule has none.
+//
+// `other` is a second index whose meaning depends on the rule (no_index for every rule not listed):
+//   duplicate_resource, duplicate_node,    the earlier entry of the same name, in model_desc's
+//   duplicate_group, duplicate_worker      resources, nodes, groups or workers
+//   duplicate_entry                        the repeated entry's position in the list that repeats it
+//                                          (see check_structure for which list)
+//   unknown_resource, unknown_node,        the unknown name's position in the node's resources,
+//   unknown_group                          the group's nodes or the worker's groups
+//   unknown_dependency                     the unknown key's position in the resource's depends_on
+//   preplan_dependency                     the dependency that does not pre-plan, in model_desc's resources
+//   lane_second_side_node                  the node that holds the worker's side lane, in model_desc's nodes
+// The YAML path uses it to point at the exact list entry and to name both sides in its fix.
 struct finding {
   mstar::rule rule{};
   std::uint8_t resource = no_index; // the resource at fault, where there is one
   std::uint8_t node = no_index;
   std::uint8_t group = no_index;
   std::uint8_t worker = no_index;
-  std::uint8_t other = no_index;    // a second resource (a dependency) or node, where the rule has one
+  std::uint8_t other = no_index; // see above
 
   friend constexpr bool operator==(const finding&, const finding&) = default;
 };
@@ -76,6 +92,20 @@ constexpr std::uint8_t named_index(const V& list, std::string_view name) {
   return no_index;
 }
 constexpr auto u8(std::size_t i) { return static_cast<std::uint8_t>(i); }
+// How many nodes, groups or workers carry this name; how many resources carry this key.
+template <class V>
+constexpr std::size_t count_named(const V& list, std::string_view name) {
+  std::size_t n = 0;
+  for (const auto& e : list)
+    n += e.name == name ? 1 : 0;
+  return n;
+}
+constexpr std::size_t count_keyed(const model_desc& m, std::string_view key) {
+  std::size_t n = 0;
+  for (const auto& e : m.resources)
+    n += e.key == key ? 1 : 0;
+  return n;
+}
 
 constexpr void check_structure(const model_desc& m, report& r) {
   for (std::size_t i = 0; i < m.resources.size(); ++i)
@@ -87,16 +117,51 @@ constexpr void check_structure(const model_desc& m, report& r) {
       if (m.nodes[i].name == m.nodes[j].name) r.add({.rule = rule::duplicate_node, .node = u8(i), .other = u8(j)});
   for (std::size_t i = 0; i < m.groups.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      if (m.groups[i].name == m.groups[j].name) r.add({.rule = rule::duplicate_group, .group = u8(i)});
+      if (m.groups[i].name == m.groups[j].name) r.add({.rule = rule::duplicate_group, .group = u8(i), .other = u8(j)});
   for (std::size_t i = 0; i < m.workers.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      if (m.workers[i].name == m.workers[j].name) r.add({.rule = rule::duplicate_worker, .worker = u8(i)});
+      if (m.workers[i].name == m.workers[j].name)
+        r.add({.rule = rule::duplicate_worker, .worker = u8(i), .other = u8(j)});
+
+  // Lists that name an entry twice. The finding names the list's owner and, where it is defined,
+  // the repeated entry; `other` is the repeat's position in the list:
+  //   a node's resources:      node = the node, resource = the repeated resource
+  //   a group's nodes:         group = the group, node = the repeated node
+  //   a worker's groups:       worker = the worker, group = the repeated group
+  //   a resource's depends_on: resource = the resource (node, group and worker unset)
+  // An entry whose name two definitions share is left to duplicate_resource, duplicate_node or
+  // duplicate_group: a C++ description that names two types of one name lists that name twice.
+  for (std::size_t n = 0; n < m.nodes.size(); ++n) {
+    const auto& list = m.nodes[n].resources;
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (index_of(list, list[i]) != i && count_keyed(m, list[i]) < 2)
+        r.add({.rule = rule::duplicate_entry, .resource = resource_index(m, list[i]), .node = u8(n), .other = u8(i)});
+  }
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    const auto& list = m.groups[g].nodes;
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (index_of(list, list[i]) != i && count_named(m.nodes, list[i]) < 2)
+        r.add({.rule = rule::duplicate_entry, .node = named_index(m.nodes, list[i]), .group = u8(g), .other = u8(i)});
+  }
+  for (std::size_t w = 0; w < m.workers.size(); ++w) {
+    const auto& list = m.workers[w].groups;
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (index_of(list, list[i]) != i && count_named(m.groups, list[i]) < 2)
+        r.add(
+            {.rule = rule::duplicate_entry, .group = named_index(m.groups, list[i]), .worker = u8(w), .other = u8(i)});
+  }
+  for (std::size_t res = 0; res < m.resources.size(); ++res) {
+    const auto& list = m.resources[res].depends_on;
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (index_of(list, list[i]) != i) r.add({.rule = rule::duplicate_entry, .resource = u8(res), .other = u8(i)});
+  }
 
   for (std::size_t i = 0; i < m.resources.size(); ++i) {
     const auto& res = m.resources[i];
     if (res.kind == resource_kind::recurrent_pool) {
       bool zero_dim = res.state_shape.empty();
-      for (auto d : res.state_shape) zero_dim = zero_dim || d == 0;
+      for (auto d : res.state_shape)
+        zero_dim = zero_dim || d == 0;
       if (zero_dim || res.layers == 0 || res.slots < 2) r.add({.rule = rule::bad_geometry, .resource = u8(i)});
     } else if (res.kv_keyed_snapshots) {
       r.add({.rule = rule::snapshots_not_pool, .resource = u8(i)});
@@ -130,7 +195,8 @@ constexpr void check_structure(const model_desc& m, report& r) {
   }
   for (std::size_t g = 0; g < m.groups.size(); ++g) {
     int placed = 0;
-    for (const auto& wk : m.workers) placed += wk.groups.contains(m.groups[g].name) ? 1 : 0;
+    for (const auto& wk : m.workers)
+      placed += wk.groups.contains(m.groups[g].name) ? 1 : 0;
     if (placed != 1) r.add({.rule = rule::group_placement, .group = u8(g)});
   }
 }
@@ -164,7 +230,8 @@ constexpr void check_dependencies(const model_desc& m, report& r) {
     for (std::size_t i = 0; i < n; ++i) {
       if (done[i]) continue;
       bool ready = true;
-      for (auto key : m.resources[i].depends_on) ready = ready && done[resource_index(m, key)];
+      for (auto key : m.resources[i].depends_on)
+        ready = ready && done[resource_index(m, key)];
       if (ready) {
         done[i] = true;
         r.order.push_back(u8(i));
@@ -177,7 +244,8 @@ constexpr void check_dependencies(const model_desc& m, report& r) {
   // Report one resource that lies on a cycle: walk dependencies among the unordered ones until a
   // resource repeats.
   std::size_t at = 0;
-  while (done[at]) ++at;
+  while (done[at])
+    ++at;
   std::array<bool, max_resources> seen{};
   while (!seen[at]) {
     seen[at] = true;
@@ -192,12 +260,14 @@ constexpr void check_dependencies(const model_desc& m, report& r) {
   r.add({.rule = rule::dependency_cycle, .resource = u8(at)});
 }
 
-constexpr bool node_on_side_group(const model_desc& m, std::size_t g) { return m.groups[g].side_stream; }
-
 // Side-lane admission for every node of a side_stream group, in the refusal list's order: the
-// worker (tp/sp, streams, alone, a second side node), the node's walks, then each resource.
+// worker (tp/sp, streams, alone), the node's walks, then each resource. A worker has one side
+// lane: it goes to the first node (worker's group order, then group's node order) that passes every
+// other check, and each later node that passes them is refused as a second side node. A node
+// refused for its own reasons holds no lane, so it never makes a neighbour a second side node.
 constexpr void check_side_lanes(const model_desc& m, report& r) {
-  for (std::size_t n = 0; n < m.nodes.size(); ++n) r.lanes.push_back(node_lane{.node = u8(n), .lane = lane::chain, .side_keys = {}});
+  for (std::size_t n = 0; n < m.nodes.size(); ++n)
+    r.lanes.push_back(node_lane{.node = u8(n), .lane = lane::chain, .side_keys = {}});
 
   for (std::size_t w = 0; w < m.workers.size(); ++w) {
     const auto& wk = m.workers[w];
@@ -206,7 +276,7 @@ constexpr void check_side_lanes(const model_desc& m, report& r) {
       const auto& grp = m.groups[named_index(m.groups, gname)];
       if (!grp.side_stream && !grp.nodes.empty()) has_chain_node = true;
     }
-    int side_nodes = 0;
+    std::uint8_t lane_holder = no_index; // the node that holds this worker's side lane
     for (auto gname : wk.groups) {
       const auto g = named_index(m.groups, gname);
       const auto& grp = m.groups[g];
@@ -214,11 +284,11 @@ constexpr void check_side_lanes(const model_desc& m, report& r) {
       for (auto nname : grp.nodes) {
         const auto n = named_index(m.nodes, nname);
         const auto& node = m.nodes[n];
-        const std::size_t before = r.findings.size();
-        auto refuse = [&](rule why, std::uint8_t res = no_index) {
-          r.add({.rule = why, .resource = res, .node = n, .group = g, .worker = u8(w)});
+        bool refused = false;
+        auto refuse = [&](rule why, std::uint8_t res = no_index, std::uint8_t other = no_index) {
+          refused = true;
+          r.add({.rule = why, .resource = res, .node = n, .group = g, .worker = u8(w), .other = other});
         };
-        if (++side_nodes > 1) refuse(rule::lane_second_side_node);
         if (wk.tp > 1 || wk.sp > 1) refuse(rule::lane_parallel);
         if (wk.streams == 0) refuse(rule::lane_no_streams);
         if (!has_chain_node) refuse(rule::lane_alone_on_worker);
@@ -244,10 +314,15 @@ constexpr void check_side_lanes(const model_desc& m, report& r) {
           }
           }
         }
-        if (r.findings.size() == before && !r.truncated) {
-          r.lanes[n].lane = lane::side;
-          for (auto key : node.resources) r.lanes[n].side_keys.push_back(key);
+        if (refused) continue;
+        if (lane_holder != no_index) {
+          refuse(rule::lane_second_side_node, no_index, lane_holder);
+          continue;
         }
+        lane_holder = n;
+        r.lanes[n].lane = lane::side;
+        for (auto key : node.resources)
+          r.lanes[n].side_keys.push_back(key);
       }
     }
   }

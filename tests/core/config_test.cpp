@@ -99,6 +99,10 @@ std::vector<rule_case> rule_cases() {
       {rule::duplicate_group, codec_group, codec_group + "      - {name: Codec, nodes: []}\n"},
       {rule::duplicate_worker, codec_group, codec_group + "  - {name: gpu0, groups: [{name: Extra, nodes: []}]}\n",
        true},
+      {rule::duplicate_entry, "nodes: [codec_chunk]}", "nodes: [codec_chunk, codec_chunk]}", true},
+      {rule::duplicate_entry, "[codec_state]}", "[codec_state, codec_state]}", true},
+      {rule::duplicate_entry, codec_group, codec_group + "      - Codec\n", true},
+      {rule::duplicate_entry, "[kv_cache, positions]", "[kv_cache, positions, kv_cache]", true},
       {rule::unknown_resource, "[codec_state]}", "[codec_stat]}", true},
       {rule::unknown_node, "nodes: [codec_chunk]}", "nodes: [codec_chunk, codec_chonk]}", true},
       {rule::unknown_group, codec_group, codec_group + "      - Vocoder\n", true},
@@ -203,6 +207,68 @@ TEST_CASE("Config.a_side_lane_refusal_points_at_the_declaration_and_names_the_gr
                                " Fix: drop side_stream from group 'Codec' (line " + std::to_string(side_line) +
                                ") to run node 'codec_chunk' on the chain.";
   CHECK(e.message == expected);
+}
+
+TEST_CASE("Config.a_repeated_list_entry_points_at_the_repeat_and_names_both_lines") {
+  const auto text = edit(base_yaml, "nodes: [codec_chunk]}", "nodes: [codec_chunk,\n          codec_chunk]}");
+  const auto r = mstar::parse_model(text, "x.yaml");
+  REQUIRE(r.errors().size() == 1);
+  const auto& e = r.errors()[0];
+  // The first codec_chunk follows "nodes: [" on its line; the second starts the next line at column 11.
+  const auto first_at = text.find("nodes: [codec_chunk,") + std::string("nodes: [").size();
+  const int first_line = line_of(text, "nodes: [codec_chunk,");
+  const int first_column = static_cast<int>(first_at - text.rfind('\n', first_at));
+  const int second_line = first_line + 1;
+  CHECK(e.line == second_line);
+  CHECK(e.column == 11);
+  const std::string expected = fmt_line_col(&e) + "error [duplicate_entry]: group 'Codec' lists node 'codec_chunk' " +
+                               "twice in its nodes: " + std::string(mstar::sentence(mstar::rule::duplicate_entry)) +
+                               " Fix: delete the second 'codec_chunk' (line " + std::to_string(second_line) +
+                               ", column 11) from the nodes of group 'Codec', and keep the first (line " +
+                               std::to_string(first_line) + ", column " + std::to_string(first_column) + ").";
+  CHECK(e.message == expected);
+}
+
+TEST_CASE("Config.a_repeated_list_entry_is_refused_alike_by_the_cpp_and_the_yaml_paths") {
+  // The same model twice, codec_chunk listed twice in its group: the C++ description (judged
+  // without its static_asserts) and the YAML text get the same one finding.
+  using Twice = mstar::model<
+      "m", mstar::worker<"gpu0", qwen3_tts::Talker,
+                         mstar::group<"Codec", mstar::side_stream, qwen3_tts::CodecChunk, qwen3_tts::CodecChunk>>>;
+  constexpr auto verdict = mstar::validate(mstar::describe<Twice>);
+  static_assert(verdict.findings.size() == 1 && verdict.findings[0].rule == mstar::rule::duplicate_entry);
+  const auto r = mstar::parse_model(edit(base_yaml, "nodes: [codec_chunk]}", "nodes: [codec_chunk, codec_chunk]}"));
+  REQUIRE(r.errors().size() == 1);
+  CHECK(r.errors()[0].rule_id == mstar::id_of(verdict.findings[0].rule));
+  // And a walk written twice, which has no list in the descriptor, is the loader's own refusal.
+  const auto w = mstar::parse_model(edit(base_yaml, "[codec_state]}", "[codec_state], walks: [chain, chain]}"));
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.errors()[0].rule_id == "duplicate_walk");
+}
+
+TEST_CASE("Config.a_side_node_refused_for_its_own_reason_leaves_the_lane_to_the_next_one") {
+  // codec_kv (a KV cache: refused) comes before codec_chunk in the side group. Only codec_kv is
+  // refused; codec_chunk is not a "second side node".
+  const auto text = edit(edit(base_yaml, "nodes: [codec_chunk]}", "nodes: [codec_kv, codec_chunk]}"), codec_node,
+                         codec_node + "  codec_kv: {resources: [kv_cache]}\n");
+  const auto r = mstar::parse_model(text, "x.yaml");
+  REQUIRE_FALSE(r.ok());
+  REQUIRE_MESSAGE(r.errors().size() == 1, all_messages(r));
+  CHECK(r.errors()[0].rule_id == "lane_kv_cache");
+  CHECK(r.errors()[0].message.find("node 'codec_kv'") != std::string::npos);
+
+  // With a third, admissible node after codec_chunk, that one is the second side node, and the fix
+  // names codec_chunk as the node that holds the lane.
+  auto three = edit(text, "nodes: [codec_kv, codec_chunk]}", "nodes: [codec_kv, codec_chunk, codec_b]}");
+  three = edit(three, codec_node, codec_node + "  codec_b: {resources: [codec_b_state]}\n");
+  three = edit(three, "nodes:\n",
+               "  codec_b_state: {kind: recurrent_pool, dtype: f32, shape: [4], layers: 1, slots: 2}\nnodes:\n");
+  const auto r3 = mstar::parse_model(three, "x.yaml");
+  REQUIRE(r3.errors().size() == 2);
+  const auto* second = error_with(r3, mstar::rule::lane_second_side_node);
+  REQUIRE(second != nullptr);
+  CHECK(second->message.find("node 'codec_b' in group 'Codec'") != std::string::npos);
+  CHECK(second->message.find("node 'codec_chunk' holds the side lane of worker 'gpu0'") != std::string::npos);
 }
 
 TEST_CASE("Config.worker_refusals_point_at_the_worker_field_and_name_it_in_the_fix") {

@@ -167,9 +167,11 @@ TEST_CASE("HostileYaml.duplicate_names_and_keys_are_refused") {
   // yaml-cpp keeps both entries of a repeated map key; the loader passes both to the validator.
   expect_error(edit(t, "  sampler:", "  positions:\n    kind: positions\n  sampler:"), "duplicate_resource",
                std::string(mstar::sentence(mstar::rule::duplicate_resource)));
+  // A name written twice in a list reaches the validator, which refuses it with its sentence.
   expect_error(edit(t, "nodes: [codec_chunk]", "nodes: [codec_chunk, codec_chunk]"), "duplicate_entry",
-               "lists 'codec_chunk' twice");
-  expect_error(edit(t, "walks: [chain]\n  talker_decode", "walks: [chain, chain]\n  talker_decode"), "duplicate_entry",
+               "group 'Codec' lists node 'codec_chunk' twice in its nodes: " +
+                   std::string(mstar::sentence(mstar::rule::duplicate_entry)));
+  expect_error(edit(t, "walks: [chain]\n  talker_decode", "walks: [chain, chain]\n  talker_decode"), "duplicate_walk",
                "lists 'chain' twice");
   expect_error(edit(t, "model: qwen3_tts", "model: qwen3_tts\nmodel: again"), "duplicate_key",
                "the key 'model' is written twice");

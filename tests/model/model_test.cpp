@@ -291,6 +291,26 @@ struct duplicate_worker
               rule::duplicate_worker> {
   static constexpr std::string_view node = "", resource = "";
 };
+// A list that names one entry twice: a node in its group, a resource in declares<>, a group in its
+// worker, a key in depends_on<>. The model's lists of types merge repeats; the validator sees them.
+using TwiceDependingAttention = mstar::attention<"attention", mstar::depends_on<"kv_cache", "positions", "kv_cache">>;
+struct node_twice_in_group
+    : refusal<mstar::model<"m", mstar::worker<"gpu0", q::Talker,
+                                              mstar::group<"Codec", mstar::side_stream, q::CodecChunk, q::CodecChunk>>>,
+              rule::duplicate_entry> {
+  static constexpr std::string_view node = "codec_chunk", resource = "";
+};
+struct resource_twice_in_node : refusal<colocated<codec_declaring<q::CodecState>>, rule::duplicate_entry> {
+  static constexpr std::string_view node = "codec_chunk", resource = "codec_state";
+};
+struct group_twice_in_worker
+    : refusal<mstar::model<"m", mstar::worker<"gpu0", q::Talker, q::Codec, q::Codec>>, rule::duplicate_entry> {
+  static constexpr std::string_view node = "", resource = "";
+};
+struct dependency_twice
+    : refusal<with_talker<talker_declaring<q::KvCache, TwiceDependingAttention, q::Positions>>, rule::duplicate_entry> {
+  static constexpr std::string_view node = "", resource = "attention";
+};
 struct one_slot : refusal<colocated<mstar::node<"codec_chunk", mstar::declares<OneSlot>>>, rule::bad_geometry> {
   static constexpr std::string_view node = "", resource = "codec_state";
 };
@@ -325,8 +345,9 @@ struct preplan_dependency
   kv_on_lane, attention_on_lane, positions_on_lane, sampler_on_lane, shared_pool_on_lane, kv_keyed_pool_on_lane,       \
       resident_on_lane, tp_on_lane, sp_on_lane, alone_on_worker, no_streams, chain_walks_on_lane, combined_on_lane,    \
       spans_on_lane, stop_checks_on_lane, second_side_node, second_side_group, duplicate_resource, duplicate_node,     \
-      duplicate_group, duplicate_worker, one_slot, zero_dimension, no_layers, snapshots_on_kv, zero_tp,                \
-      unknown_dependency, self_dependency, dependency_cycle, preplan_dependency
+      duplicate_group, duplicate_worker, node_twice_in_group, resource_twice_in_node, group_twice_in_worker,           \
+      dependency_twice, one_slot, zero_dimension, no_layers, snapshots_on_kv, zero_tp, unknown_dependency,             \
+      self_dependency, dependency_cycle, preplan_dependency
 
 // Compile-time proof, per refusal, that the one change breaks exactly its rule.
 template <class... R>
@@ -380,6 +401,63 @@ TEST_CASE("a split model refuses side_stream on the codec group, and a second si
   CHECK(lane_named<second_side_node::model>("codec_chunk").lane == mstar::lane::side);
   CHECK(keys_of(lane_named<second_side_node::model>("codec_chunk")) == std::vector<std::string_view>{"codec_state"});
   CHECK(lane_named<second_side_node::model>("codec_flush").lane == mstar::lane::chain);
+  // The finding names the node that holds the lane.
+  CHECK(two.findings[0].other ==
+        mstar::detail::named_index(mstar::describe<second_side_node::model>.nodes, "codec_chunk"));
+}
+
+// A side node refused for its own reasons holds no lane, so the next side node on the worker takes
+// it rather than being refused as a second one.
+// clang-format off
+using KvCodec        = mstar::node<"codec_kv", mstar::declares<q::KvCache>>;
+using RefusedFirst   = mstar::model<"m", mstar::worker<"gpu0", q::Talker,
+                                    mstar::group<"Codec", mstar::side_stream, KvCodec, q::CodecChunk>>>;
+using RefusedSecond  = mstar::model<"m", mstar::worker<"gpu0", q::Talker,
+                                    mstar::group<"Codec", mstar::side_stream, q::CodecChunk, KvCodec>>>;
+using RefusedGroup   = mstar::model<"m", mstar::worker<"gpu0", q::Talker,
+                                    mstar::group<"Kv", mstar::side_stream, KvCodec>, q::Codec>>;
+// clang-format on
+struct refused_node_first {
+  using model = RefusedFirst;
+};
+struct refused_node_second {
+  using model = RefusedSecond;
+};
+struct refused_group_first {
+  using model = RefusedGroup;
+};
+
+TEST_CASE_TEMPLATE("a side node refused for its own reason does not make the next side node a second one", S,
+                   refused_node_first, refused_node_second, refused_group_first) {
+  using M = typename S::model;
+  constexpr auto& v = judge<M>;
+  constexpr auto& desc = mstar::describe<M>;
+  // Exactly one finding: codec_kv's KV cache. No second-side-node refusal on either node.
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].rule == rule::lane_kv_cache);
+  CHECK(node_name(desc, v.findings[0]) == "codec_kv");
+  CHECK_FALSE(v.has(rule::lane_second_side_node));
+  // codec_chunk, the one node that passes every check, holds the worker's side lane.
+  CHECK(lane_named<M>("codec_chunk").lane == mstar::lane::side);
+  CHECK(keys_of(lane_named<M>("codec_chunk")) == std::vector<std::string_view>{"codec_state"});
+  CHECK(lane_named<M>("codec_kv").lane == mstar::lane::chain);
+}
+
+TEST_CASE(
+    "a refused side node beside two admissible ones: the first admissible holds the lane, the second is refused") {
+  using M =
+      mstar::model<"m", mstar::worker<"gpu0", q::Talker,
+                                      mstar::group<"Codec", mstar::side_stream, KvCodec, q::CodecChunk, CodecFlush>>>;
+  constexpr auto& v = judge<M>;
+  constexpr auto& desc = mstar::describe<M>;
+  REQUIRE(v.findings.size() == 2);
+  CHECK(v.findings[0].rule == rule::lane_kv_cache);
+  CHECK(node_name(desc, v.findings[0]) == "codec_kv");
+  CHECK(v.findings[1].rule == rule::lane_second_side_node);
+  CHECK(node_name(desc, v.findings[1]) == "codec_flush");
+  CHECK(v.findings[1].other == mstar::detail::named_index(desc.nodes, "codec_chunk"));
+  CHECK(lane_named<M>("codec_chunk").lane == mstar::lane::side);
+  CHECK(lane_named<M>("codec_flush").lane == mstar::lane::chain);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -501,6 +579,14 @@ std::vector<broken> broken_models() {
        "Codec", ""},
       {"a second worker named gpu0", rule::duplicate_worker,
        [](M m) { m.workers.push_back(mstar::worker_desc{.name = "gpu0", .groups = {}}); }, "", "", "", "gpu0"},
+      {"codec_chunk lists codec_state twice", rule::duplicate_entry,
+       [](M m) { m.nodes[2].resources.push_back("codec_state"); }, "codec_chunk", "codec_state", "", ""},
+      {"the Codec group lists codec_chunk twice", rule::duplicate_entry,
+       [](M m) { m.groups[1].nodes.push_back("codec_chunk"); }, "codec_chunk", "", "Codec", ""},
+      {"gpu0 lists the Codec group twice", rule::duplicate_entry, [](M m) { m.workers[0].groups.push_back("Codec"); },
+       "", "", "Codec", "gpu0"},
+      {"attention depends on kv_cache twice", rule::duplicate_entry,
+       [](M m) { m.resources[1].depends_on.push_back("kv_cache"); }, "", "attention", "", ""},
       {"codec_chunk declares a key no resource defines", rule::unknown_resource,
        [](M m) { m.nodes[2].resources.push_back("codec_cache"); }, "codec_chunk", "", "", ""},
       {"the Codec group names a node that does not exist", rule::unknown_node,

@@ -1,8 +1,8 @@
 // expect-rule: node_placed_twice
 // expect-node: qwen3_tts::CodecChunk "codec_chunk"
 // expect-group: qwen3_tts::Codec "Codec"
-// codec_chunk placed in the Talker group as well as in its own. (A C++ description lists a node
-// twice when it is placed twice, so duplicate_node fires with it.)
+// codec_chunk placed in the Talker group as well as in its own. (The model merges the node type
+// reached twice into one node, so only node_placed_twice fires.)
 #include "qwen3_tts/model.hpp"
 
 // clang-format off
