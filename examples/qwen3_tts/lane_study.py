@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""The lane study's table and plot, from qwen3tts --json files (study_h200.sh writes one per concurrency).
+
+    python3 lane_study.py table study_c*.json            # markdown: the lane table and the targets
+    python3 lane_study.py plot study_c*.json out.png     # audio throughput and first-audio p50 vs c
+
+Figures of an arm are the mean of its runs (study_h200.sh: two alternating runs per arm). The table
+needs only the standard library; the plot needs matplotlib.
+"""
+import json
+import sys
+from collections import defaultdict
+
+LANES = ["off", "on", "auto"]
+BATCHINGS = ["per-width", "all"]
+
+
+def load(paths):
+    arms = defaultdict(list)  # (c, batching, lane) -> [arm, ...]
+    meta, identity = None, {}
+    for p in paths:
+        with open(p) as f:
+            d = json.load(f)
+        meta = meta or d
+        for a in d["arms"]:
+            arms[(a["c"], a["codec_batching"], a["lane"])].append(a)
+            identity[a["c"]] = d["identity"]
+    return arms, meta, identity
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def pass_p50(a):
+    for p in a["host_phases"]:
+        if p["thread"] == "GPU" and p["node"] == "talker_decode" and p["phase"] == "pass":
+            return p["p50_us"]
+    return None
+
+
+def fig(arms, key, f):
+    return mean([f(a) for a in arms.get(key, [])])
+
+
+def beside_ratio(arms, c, batching):
+    """Talker decode GPU time with the codec beside it over its time alone, bucket by bucket: the lane-on
+    arms' steps that overlapped a codec step against the lane-off arms' steps (no codec beside), weighted
+    by the beside steps' count."""
+    alone, beside = defaultdict(list), defaultdict(list)
+    for a in arms.get((c, batching, "off"), []):
+        for b, v in ((a.get("device") or {}).get("decode_by_bucket") or {}).items():
+            if v["alone"] >= 3:
+                alone[b].append(v["alone_ms"])
+    for a in arms.get((c, batching, "on"), []):
+        for b, v in ((a.get("device") or {}).get("decode_by_bucket") or {}).items():
+            if v["beside"] >= 3:
+                beside[b].append((v["beside_ms"], v["beside"]))
+    num = den = 0.0
+    for b, vs in beside.items():
+        if b not in alone:
+            continue
+        ref = mean(alone[b])
+        for ms, n in vs:
+            num += n * ms / ref
+            den += n
+    return num / den if den else float("nan")
+
+
+def table(paths):
+    arms, meta, identity = load(paths)
+    cs = sorted({k[0] for k in arms})
+    out = []
+    out.append(f"Machine: {meta.get('machine')}; backend {meta.get('backend')}; config {meta.get('config')} "
+               f"(Talker hidden {meta['talker']['hidden']} x {meta['talker']['layers']} layers); ramp {meta['ramp']}; "
+               f"sentences {meta['frames'][0]}-{meta['frames'][1]} frames; date {meta.get('date')}.")
+    out.append("")
+    out.append("| c | codec batching | lane | audio s/s | first audio p50 / p95 / p99 ms | gap p50 / p95 ms "
+               "| codec steps per Talker step | GPU busy | pass p50 us | decode alone / beside ms | on lane |")
+    out.append("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in cs:
+        for b in BATCHINGS:
+            for l in LANES:
+                k = (c, b, l)
+                if k not in arms:
+                    continue
+                A = arms[k]
+                dev = lambda f: mean([f(a["device"]) if a.get("device") else None for a in A])
+                on_lane = mean([a["steps"]["codec_on_lane"] / max(a["steps"]["codec"], 1) for a in A])
+                out.append(
+                    f"| {c} | {b} | {l} | {mean([a['audio_per_s'] for a in A]):.1f} | "
+                    f"{mean([a['first_audio']['p50_ms'] for a in A]):.1f} / {mean([a['first_audio']['p95_ms'] for a in A]):.1f}"
+                    f" / {mean([a['first_audio']['p99_ms'] for a in A]):.1f} | "
+                    f"{mean([a['gap']['p50_ms'] for a in A]):.1f} / {mean([a['gap']['p95_ms'] for a in A]):.1f} | "
+                    f"{mean([a['codec_steps_per_talker_step'] for a in A]):.2f} | "
+                    f"{100 * mean([a['gpu_busy_fraction'] for a in A]):.1f}% | {mean([pass_p50(a) for a in A]):.1f} | "
+                    f"{dev(lambda d: d['decode_alone_p50_ms']):.2f} / {dev(lambda d: d['decode_beside_p50_ms']):.2f} | "
+                    f"{100 * on_lane:.0f}% |")
+    out.append("")
+    out.append("Targets (per concurrency and codec batching):")
+    out.append("")
+    out.append("| c | codec batching | auto / best of off, on (>= 0.98) | on / off first-audio p50 (<= 1.5) "
+               "| decode beside / alone (<= 1.15) | byte-identical |")
+    out.append("| ---: | --- | ---: | ---: | ---: | --- |")
+    for c in cs:
+        for b in BATCHINGS:
+            t = {l: fig(arms, (c, b, l), lambda a: a["audio_per_s"]) for l in LANES}
+            f = {l: fig(arms, (c, b, l), lambda a: a["first_audio"]["p50_ms"]) for l in LANES}
+            best = max(t["off"], t["on"])
+            r1 = t["auto"] / best if best else float("nan")
+            r2 = f["on"] / f["off"] if f["off"] else float("nan")
+            r3 = beside_ratio(arms, c, b)
+            ok = lambda v, lim, ge: "" if v != v else (" (met)" if (v >= lim if ge else v <= lim) else " (NOT met)")
+            ident = identity.get(c, {})
+            out.append(f"| {c} | {b} | {r1:.3f}{ok(r1, 0.98, True)} | {r2:.2f}{ok(r2, 1.5, False)} | "
+                       f"{r3:.3f}{ok(r3, 1.15, False)} | {'yes' if ident.get('identical') else 'NO'} "
+                       f"(digest {ident.get('digest')}) |")
+    if 128 in cs:
+        p = [pass_p50(a) for k, A in arms.items() if k[0] == 128 for a in A]
+        p = [x for x in p if x is not None]
+        if p:
+            out.append("")
+            out.append(f"Host time per pass on the GPU thread (talker_decode), p50 at c=128: {mean(p):.1f} us mean over "
+                       f"arms, {max(p):.1f} us the largest (target <= 60 us: {'met' if max(p) <= 60 else 'NOT met'}).")
+    print("\n".join(out))
+
+
+def plot(paths, png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms, meta, _ = load(paths)
+    cs = sorted({k[0] for k in arms})
+    fig_, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    styles = {"off": "-", "on": "--", "auto": ":"}
+    colors = {"per-width": "tab:blue", "all": "tab:orange"}
+    for b in BATCHINGS:
+        for l in LANES:
+            xs = [c for c in cs if (c, b, l) in arms]
+            if not xs:
+                continue
+            label = f"lane {l}, codec {b}"
+            ax[0].plot(xs, [fig(arms, (c, b, l), lambda a: a["audio_per_s"]) for c in xs], styles[l], marker="o",
+                       color=colors[b], label=label)
+            ax[1].plot(xs, [fig(arms, (c, b, l), lambda a: a["first_audio"]["p50_ms"]) for c in xs], styles[l],
+                       marker="o", color=colors[b], label=label)
+    for a, title, y in ((ax[0], "audio throughput", "audio seconds per second"),
+                        (ax[1], "time to first audio, p50", "ms")):
+        a.set_xscale("log", base=2)
+        a.set_xticks(cs)
+        a.set_xticklabels([str(c) for c in cs])
+        a.set_xlabel("concurrency c")
+        a.set_ylabel(y)
+        a.set_title(title)
+        a.grid(True, alpha=0.3)
+    ax[1].set_yscale("log")
+    ax[0].legend(fontsize=8)
+    fig_.suptitle(f"qwen3tts lane study: {meta.get('machine')}, {meta.get('date')}", fontsize=10)
+    fig_.tight_layout()
+    fig_.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "table":
+        table(sys.argv[2:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "plot":
+        plot(sys.argv[2:-1], sys.argv[-1])
+    else:
+        sys.exit(__doc__)

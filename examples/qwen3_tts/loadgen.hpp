@@ -1,0 +1,288 @@
+// A closed-loop load generator over the Qwen3-TTS worker: N requests with a seeded sentence-length
+// distribution, at most c live at once (a request is submitted when one ends), the first `warmup`
+// of them excluded from the statistics, an optional seeded share cancelled mid-stream. One call of
+// run_arm is one arm: a fresh engine and worker (lane mode, codec batching) over the caller's talker
+// and codec objects (their weights and CUDA graphs outlive arms).
+//
+//   qwen3_tts::load_options lo{.requests = 64, .concurrency = 8, .warmup = 8};
+//   auto arm = qwen3_tts::run_arm(backend, talker, codec, engine_options, forward_options, lo);
+//   arm.digests        // completed requests' audio digests: equal across lane modes and batchings
+//   arm.audio_per_s    // audio seconds per wall second over the measured requests
+//
+// Client-side latencies are taken at the flow's landed hook (the worker's main thread), the point
+// where a real server would hand the chunk to the client.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <mstar/engine.hpp>
+#include <mstar/worker.hpp>
+
+#include "qwen3_tts/tts_flow.hpp"
+
+namespace qwen3_tts {
+
+struct load_options {
+  std::uint32_t requests = 64;   // measured requests
+  std::uint32_t concurrency = 8; // live at once
+  std::uint32_t warmup = 8;      // run first, excluded from the statistics
+  double cancel_rate = 0.0;      // share of requests cancelled after a seeded number of audio chunks
+  std::uint64_t seed = 1;        // the request mix (lengths, prompts, cancellations)
+  std::uint32_t frames_min = 6, frames_max = 40;  // sentence length in frames (12.5 per second of audio)
+  std::uint32_t prompt_min = 4, prompt_max = 16;  // prompt tokens
+  mstar::lane_mode lane = mstar::lane_mode::automatic;
+  tts_flow_options flow{};
+  bool progress = false;         // draw a progress bar on stdout (the caller decides: a terminal only)
+  std::string trace;             // write the worker's Chrome trace here ("" : none)
+  mstar::request_id first_id = 1;
+};
+
+struct planned_request {
+  mstar::request_id id = 0;
+  tts_request in{};
+  bool cancel = false, warmup = false;
+};
+
+// The seeded request mix: every arm of a comparison runs exactly these. Lengths are triangular
+// between the bounds (the mean of two uniform draws), like a spread of sentence lengths; a
+// cancelled request is cancelled after 0 .. (its chunk count - 1) chunks.
+inline std::vector<planned_request> plan_requests(const load_options& o) {
+  if (o.frames_min == 0 || o.frames_max < o.frames_min || o.prompt_min == 0 || o.prompt_max < o.prompt_min)
+    throw std::invalid_argument("qwen3_tts::plan_requests: frame or prompt bounds are empty or 0; give "
+                                "1 <= min <= max");
+  if (!(o.cancel_rate >= 0.0 && o.cancel_rate <= 1.0))
+    throw std::invalid_argument("qwen3_tts::plan_requests: cancel rate " + std::to_string(o.cancel_rate) +
+                                " is outside [0, 1]");
+  std::mt19937_64 rng(o.seed);
+  auto uniform = [&](std::uint32_t lo, std::uint32_t hi) {
+    return lo + static_cast<std::uint32_t>(rng() % (std::uint64_t(hi) - lo + 1));
+  };
+  std::vector<planned_request> out;
+  const std::uint32_t n = o.warmup + o.requests;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    planned_request p;
+    p.id = o.first_id + i;
+    p.warmup = i < o.warmup;
+    p.in.frames = (uniform(o.frames_min, o.frames_max) + uniform(o.frames_min, o.frames_max) + 1) / 2;
+    p.in.prompt_tokens = uniform(o.prompt_min, o.prompt_max);
+    const double u = double(rng() >> 11) * 0x1.0p-53;
+    if (u < o.cancel_rate) {
+      std::uint32_t chunks = 0;
+      for (std::uint32_t coded = 0; coded < p.in.frames; ++chunks)
+        coded += std::min(o.flow.ramp[std::min<std::size_t>(chunks, o.flow.ramp.size() - 1)], p.in.frames - coded);
+      p.cancel = true;
+      p.in.cancel_after_chunks = static_cast<std::uint32_t>(rng() % chunks);
+    } else {
+      (void)rng();
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Exact order statistics of a sample, in nanoseconds.
+struct spread {
+  std::uint64_t count = 0;
+  double p50 = 0, p95 = 0, p99 = 0, max = 0, mean = 0;
+};
+inline spread spread_of(std::vector<mstar::metrics::nanos> v) {
+  spread s;
+  s.count = v.size();
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const auto rank = std::max<std::size_t>(1, std::size_t(std::ceil(q * double(v.size()))));
+    return double(v[std::min(rank, v.size()) - 1]);
+  };
+  s.p50 = at(0.50);
+  s.p95 = at(0.95);
+  s.p99 = at(0.99);
+  s.max = double(v.back());
+  double sum = 0;
+  for (auto x : v)
+    sum += double(x);
+  s.mean = sum / double(v.size());
+  return s;
+}
+
+struct arm_result {
+  std::map<mstar::request_id, tts_result> results;    // every request, warmup included
+  std::map<mstar::request_id, audio_digest> digests;  // completed requests
+  std::vector<planned_request> plan;
+  // Measured requests only.
+  std::uint64_t completed = 0, cancelled = 0, failed = 0;
+  double wall_s = 0, audio_s = 0, audio_per_s = 0;
+  spread first_audio, gap;
+  // The whole run (warmup included): steps launched by the forwards, the worker's counters.
+  std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0, codec_rows = 0, decode_rows = 0,
+                decode_padded_rows = 0;
+  std::uint64_t side_steps = 0, side_steps_on_lane = 0, refusals = 0, failed_steps = 0, parked = 0;
+  std::uint64_t lane_on = 0, lane_chain = 0;
+  mstar::lane_measurements lane{};
+  mstar::metrics::summary summary;
+  // After the run: every pool full again, no request left, every output buffer back.
+  bool pools_full = false, buffers_free = false;
+  std::string pools_why;
+};
+
+// One arm. `timeline` (optional) is armed from the first measured submit to the end.
+template <class Backend>
+arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, const mstar::engine_options& eo,
+                   const forward_options& fo, const load_options& lo, step_timeline* timeline = nullptr,
+                   mstar::worker_options wo = {}) {
+  using Worker = mstar::threaded_worker<Model, Backend, tts_flow>;
+  if (lo.concurrency == 0) throw std::invalid_argument("qwen3_tts::run_arm: concurrency is 0; use at least 1");
+  if (lo.concurrency > eo.max_requests)
+    throw std::invalid_argument("qwen3_tts::run_arm: concurrency " + std::to_string(lo.concurrency) +
+                                " is above engine_options.max_requests " + std::to_string(eo.max_requests));
+  arm_result out;
+  out.plan = plan_requests(lo);
+  const auto& plan = out.plan;
+  std::map<mstar::request_id, std::size_t> index;
+  for (std::size_t i = 0; i < plan.size(); ++i)
+    index[plan[i].id] = i;
+
+  mstar::engine<Model, Backend> engine(backend, eo);
+  tts_flow flow(lo.flow);
+  tts_forwards<Backend> fwd(backend, tk, cd, fo);
+  fwd.timeline = timeline;
+  wo.lane = lo.lane;
+  wo.nodes.resize(Model::descriptor.nodes.size());
+  wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
+  if (lo.trace.empty()) wo.trace_events = 0;
+  Worker worker(engine, flow, wo);
+  fwd.install(worker);
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<mstar::request_id> ended, to_cancel;
+  flow.on_end = [&](mstar::request_id id) {
+    std::lock_guard g(m);
+    ended.push_back(id);
+    cv.notify_one();
+  };
+  flow.on_cancel_point = [&](mstar::request_id id) {
+    std::lock_guard g(m);
+    to_cancel.push_back(id);
+    cv.notify_one();
+  };
+
+  worker.start();
+  std::size_t next = 0, done = 0;
+  std::uint32_t live = 0;
+  mstar::metrics::nanos measure_begin = -1;
+  auto last_bar = std::chrono::steady_clock::now();
+  auto bar = [&](bool final) {
+    if (!lo.progress) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!final && now - last_bar < std::chrono::milliseconds(100)) return;
+    last_bar = now;
+    const int width = 40;
+    const int filled = int(double(done) / double(plan.size()) * width);
+    std::printf("\r  [%.*s%*s] %zu/%zu requests", filled, "########################################", width - filled, "",
+                done, plan.size());
+    if (final) std::printf("\r%*s\r", width + 40, "");
+    std::fflush(stdout);
+  };
+  try {
+    while (done < plan.size()) {
+      while (live < lo.concurrency && next < plan.size()) {
+        auto in = plan[next].in;
+        in.submitted = mstar::metrics::now_ns();
+        if (!plan[next].warmup && measure_begin < 0) {
+          measure_begin = in.submitted;
+          if (timeline) timeline->arm(true);
+        }
+        if (!plan[next].cancel) in.cancel_after_chunks = ~0u;
+        worker.submit(plan[next].id, in);
+        ++live;
+        ++next;
+      }
+      std::deque<mstar::request_id> e, c;
+      {
+        std::unique_lock g(m);
+        cv.wait_for(g, std::chrono::milliseconds(50), [&] { return !ended.empty() || !to_cancel.empty(); });
+        e.swap(ended);
+        c.swap(to_cancel);
+      }
+      for (auto id : c)
+        worker.cancel(id);
+      live -= static_cast<std::uint32_t>(e.size());
+      done += e.size();
+      bar(false);
+    }
+    worker.wait_idle();
+  } catch (...) {
+    worker.stop();
+    throw;
+  }
+  worker.stop();
+  if (timeline) timeline->arm(false);
+  bar(true);
+
+  out.results = std::move(flow.results());
+  mstar::metrics::nanos measure_end = measure_begin;
+  std::vector<mstar::metrics::nanos> first, gaps;
+  for (const auto& [id, r] : out.results) {
+    if (r.how == mstar::request_end::completed) out.digests[id] = r.digest;
+    if (plan[index.at(id)].warmup) continue;
+    measure_end = std::max(measure_end, r.ended);
+    if (r.how == mstar::request_end::completed) {
+      ++out.completed;
+      out.audio_s += double(r.frames) / frames_per_second;
+      if (r.first_audio >= 0) first.push_back(r.first_audio - r.submitted);
+      gaps.insert(gaps.end(), r.gaps.begin(), r.gaps.end());
+    } else if (r.how == mstar::request_end::cancelled) {
+      ++out.cancelled;
+    } else {
+      ++out.failed;
+    }
+  }
+  out.wall_s = measure_begin < 0 ? 0.0 : double(measure_end - measure_begin) * 1e-9;
+  out.audio_per_s = out.wall_s > 0 ? out.audio_s / out.wall_s : 0.0;
+  out.first_audio = spread_of(std::move(first));
+  out.gap = spread_of(std::move(gaps));
+  out.prefill_steps = fwd.prefill_steps;
+  out.decode_steps = fwd.decode_steps;
+  out.codec_steps = fwd.codec_steps;
+  out.codec_rows = fwd.codec_rows;
+  out.decode_rows = fwd.decode_rows;
+  out.decode_padded_rows = fwd.decode_padded_rows;
+  const auto& k = worker.counters();
+  out.side_steps = k.side_steps.load();
+  out.side_steps_on_lane = k.side_steps_on_lane.load();
+  out.refusals = k.refusals.load();
+  out.failed_steps = k.failed_steps.load();
+  out.parked = k.parked.load();
+  out.lane_on = worker.lane_decisions().decisions_on_lane();
+  out.lane_chain = worker.lane_decisions().decisions_on_chain();
+  out.lane = worker.lane_decisions().measurements();
+  out.summary = worker.summary();
+  if (!lo.trace.empty()) worker.write_trace(lo.trace);
+  out.buffers_free = fwd.buffers_free();
+  out.pools_full = true;
+  for (const auto& st : engine.stats())
+    if (st.free != st.capacity) {
+      out.pools_full = false;
+      out.pools_why += std::string(st.key) + " has " + std::to_string(st.free) + " of " +
+                       std::to_string(st.capacity) + " free; ";
+    }
+  if (engine.requests().live() != 0) {
+    out.pools_full = false;
+    out.pools_why += std::to_string(engine.requests().live()) + " requests still in the table";
+  }
+  return out;
+}
+
+} // namespace qwen3_tts

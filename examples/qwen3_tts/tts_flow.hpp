@@ -1,0 +1,405 @@
+// The Qwen3-TTS worker flow: a request's walk through the model under mstar::threaded_worker
+// (prefill -> one decode frame per step -> codec windows on a width ramp), and the forward functions
+// that drive forward.hpp's talker and codec from the worker's steps, on the host or CUDA backend.
+//
+//   qwen3_tts::tts_flow flow({.ramp = {2, 4, 8, 16}, .codec_per_width = true});
+//   qwen3_tts::tts_forwards<Backend> fwd(backend, talker, codec, {.max_batch = 128, .max_window = 16});
+//   mstar::threaded_worker<qwen3_tts::Model, Backend, qwen3_tts::tts_flow> w(engine, flow, options);
+//   fwd.install(w, flow);
+//   w.start();  w.submit(id, {.prompt_tokens = 24, .frames = 80, .submitted = mstar::metrics::now_ns()});
+//   w.wait_idle();  w.stop();
+//   flow.results()[id].digest      // 64-bit FNV-1a of the request's audio (audio_hash.hpp)
+//
+// How outputs reach a request. A step's forward writes its outputs in row order into a buffer of its
+// own (pinned host memory on CUDA: the talker's frames, the codec's samples), taken from a small pool
+// on the GPU thread; before launching, it tells each row's request where its output will be (the
+// request's mailbox). When the step lands, the flow's landed hook (main thread) copies the frame, or
+// hashes the audio chunk, and gives its share of the buffer back; a request that ends with a share
+// still held (cancelled or failed while its row was in a step) gives it back in end(). So a buffer is
+// reused only after every row's request has read it or ended, and the forward never allocates.
+//
+// Determinism. A row's payload depends on its request's state only (its frames so far, its window
+// index); the frames come from the sampler (seed = the engine's sampler_seed mixed with the request
+// id, step, position), the audio from the request's own codec_state slot; so the audio bytes do not
+// depend on the lane mode, the codec batching, the concurrency or on other requests' cancellation,
+// and equal those of the single-threaded run_flow (flow.hpp) for the same requests.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mstar/metrics.hpp>
+#include <mstar/worker.hpp>
+
+#include "qwen3_tts/audio_hash.hpp"
+#include "qwen3_tts/forward.hpp"
+#include "qwen3_tts/model.hpp"
+
+namespace qwen3_tts {
+
+inline constexpr std::uint8_t prefill_node = mstar::detail::named_index(Model::descriptor.nodes, "talker_prefill");
+inline constexpr std::uint8_t decode_node = mstar::detail::named_index(Model::descriptor.nodes, "talker_decode");
+inline constexpr std::uint8_t codec_node = mstar::detail::named_index(Model::descriptor.nodes, "codec_chunk");
+
+// What a client submits.
+struct tts_request {
+  std::uint32_t prompt_tokens = 16;
+  std::uint32_t frames = 8;               // frames the Talker emits: one at prefill, one per decode step
+  std::uint32_t cancel_after_chunks = ~0u; // tell the client (on_cancel_point) once this many chunks landed
+  mstar::metrics::nanos submitted = 0;     // the client's submit time (first-audio latency starts here)
+};
+
+// What the flow keeps of an ended request.
+struct tts_result {
+  mstar::request_end how = mstar::request_end::failed;
+  audio_digest digest;
+  std::uint32_t frames = 0, chunks = 0;
+  mstar::metrics::nanos submitted = 0, first_audio = -1, ended = 0;
+  std::vector<mstar::metrics::nanos> gaps; // between consecutive audio chunks, at the flow's landed hook
+};
+
+namespace detail {
+
+// A share of a step's output buffer: where a row's output is, and the buffer's reference count.
+struct mailbox {
+  const void* at = nullptr;
+  std::atomic<std::uint32_t>* refs = nullptr;
+  void release() noexcept {
+    if (refs) refs->fetch_sub(1, std::memory_order_release);
+    refs = nullptr;
+    at = nullptr;
+  }
+};
+
+// A request's data, owned by its request_state (a stable address for the payloads that point to it).
+struct live_request {
+  mstar::request_id id = 0;
+  tts_request in{};
+  std::vector<frame> frames; // sized at start: the codec reads frames the main thread no longer writes
+  std::uint32_t decoded = 0, coded = 0, chunks = 0;
+  bool prefilled = false;
+  mstar::metrics::nanos last_chunk = 0;
+  mailbox talker_out, codec_out; // written by the forward (GPU thread) before the step's launch
+  tts_result result;
+};
+
+// Output buffers of steps, handed out on the GPU thread and given back share by share.
+template <class Backend, class T>
+class output_pool {
+public:
+  output_pool(Backend& b, std::size_t buffers, std::size_t elems)
+      : backend_(&b), elems_(elems), refs_(buffers) {
+    for (std::size_t i = 0; i < buffers; ++i)
+      data_.push_back(static_cast<T*>(b.allocate_host(elems * sizeof(T))));
+  }
+  ~output_pool() {
+    for (T* p : data_)
+      backend_->free_host(p);
+  }
+  output_pool(const output_pool&) = delete;
+  output_pool& operator=(const output_pool&) = delete;
+
+  struct lease {
+    T* data;
+    std::atomic<std::uint32_t>* refs;
+  };
+  // A free buffer with `shares` shares out. Every buffer busy means the main thread holds shares of
+  // steps it has not routed yet: it gives them back without waiting on this thread, so wait for it.
+  lease acquire(std::uint32_t shares, std::size_t elems) {
+    if (elems > elems_)
+      throw std::invalid_argument("qwen3_tts::tts_forwards: a step writes " + std::to_string(elems) +
+                                  " outputs, its buffers hold " + std::to_string(elems_) +
+                                  "; raise forward_options max_batch / max_window");
+    for (std::uint64_t spins = 0;; ++spins) {
+      for (std::size_t k = 0; k < refs_.size(); ++k) {
+        const std::size_t i = (next_ + k) % refs_.size();
+        if (refs_[i].load(std::memory_order_acquire) == 0) {
+          refs_[i].store(shares, std::memory_order_relaxed);
+          next_ = (i + 1) % refs_.size();
+          return {data_[i], &refs_[i]};
+        }
+      }
+      if (spins > (std::uint64_t{1} << 22))
+        throw std::runtime_error("qwen3_tts::tts_forwards: no output buffer came back in seconds; every buffer is "
+                                 "held by requests that never landed or ended (a flow bug)");
+      std::this_thread::yield();
+    }
+  }
+  bool all_free() const {
+    for (const auto& r : refs_)
+      if (r.load(std::memory_order_acquire) != 0) return false;
+    return true;
+  }
+
+private:
+  Backend* backend_;
+  std::size_t elems_;
+  std::vector<T*> data_;
+  std::vector<std::atomic<std::uint32_t>> refs_;
+  std::size_t next_ = 0;
+};
+
+} // namespace detail
+
+// What a row carries to its forward: its request, and for a codec row its window.
+struct tts_payload {
+  detail::live_request* req = nullptr;
+  std::uint32_t first = 0; // codec: the window's first frame
+  std::uint32_t width = 0; // codec: frames in the window
+};
+
+struct tts_flow_options {
+  std::vector<std::uint32_t> ramp = {1, 2, 4, 8}; // codec window widths in frames; the last repeats
+  bool codec_per_width = true; // batch_key: one codec step per width; false: one step for every width
+};
+
+// The flow (mstar::worker_flow). Hooks run on the worker's main thread, batch_key on its GPU thread.
+class tts_flow {
+public:
+  struct request_state {
+    std::unique_ptr<detail::live_request> req;
+  };
+  using request_input = tts_request;
+  using payload = tts_payload;
+
+  explicit tts_flow(tts_flow_options o = {}) : o_(std::move(o)) {
+    if (o_.ramp.empty() || std::find(o_.ramp.begin(), o_.ramp.end(), 0u) != o_.ramp.end())
+      throw std::invalid_argument("qwen3_tts::tts_flow: the ramp is empty or has a width of 0; give widths >= 1");
+  }
+
+  // Called (main thread) when a request that asked for it reached its cancel point, and when a
+  // request ended; both must not block.
+  std::function<void(mstar::request_id)> on_cancel_point, on_end;
+
+  void start(request_state& s, mstar::request_id id, const tts_request& in) {
+    if (in.frames == 0 || in.prompt_tokens == 0)
+      throw std::invalid_argument("qwen3_tts::tts_flow: request " + std::to_string(id) +
+                                  " asks for no frames or has an empty prompt");
+    s.req = std::make_unique<detail::live_request>();
+    auto& r = *s.req;
+    r.id = id;
+    r.in = in;
+    r.frames.resize(in.frames);
+    r.result.submitted = in.submitted;
+    r.result.frames = in.frames;
+    if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
+  }
+
+  bool ready(request_state& s, std::uint8_t node, mstar::row& row, tts_payload& p) {
+    auto& r = *s.req;
+    p.req = &r;
+    if (node == prefill_node) {
+      if (r.prefilled) return false;
+      row.tokens = r.in.prompt_tokens;
+      return true;
+    }
+    if (node == decode_node) {
+      if (!r.prefilled || r.decoded >= r.in.frames) return false;
+      row.tokens = 1;
+      return true;
+    }
+    if (node == codec_node) {
+      const std::uint32_t w = window(r);
+      if (w == 0) return false;
+      p.first = r.coded;
+      p.width = w;
+      return true;
+    }
+    return false;
+  }
+
+  bool landed(request_state& s, std::uint8_t node, const tts_payload& p) {
+    auto& r = *s.req;
+    if (node == prefill_node || node == decode_node) {
+      r.frames[r.decoded++] = *static_cast<const frame*>(r.talker_out.at);
+      r.talker_out.release();
+      r.prefilled = true;
+      return false;
+    }
+    // codec_chunk: one chunk of audio for the client.
+    const auto now = mstar::metrics::now_ns();
+    r.result.digest.update({static_cast<const std::int16_t*>(r.codec_out.at),
+                            std::size_t(p.width) * synth::samples_per_frame});
+    r.codec_out.release();
+    r.coded += p.width;
+    ++r.chunks;
+    if (r.result.first_audio < 0)
+      r.result.first_audio = now;
+    else
+      r.result.gaps.push_back(now - r.last_chunk);
+    r.last_chunk = now;
+    if (r.chunks == r.in.cancel_after_chunks && on_cancel_point) on_cancel_point(r.id);
+    return true;
+  }
+
+  bool finished(const request_state& s) const { return s.req->coded == s.req->in.frames; }
+
+  void end(request_state& s, mstar::request_id id, mstar::request_end how) {
+    tts_result res;
+    if (s.req) { // a request cancelled before it started has no data
+      auto& r = *s.req;
+      r.talker_out.release(); // shares of steps whose landing this request no longer saw
+      r.codec_out.release();
+      res = std::move(r.result);
+      res.chunks = r.chunks;
+      s.req.reset();
+    }
+    res.how = how;
+    res.ended = mstar::metrics::now_ns();
+    {
+      std::lock_guard g(lock_);
+      results_[id] = std::move(res);
+    }
+    if (on_end) on_end(id);
+  }
+
+  std::uint32_t batch_key(std::uint8_t node, const tts_payload& p) const {
+    return node == codec_node && o_.codec_per_width ? p.width : 0;
+  }
+
+  // Results of ended requests (read after wait_idle, or under results_lock()).
+  std::map<mstar::request_id, tts_result>& results() { return results_; }
+  std::mutex& results_lock() { return lock_; }
+  const tts_flow_options& options() const { return o_; }
+  std::uint32_t widest_window() const { return *std::max_element(o_.ramp.begin(), o_.ramp.end()); }
+
+  // Digests of the requests that completed.
+  std::map<mstar::request_id, audio_digest> digests() {
+    std::lock_guard g(lock_);
+    std::map<mstar::request_id, audio_digest> out;
+    for (const auto& [id, r] : results_)
+      if (r.how == mstar::request_end::completed) out[id] = r.digest;
+    return out;
+  }
+
+private:
+  // The next window's width: the ramp's, or what is left once every frame is decoded; 0 while the
+  // frames it covers are not all decoded yet.
+  std::uint32_t window(const detail::live_request& r) const {
+    const std::uint32_t avail = r.decoded - r.coded;
+    std::uint32_t w = o_.ramp[std::min<std::size_t>(r.chunks, o_.ramp.size() - 1)];
+    if (r.decoded == r.in.frames) w = std::min(w, avail);
+    return avail >= w ? w : 0;
+  }
+  tts_flow_options o_;
+  std::mutex lock_;
+  std::map<mstar::request_id, tts_result> results_;
+};
+
+static_assert(mstar::worker_flow<tts_flow>);
+
+// Device time stamps around each step's launches (the CUDA example brackets them with timing events;
+// the host backend has none): begin/end on the step's stream, from the GPU thread.
+struct step_timeline {
+  virtual ~step_timeline() = default;
+  virtual void begin(std::uint8_t node, void* stream, std::uint32_t rows) = 0;
+  virtual void end(std::uint8_t node, void* stream) = 0;
+  virtual void arm(bool on) = 0; // record only while armed (the measured part of a run)
+};
+
+struct forward_options {
+  std::uint32_t max_batch = 64;             // rows of a step (engine_options.max_batch)
+  std::uint32_t max_window = 8;             // widest codec window (the ramp's widest)
+  std::uint32_t buffers = 16;               // output buffers per kind: >= the worker's step_records + 2
+  std::vector<std::uint32_t> decode_buckets; // talker_decode rows padded up to these (CUDA graphs); empty: none
+};
+
+// The forward functions of the three nodes, with their output pools and step counters.
+template <class Backend>
+class tts_forwards {
+public:
+  tts_forwards(Backend& b, talker<Backend>& t, codec<Backend>& c, forward_options o)
+      : talker_(&t), codec_(&c), o_(std::move(o)), frames_(b, std::max(o_.buffers, 4u), o_.max_batch),
+        audio_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * o_.max_window * synth::samples_per_frame) {
+    windows_.reserve(o_.max_batch);
+    std::sort(o_.decode_buckets.begin(), o_.decode_buckets.end());
+  }
+
+  template <class Worker>
+  void install(Worker& w) {
+    w.template forward<TalkerPrefill>([this](const auto& ctx) { talker_step(ctx, talker_phase::prefill); });
+    w.template forward<TalkerDecode>([this](const auto& ctx) { talker_step(ctx, talker_phase::decode); });
+    w.template forward<CodecChunk>([this](const auto& ctx) { codec_step(ctx); });
+  }
+
+  step_timeline* timeline = nullptr;
+
+  // Steps launched (GPU thread; read after the worker stopped).
+  std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0, codec_rows = 0, codec_frames = 0;
+  std::uint64_t decode_rows = 0, decode_padded_rows = 0;
+  bool buffers_free() const { return frames_.all_free() && audio_.all_free(); }
+
+private:
+  template <class Ctx>
+  void talker_step(const Ctx& ctx, talker_phase phase) {
+    auto in = talker_inputs_of(ctx);
+    if (phase == talker_phase::decode) {
+      // The worker forms steps of any row count; pad to the graph buckets here (padding rows are
+      // zeroed by the talker's staging and write nothing the rows read).
+      in.bucket = mstar::bucket_for(in.rows, o_.decode_buckets);
+      ++decode_steps;
+      decode_rows += in.rows;
+      decode_padded_rows += in.bucket;
+    } else {
+      ++prefill_steps;
+    }
+    auto lease = frames_.acquire(in.rows, in.rows);
+    for (std::uint32_t i = 0; i < in.rows; ++i)
+      ctx.payloads[i].req->talker_out = {lease.data + i, lease.refs};
+    const auto node = phase == talker_phase::decode ? decode_node : prefill_node;
+    if (timeline) timeline->begin(node, stream_handle(ctx.stream), in.rows);
+    talker_->forward(ctx.stream, in, std::span<frame>(lease.data, in.rows), phase);
+    if (timeline) timeline->end(node, stream_handle(ctx.stream));
+  }
+
+  template <class Ctx>
+  void codec_step(const Ctx& ctx) {
+    windows_.clear();
+    std::uint32_t total = 0;
+    for (const auto& p : ctx.payloads) {
+      windows_.push_back({p.req->frames.data() + p.first, p.width});
+      total += p.width;
+    }
+    const std::size_t samples = std::size_t(total) * synth::samples_per_frame;
+    auto lease = audio_.acquire(static_cast<std::uint32_t>(ctx.payloads.size()), samples);
+    std::size_t offset = 0;
+    for (const auto& p : ctx.payloads) {
+      p.req->codec_out = {lease.data + offset, lease.refs};
+      offset += std::size_t(p.width) * synth::samples_per_frame;
+    }
+    ++codec_steps;
+    codec_rows += ctx.payloads.size();
+    codec_frames += total;
+    if (timeline) timeline->begin(codec_node, stream_handle(ctx.stream), static_cast<std::uint32_t>(ctx.payloads.size()));
+    codec_->chunk(ctx, std::span<const codec_window>(windows_), std::span<std::int16_t>(lease.data, samples));
+    if (timeline) timeline->end(codec_node, stream_handle(ctx.stream));
+  }
+
+  template <class S>
+  static void* stream_handle(S s) {
+    if constexpr (requires { s.handle; })
+      return static_cast<void*>(s.handle);
+    else
+      return nullptr;
+  }
+
+  talker<Backend>* talker_;
+  codec<Backend>* codec_;
+  forward_options o_;
+  detail::output_pool<Backend, frame> frames_;
+  detail::output_pool<Backend, std::int16_t> audio_;
+  std::vector<codec_window> windows_; // GPU thread
+};
+
+} // namespace qwen3_tts
