@@ -1,16 +1,18 @@
 // Recurrent-state kernels on the GPU: achieved bandwidth of gather and scatter (bytes read plus bytes
 // written) against cudaMemcpyAsync device-to-device of the same bytes measured in the same run, over
-// rows x bytes-per-row from 1 x 4 KiB to 1024 x 1 MiB; GPU time per launch of small node steps; and
-// kernel launches per call, counted as the nodes of a captured graph.
+// rows x bytes-per-row from 1 x 4 KiB to 1024 x 1 MiB and for steps of several layers and pools; GPU
+// time per launch of small node steps; and kernel launches per call, counted as the nodes of a
+// captured graph. bench/kernels/copy_floor_bench.cu measures the floors under these figures.
 //
 //   build/bench/kernels/mstar_recurrent_bench            (bench/kernels/run_h200.sh builds and runs it)
 //
 // Timing: each measurement captures N back-to-back calls into a CUDA graph, replays it between two
 // events, and divides by N (graph replay keeps host launch cost out of GPU time); the median of 7
 // replays is reported, after 2 warm-up replays. In the bandwidth table the calls rotate over enough
-// copies of the step's buffers (pools and batch) to fill 3x the L2, so data comes from HBM as in a
-// real step, for the kernels and for memcpy alike; the small-step table runs on one copy (L2-hot).
-// Element type bf16.
+// copies of the step's buffers (pools, batch, slot table) to fill 3x the L2, so state comes from HBM
+// as in a real step, for the kernels and for memcpy alike (both read and write the same number of
+// bytes per call; the kernels also read the slot table, which they keep in L2); the small-step table
+// runs on one copy (L2-hot). Element type bf16.
 #include <mstar/kernels/recurrent.cuh>  // for detail::tuning() and detail::swept_policies, the sweep
 
 #include <cuda_runtime.h>
@@ -80,49 +82,80 @@ double time_per_call_us(cudaStream_t stream, int calls, F&& f, std::size_t* node
   return us[us.size() / 2];
 }
 
+__global__ void fill_kernel(std::uint8_t* p, std::size_t bytes, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < bytes; i += std::size_t(gridDim.x) * blockDim.x) {
+    std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    p[i] = std::uint8_t(1 + x % 255);  // no zero bytes
+  }
+}
+
 void fill_random(void* dev, std::size_t bytes, std::mt19937_64& rng) {
-  std::vector<std::uint64_t> h((bytes + 7) / 8);
-  for (auto& x : h) x = rng() | 0x0101010101010101ull;  // no zero bytes
-  CUDA_OK(cudaMemcpy(dev, h.data(), bytes, cudaMemcpyHostToDevice));
+  fill_kernel<<<1024, 256>>>(static_cast<std::uint8_t*>(dev), bytes, rng());
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
 }
 
 int calls_for(std::size_t moved) { return int(std::clamp<std::size_t>((std::size_t(256) << 20) / std::max<std::size_t>(moved, 1), 5, 200)); }
 
-// A node step: `pools` pools of `layers` layers, rows of row_bytes each, slots a random permutation.
+struct pool_shape {
+  int layers;
+  std::size_t row_bytes;
+};
+
+// A node step: pools of layers of rows of row_bytes each, slots a random permutation. copy_dst (steps
+// of several segments only) is where the memcpy baseline writes; one segment's memcpy writes the pool.
 struct step {
   std::vector<mk::recurrent_segment<elem>> table;
   std::vector<void*> pools;
   elem* batch = nullptr;
+  void* copy_dst = nullptr;
   std::int32_t* slots = nullptr;
   std::int32_t rows = 0;
   std::size_t moved_one_way = 0;  // bytes of state the step moves in one direction
 
-  step(int npools, int layers, std::int32_t rows_, std::size_t row_bytes, std::mt19937_64& rng) : rows(rows_) {
+  step(const std::vector<pool_shape>& shapes, std::int32_t rows_, std::mt19937_64& rng) : rows(rows_) {
     const std::int32_t slot_count = rows + 1;
-    const std::int64_t state = std::int64_t(row_bytes / sizeof(elem));
-    for (int p = 0; p < npools; ++p) {
+    for (const pool_shape& ps : shapes) {
+      const std::int64_t state = std::int64_t(ps.row_bytes / sizeof(elem));
       void* pool = nullptr;
-      const std::size_t bytes = std::size_t(layers) * std::size_t(slot_count) * row_bytes;
+      const std::size_t bytes = std::size_t(ps.layers) * std::size_t(slot_count) * ps.row_bytes;
       CUDA_OK(cudaMalloc(&pool, bytes));
       fill_random(pool, bytes, rng);
       pools.push_back(pool);
-      for (int l = 0; l < layers; ++l)
+      for (int l = 0; l < ps.layers; ++l)
         table.push_back({static_cast<elem*>(pool) + std::int64_t(l) * slot_count * state, state, slot_count, 0});
+      moved_one_way += std::size_t(ps.layers) * std::size_t(rows) * ps.row_bytes;
     }
     const std::int64_t batch_elems = mk::layout_batch<elem>(table, rows);
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&batch), std::size_t(batch_elems) * sizeof(elem)));
     fill_random(batch, std::size_t(batch_elems) * sizeof(elem), rng);
+    if (table.size() > 1) {
+      CUDA_OK(cudaMalloc(&copy_dst, moved_one_way));
+      fill_random(copy_dst, moved_one_way, rng);
+    }
     std::vector<std::int32_t> h(static_cast<std::size_t>(rows));
     std::iota(h.begin(), h.end(), 1);
     std::shuffle(h.begin(), h.end(), rng);
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&slots), h.size() * sizeof(std::int32_t)));
     CUDA_OK(cudaMemcpy(slots, h.data(), h.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-    moved_one_way = table.size() * std::size_t(rows) * row_bytes;
   }
+  step(int npools, int layers, std::int32_t rows_, std::size_t row_bytes, std::mt19937_64& rng)
+      : step(std::vector<pool_shape>(std::size_t(npools), pool_shape{layers, row_bytes}), rows_, rng) {}
+  step(const step&) = delete;
+  step& operator=(const step&) = delete;
   ~step() {
     for (void* p : pools) cudaFree(p);
     cudaFree(batch);
+    cudaFree(copy_dst);
     cudaFree(slots);
+  }
+  // The baseline: one cudaMemcpyAsync of the bytes the step moves one way.
+  void memcpy_baseline(cudaStream_t stream) const {
+    CUDA_OK(cudaMemcpyAsync(copy_dst != nullptr ? copy_dst : pools[0], batch, moved_one_way, cudaMemcpyDeviceToDevice,
+                            stream));
   }
 };
 
@@ -141,12 +174,18 @@ int main() {
   int fails = 0;
   const std::size_t l2 = std::size_t(prop.l2CacheSize);
   // Copies of a step so that rotating over them touches 3x the L2.
-  const auto make_sets = [&](int npools, int layers, std::int32_t rows, std::size_t row_bytes) {
-    const std::size_t footprint = std::size_t(npools) * layers * (2 * std::size_t(rows) + 1) * row_bytes;
+  const auto make_sets_of = [&](const std::vector<pool_shape>& shapes, std::int32_t rows) {
+    std::size_t footprint = 0;  // pools, batch and (several segments) the memcpy destination
+    for (const pool_shape& ps : shapes) footprint += std::size_t(ps.layers) * (2 * std::size_t(rows) + 1) * ps.row_bytes;
+    if (shapes.size() > 1 || shapes[0].layers > 1)
+      for (const pool_shape& ps : shapes) footprint += std::size_t(ps.layers) * std::size_t(rows) * ps.row_bytes;
     const std::size_t k = std::clamp<std::size_t>((3 * l2 + footprint - 1) / footprint, 1, 64);
     std::vector<std::unique_ptr<step>> sets;
-    for (std::size_t i = 0; i < k; ++i) sets.push_back(std::make_unique<step>(npools, layers, rows, row_bytes, rng));
+    for (std::size_t i = 0; i < k; ++i) sets.push_back(std::make_unique<step>(shapes, rows, rng));
     return sets;
+  };
+  const auto make_sets = [&](int npools, int layers, std::int32_t rows, std::size_t row_bytes) {
+    return make_sets_of(std::vector<pool_shape>(std::size_t(npools), pool_shape{layers, row_bytes}), rows);
   };
   const auto round_calls = [](int calls, std::size_t k) { return int((std::size_t(calls) + k - 1) / k * k); };
 
@@ -191,7 +230,7 @@ int main() {
       mk::detail::tuning() = mk::detail::launch_policy{};
       const double m = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
-        CUDA_OK(cudaMemcpyAsync(s.pools[0], s.batch, s.moved_one_way, cudaMemcpyDeviceToDevice, stream));
+        s.memcpy_baseline(stream);
       });
       for (int dir = 0; dir < 2; ++dir) {
         const std::vector<double>& t = dir == 0 ? tg : ts;
@@ -251,7 +290,7 @@ int main() {
       }, &snodes);
       const double m = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
-        CUDA_OK(cudaMemcpyAsync(s.pools[0], s.batch, s.moved_one_way, cudaMemcpyDeviceToDevice, stream));
+        s.memcpy_baseline(stream);
       });
       const auto gbps = [&](double us) { return double(moved) / (us * 1e3); };
       const double rg = m / g, rs = m / sc;
@@ -265,6 +304,43 @@ int main() {
                   row_bytes >> 10, double(moved) / (1 << 20), g, gbps(g), sc, gbps(sc), m, gbps(m), rg, rs, gnodes,
                   snodes, ok ? "" : "<- below target");
     }
+  }
+
+  std::printf("\n== bandwidth, several layers or pools, HBM-resident (memcpy: one copy of the same bytes) ==\n");
+  std::printf("%-30s %5s %10s | %9s %9s %9s | %6s %6s %5s\n", "pools: layers x row", "rows", "moved", "gather_us",
+              "scatter", "memcpy", "g/cpy", "s/cpy", "lnch");
+  struct multi_case {
+    const char* name;
+    std::vector<pool_shape> shapes;
+    std::int32_t rows;
+  };
+  const std::vector<multi_case> multi = {
+      {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 128},
+      {"1: 32 x 2 KiB (strided)", {{32, 2 << 10}}, 64},
+      {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 512},
+      {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 64},
+      {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 256},
+      {"3: 100 x 512 B each (table)", {{100, 512}, {100, 512}, {100, 512}}, 32}};
+  for (const multi_case& mc : multi) {
+    auto sets = make_sets_of(mc.shapes, mc.rows);
+    const std::size_t k = sets.size();
+    const std::size_t moved = 2 * sets[0]->moved_one_way;
+    const int calls = round_calls(calls_for(moved), k);
+    std::size_t gnodes = 0, snodes = 0;
+    const double g = time_per_call_us(stream, calls, [&](int i) {
+      step& s = *sets[std::size_t(i) % k];
+      mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+    }, &gnodes);
+    const double sc = time_per_call_us(stream, calls, [&](int i) {
+      step& s = *sets[std::size_t(i) % k];
+      mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+    }, &snodes);
+    const double m = time_per_call_us(stream, calls, [&](int i) { sets[std::size_t(i) % k]->memcpy_baseline(stream); });
+    const double rg = m / g, rs = m / sc;
+    const bool ok = (moved < (std::size_t(8) << 20) || std::min(rg, rs) >= 0.90) && gnodes == 1 && snodes == 1;
+    fails += ok ? 0 : 1;
+    std::printf("%-30s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu %s\n", mc.name, mc.rows,
+                double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes, ok ? "" : "<- below target");
   }
 
   std::printf("\n== node steps: several pools and layers, small rows (GPU time per call) ==\n");

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# One call on the GPU machine for the recurrent-state kernels: configure and build with meson (build
-# directory under /tmp; if the project as a whole does not configure or build there, the same sources
-# are built with nvcc directly), run the GPU tests, run compute-sanitizer memcheck and racecheck on a
-# reduced case set (MSTAR_GPU_QUICK=1), then run the benchmark, whose table is printed last.
+# One call on the GPU machine for the recurrent-state kernels: build (meson, build directory under
+# /tmp; if the project as a whole does not configure or build there, the kernel sources are built
+# with nvcc directly), then the two benchmarks (the floors first, then the launch-policy sweep and
+# the tables), the GPU tests, and compute-sanitizer memcheck and racecheck on a reduced case set
+# (MSTAR_GPU_QUICK=1). Benchmarks run first so that their figures come back even if a later step
+# runs out of time; a summary is printed last.
 #
 #   bash bench/kernels/run_h200.sh            (from the repository root; logs go to $OUT when it is set)
+#   MSTAR_PREBUILT=DIR bash bench/kernels/run_h200.sh
+#       use mstar_gpu_tests, mstar_recurrent_bench and mstar_copy_floor_bench from DIR (built elsewhere
+#       with the same nvcc for sm_90) when they start there; otherwise build as above.
+#   MSTAR_BENCH_POLICY=auto runs the tables under the sweep's best policy, =<index> under that swept
+#       policy; unset or 'default', under the launcher's default.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=${MSTAR_KBUILD:-/tmp/mstar_kbuild}
 LOG=${OUT:-/tmp}
 status=0
+[ "${MSTAR_BENCH_POLICY:-}" = default ] && unset MSTAR_BENCH_POLICY
 
 echo "== machine: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null)"
 commit=$(git rev-parse --verify -q HEAD 2>/dev/null) || commit=uncommitted
@@ -20,25 +28,44 @@ nvcc --version | tail -1
 
 TESTS=$BUILD/tests/gpu/mstar_gpu_tests
 BENCH=$BUILD/bench/kernels/mstar_recurrent_bench
-rm -rf "$BUILD"
-if ! { meson setup "$BUILD" -Dbuildtype=release >"$LOG/meson_setup.log" 2>&1 &&
-       meson compile -C "$BUILD" mstar_gpu_tests mstar_recurrent_bench >"$LOG/meson_build.log" 2>&1; }; then
-  echo "== meson build of the whole project failed (see meson_*.log); building the kernel sources with nvcc"
-  tail -5 "$LOG/meson_setup.log" "$LOG/meson_build.log" 2>/dev/null
-  D=$BUILD-direct
-  mkdir -p "$D"
-  F=(-std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 --expt-relaxed-constexpr -I"$ROOT/include" -I"$ROOT/tests")
-  nvcc "${F[@]}" -c kernels/qwen3tts.cu -o "$D/qwen3tts.o" &
-  nvcc "${F[@]}" -c tests/gpu/recurrent_gpu_test.cu -o "$D/gpu_test.o" &
-  nvcc "${F[@]}" -c tests/gpu/recurrent_instantiate.cu -o "$D/inst.o" &
-  nvcc "${F[@]}" -c tests/gpu/main.cpp -o "$D/main.o" &
-  wait
-  nvcc "${F[@]}" bench/kernels/recurrent_bench.cu "$D/qwen3tts.o" -o "$D/mstar_recurrent_bench" || status=1
-  nvcc "${F[@]}" "$D/main.o" "$D/gpu_test.o" "$D/inst.o" "$D/qwen3tts.o" -o "$D/mstar_gpu_tests" || status=1
-  TESTS=$D/mstar_gpu_tests
-  BENCH=$D/mstar_recurrent_bench
+FLOOR=$BUILD/bench/kernels/mstar_copy_floor_bench
+prebuilt_ok=0
+if [ -n "${MSTAR_PREBUILT:-}" ]; then
+  P=$MSTAR_PREBUILT
+  if "$P/mstar_gpu_tests" --no-intro -tc='an empty step*' >"$LOG/prebuilt_check.log" 2>&1; then
+    TESTS=$P/mstar_gpu_tests BENCH=$P/mstar_recurrent_bench FLOOR=$P/mstar_copy_floor_bench prebuilt_ok=1
+    echo "== using the prebuilt binaries in $P"
+  else
+    echo "== the prebuilt binaries do not start here ($(tail -1 "$LOG/prebuilt_check.log")); building"
+  fi
 fi
-[ -x "$TESTS" ] && [ -x "$BENCH" ] || { echo "== build failed"; exit 1; }
+if [ $prebuilt_ok = 0 ]; then
+  rm -rf "$BUILD"
+  if ! { meson setup "$BUILD" -Dbuildtype=release >"$LOG/meson_setup.log" 2>&1 &&
+         meson compile -C "$BUILD" mstar_gpu_tests mstar_recurrent_bench mstar_copy_floor_bench >"$LOG/meson_build.log" 2>&1; }; then
+    echo "== meson build of the whole project failed (see meson_*.log); building the kernel sources with nvcc"
+    tail -5 "$LOG/meson_setup.log" "$LOG/meson_build.log" 2>/dev/null
+    D=$BUILD-direct
+    mkdir -p "$D"
+    F=(-std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 --expt-relaxed-constexpr -I"$ROOT/include" -I"$ROOT/tests")
+    nvcc "${F[@]}" -c kernels/qwen3tts.cu -o "$D/qwen3tts.o" &
+    nvcc "${F[@]}" -c tests/gpu/recurrent_gpu_test.cu -o "$D/gpu_test.o" &
+    nvcc "${F[@]}" -c tests/gpu/recurrent_instantiate.cu -o "$D/inst.o" &
+    nvcc "${F[@]}" -c tests/gpu/main.cpp -o "$D/main.o" &
+    wait
+    nvcc "${F[@]}" bench/kernels/recurrent_bench.cu "$D/qwen3tts.o" -o "$D/mstar_recurrent_bench" || status=1
+    nvcc "${F[@]}" bench/kernels/copy_floor_bench.cu "$D/qwen3tts.o" -o "$D/mstar_copy_floor_bench" || status=1
+    nvcc "${F[@]}" "$D/main.o" "$D/gpu_test.o" "$D/inst.o" "$D/qwen3tts.o" -o "$D/mstar_gpu_tests" || status=1
+    TESTS=$D/mstar_gpu_tests BENCH=$D/mstar_recurrent_bench FLOOR=$D/mstar_copy_floor_bench
+  fi
+fi
+[ -x "$TESTS" ] && [ -x "$BENCH" ] && [ -x "$FLOOR" ] || { echo "== build failed"; exit 1; }
+command -v cuobjdump >/dev/null && cuobjdump -sass "$BENCH" >"$LOG/sass.txt" 2>&1
+
+echo "== floors"
+"$FLOOR" 2>&1 | tee "$LOG/floor.txt" || status=1
+echo "== benchmark"
+"$BENCH" >"$LOG/bench.txt" 2>&1 || status=1
 
 echo "== GPU tests (full set)"
 "$TESTS" --no-intro >"$LOG/gpu_tests.log" 2>&1
@@ -55,7 +82,8 @@ for tool in memcheck racecheck; do
   [ $rc = 0 ] || { echo "   $tool exit code $rc"; status=1; }
 done
 
-echo "== benchmark"
-"$BENCH" 2>&1 | tee "$LOG/bench.txt" || status=1
+echo "== benchmark (also in bench.txt)"
+cat "$LOG/bench.txt"
+echo "== machine after: $(nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null)"
 echo "== overall status: $status"
 exit $status

@@ -141,6 +141,9 @@ TEST_CASE_TEMPLATE("gather, scatter and zero_slots on the GPU match the host ref
                                            {{1 + int(rng() % 4), vec}, {2, 1 + std::int64_t(rng() % cap)}, {1, 1}},
                                            misalign);
       check_case<T>(rng, c, stream.s);
+      // one pool of layers of one shape: the strided kernel, at this type's widths
+      check_case<T>(rng, mt::make_case(rng, rows, {{1 + int(rng() % 3), 1 + std::int64_t(rng() % cap)}}, misalign),
+                    stream.s);
     }
   }
 }
@@ -169,24 +172,28 @@ TEST_CASE("rows of a MiB and more, aligned or not, match the host reference" * d
   check_case<float>(rng, mt::make_case(rng, 1024, {{1, 2048}, {1, 5}}, 0), stream.s);
 }
 
-TEST_CASE("every launch policy the benchmark sweeps matches the host reference, grids walking several tiles included" *
+TEST_CASE("every launch policy the benchmark sweeps matches the host reference, through both kernels" *
           doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(55);
   stream_guard stream;
-  // The swept variants, plus grids capped at one block a SM so that the next-tile slot prefetch runs
-  // many passes on small data (cheap under compute-sanitizer).
+  // The swept variants, plus two units a thread from the first item, with and without the strided kernel.
   std::vector<mk::detail::launch_policy> policies(std::begin(mk::detail::swept_policies),
                                                   std::end(mk::detail::swept_policies));
-  for (const int unroll : {1, 2, 4}) policies.push_back({8, unroll, unroll, 1, mk::detail::hint_keep_slots | mk::detail::hint_stream_reads});
-  policies.push_back({0, 1, 4, 1, 0u});  // below and beyond the wave threshold differ: take "beyond" at once
+  policies.push_back({0, 1, 2, true});
+  policies.push_back({0, 1, 2, false});
   const mk::detail::launch_policy saved = mk::detail::tuning();
   for (std::size_t v = 0; v < policies.size(); ++v) {
     CAPTURE(v);
     mk::detail::tuning() = policies[v];
-    // all 16-byte units (the wide kernel), then every width in one launch (the general one)
+    // pools of different row sizes: the general table (16-byte units, then every width in one launch)
     check_case<float>(rng, mt::make_case(rng, quick() ? 100 : 1000, {{2, 1024}, {1, 4}}, 0), stream.s);
+    check_case<float>(rng, mt::make_case(rng, quick() ? 40 : 300, {{3, 1028}, {2, 1024}}, 0), stream.s);
     check_case<std::uint8_t>(rng, mt::make_case(rng, quick() ? 60 : 300, {{2, 4096}, {1, 37}, {1, 1}}, 1), stream.s);
-    if (!quick()) check_case<float>(rng, mt::make_case(rng, 256, {{1, 16384}}, 0), stream.s);  // 16 MiB, grids of 8/SM iterate
+    // one pool of several layers, and one segment: strided tables (16-byte units, odd units, misaligned)
+    check_case<float>(rng, mt::make_case(rng, quick() ? 20 : 100, {{5, 4100}}, 0), stream.s);
+    check_case<std::uint8_t>(rng, mt::make_case(rng, quick() ? 30 : 257, {{3, 37}}, 0), stream.s);
+    check_case<mstar::bf16>(rng, mt::make_case(rng, quick() ? 30 : 257, {{1, 333}}, 1), stream.s);
+    if (!quick()) check_case<float>(rng, mt::make_case(rng, 256, {{1, 16384}}, 0), stream.s);  // 16 MiB, unroll 2
   }
   mk::detail::tuning() = saved;
 }

@@ -2,14 +2,23 @@
 // Include it only from the .cu that instantiates the launchers for a model (kernels/<model>.cu);
 // everyone else includes the CUDA-free .hpp. docs/kernels.md gives the design and the measurements.
 //
-// One kernel does all three directions. Its work is a flat space of "items": item = one unit of
-// g bytes of one row of one segment, segments one after another, rows of a segment one after another.
-// g is chosen per segment: 16 bytes when the pool, the batch block and the row size allow, else the
-// largest of 8, 4, 2, 1 bytes that they allow. A block takes contiguous tiles of Threads * Unroll
-// items; a thread finds its first item's segment by binary search over the segments' first items
-// and then walks forward, so many short rows and a few huge rows both spread over the whole grid.
-// The segment table travels by value as the kernel's parameter (__grid_constant__, no copy, no
-// device buffer, no allocation): up to max_segments = 512 segments, 40 bytes each.
+// The direction (gather, scatter, zero) is a template argument. Work is a flat space of "items":
+// item = one unit of g bytes of one row of one segment, segments one after another, rows of a segment
+// one after another. g is chosen per segment: 16 bytes when the pool, the batch block and the row
+// size allow, else the largest of 8, 4, 2, 1 bytes that they allow. A block of 256 threads takes a
+// tile of 256 items, one a thread, so many short rows and a few huge rows both spread over the whole
+// grid. Two kernels locate items: recurrent_strided_kernel for tables whose segments have one shape
+// and are evenly spaced (one segment, or one pool's layers: an 80-byte parameter and two divisions),
+// recurrent_table_kernel for any other table (by value, __grid_constant__, up to max_segments = 512
+// segments of 40 bytes, binary search over their first items).
+//
+// What the time of a call is made of (bench/kernels/copy_floor_bench.cu measures each part): a call is
+// one round of loads and stores, so its length is the chain of dependent accesses in a thread. A
+// contiguous copy kernel has one (load, then store) and matches cudaMemcpyAsync, which is itself a
+// kernel. Gather cannot avoid a second (the slot, then the pool row), so the kernels keep everything
+// else off the chain: the strided kernel reads only parameters at fixed offsets (they go out together,
+// no branch waits on one), the slot table stays in L2 (evict_last), gather's pool load is predicated
+// (no branch between slot and load), and scatter issues its batch load before it tests the slot.
 #pragma once
 
 #include <mstar/kernels/recurrent.hpp>
@@ -21,6 +30,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace mstar::kernels {
 
@@ -34,71 +44,76 @@ namespace detail {
 
 enum class copy_op : std::int32_t { gather, scatter, zero };
 
-// A segment as the kernel needs it: byte pointers and the unit size resolved on the host.
+// Fast division by a divisor fixed at launch (CUTLASS's FastDivmod): exact for n < 2^31 and
+// divisors below 2^31. Divisor 1 has multiplier 0, and the quotient is then n itself: computed
+// without a branch, so no parameter read waits on another.
+struct fast_divisor {
+  std::uint32_t divisor;
+  std::uint32_t multiplier;
+  std::uint32_t shift;
+};
+
+inline fast_divisor make_fast_divisor(std::uint32_t d) {
+  if (d == 1) return {1, 0, 0};
+  std::uint32_t log2 = 0;
+  while ((std::uint64_t(1) << log2) < d) ++log2;  // ceil(log2(d))
+  const std::uint32_t p = 31 + log2;
+  return {d, std::uint32_t(((std::uint64_t(1) << p) + d - 1) / d), p - 32};
+}
+
+__device__ __forceinline__ std::uint32_t fast_div(std::uint32_t n, const fast_divisor& d) {
+  return (__umulhi(n, d.multiplier) >> d.shift) + (d.multiplier == 0 ? n : 0u);
+}
+
+// The general table (pools of different row sizes or layouts): one entry a segment, by value.
 struct packed_segment {
   char* pool;                  // the (pool, layer) block
   std::int64_t batch_offset;   // bytes from the batch start to this segment's block
-  std::uint64_t item_begin;    // this segment's first item in the launch's item space
-  std::uint32_t units_per_row; // row bytes >> log2_unit
-  std::uint32_t multiplier;    // n / units_per_row == __umulhi(n, multiplier) >> shift, n < 2^31 (0: divisor 1)
-  std::uint32_t shift;
+  fast_divisor units_per_row;  // row bytes >> log2_unit
   std::uint32_t log2_unit;     // 4: 16-byte accesses ... 0: bytes
 };
-static_assert(sizeof(packed_segment) == 40, "packed_segment is sized for the kernel parameter budget");
+static_assert(sizeof(packed_segment) == 32, "packed_segment is sized for the kernel parameter budget");
 
+// Scalars first, then the first items (the search reads one contiguous array), then the segments.
 template <int Cap>
-struct copy_params {
-  packed_segment seg[Cap];
+struct table_params {
   char* batch;
   const std::int32_t* slots;
   std::uint64_t total_items;
   std::int32_t nseg;
-  copy_op op;
-  std::uint32_t hints;  // hint_bits
+  std::int32_t unused;
+  std::uint64_t item_begin[Cap + 1];  // each segment's first item; item_begin[0] == 0, item_begin[nseg] == total
+  packed_segment seg[Cap];
 };
 // Kernel parameters larger than 4 KiB need CUDA 12.1 and sm_70 or newer (the limit is 32764 bytes).
-static_assert(sizeof(copy_params<max_segments>) <= 32764,
+static_assert(sizeof(table_params<max_segments>) <= 32764,
               "the segment table no longer fits a kernel parameter; lower max_segments in recurrent.hpp");
 
-// CUTLASS's FastDivmod: exact for n < 2^31 and divisors below 2^31.
-inline void make_fast_divmod(std::uint32_t d, std::uint32_t& multiplier, std::uint32_t& shift) {
-  if (d == 1) {
-    multiplier = 0;
-    shift = 0;
-    return;
-  }
-  std::uint32_t log2 = 0;
-  while ((std::uint64_t(1) << log2) < d) ++log2;  // ceil(log2(d))
-  const std::uint32_t p = 31 + log2;
-  multiplier = std::uint32_t(((std::uint64_t(1) << p) + d - 1) / d);
-  shift = p - 32;
-}
+// A strided table: every segment has the same row size and unit, and segment s sits at
+// pool + s * pool_stride and at batch + s * batch_stride (one segment; or one pool's layers, which
+// are layer-major, with layout_batch's blocks). The common case, in 80 bytes of parameter: an item's
+// segment, row and unit come from two divisions, with no table to search.
+struct strided_params {
+  char* batch;
+  const std::int32_t* slots;
+  char* pool;                  // segment 0
+  std::int64_t pool_stride;    // bytes from one segment's pool block to the next
+  std::int64_t batch_stride;   // bytes from one segment's batch block to the next
+  std::uint64_t total_items;   // < 2^31
+  fast_divisor segment_items;  // rows * units_per_row
+  fast_divisor units_per_row;
+  std::uint32_t log2_unit;
+};
 
-__device__ __forceinline__ std::uint32_t fast_div(std::uint32_t n, const packed_segment& s) {
-  return s.multiplier ? (__umulhi(n, s.multiplier) >> s.shift) : n;
-}
-
-// L2 policies for the loads (createpolicy, sm_80+). hint_keep_slots (default on): the slot table is
-// kept (evict_last): it is a few KiB, gather and then scatter of the same step read it, and every
-// pool address waits on it, so a miss to HBM there adds a memory latency to the call.
-// hint_stream_reads (default off, measured slower): state read once (gather's pool rows, scatter's
-// batch) evicted first. Stores keep the default policy: the batch gather writes is what the model
-// kernel reads next, and the pool rows scatter writes are what the next step gathers. Slot and 16-byte
-// state loads take the non-coherent path; the state skips L1 (read once), the slots do not (a row's
-// threads share them).
-enum hint_bits : std::uint32_t { hint_keep_slots = 1, hint_stream_reads = 2 };
-
-__device__ __forceinline__ std::uint64_t l2_policy(int kind) {  // 0 normal, 1 evict_last, 2 evict_first
+// The slot table is loaded with an L2 evict_last policy (createpolicy, sm_80+): it is a few KiB,
+// gather and then scatter of the same step read it, and every pool address waits on it, so a miss to
+// HBM there lengthens the whole call (measured: 0.1 to 0.9 us from 8 to 32 MiB moved). The state keeps
+// the default policy (evicting it first was measured slower) and skips L1 (read once); slots go
+// through L1 (a row's threads share them).
+__device__ __forceinline__ std::uint64_t keep_in_l2_policy() {
   std::uint64_t pol = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (kind == 1)
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-  else if (kind == 2)
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  else
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
-#else
-  (void)kind;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
 #endif
   return pol;
 }
@@ -108,7 +123,7 @@ __device__ __forceinline__ std::uint64_t l2_policy(int kind) {  // 0 normal, 1 e
 __device__ __forceinline__ std::int32_t load_slot(const std::int32_t* src, std::uint64_t pol) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   std::int32_t v;
-  asm("ld.global.nc.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(src), "l"(pol));
+  asm volatile("ld.global.nc.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(src), "l"(pol));
   return v;
 #else
   (void)pol;
@@ -116,17 +131,37 @@ __device__ __forceinline__ std::int32_t load_slot(const std::int32_t* src, std::
 #endif
 }
 
-__device__ __forceinline__ uint4 load16(const char* src, std::uint64_t pol) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Gather's pool load under a predicate (zeros when it is off), with no branch: its address is
+// complete when the slot arrives, and nothing else is read between the slot and it.
+__device__ __forceinline__ uint4 load16_if(bool pred, const char* src) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(src), "l"(pol));
+      : "l"(src), "r"(int(pred)));
   return v;
-#else
-  (void)pol;
-  return __ldg(reinterpret_cast<const uint4*>(src));
-#endif
+}
+
+// Scatter's batch load: issued before the slot test that decides whether it is stored. A plain load
+// whose value only a slot > 0 row stores is moved by ptxas behind that test (it exits the thread
+// first), which puts the slot's latency in front of the batch load; a volatile load is never made
+// conditional. It is served by L2 like the load it replaces (the batch is read once; no L1 reuse).
+__device__ __forceinline__ uint4 load16_unconditional(const char* src) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src)
+               : "memory");
+  return v;
+}
+
+// A store under a predicate.
+__device__ __forceinline__ void store16_if(bool pred, char* dst, uint4 v) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.u32 [%0], {%1, %2, %3, %4};\n}"
+               :
+               : "l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(int(pred))
+               : "memory");
 }
 
 __device__ __forceinline__ uint4 load_unit(const char* src, std::uint32_t log2_unit) {
@@ -152,104 +187,122 @@ __device__ __forceinline__ void store_unit(char* dst, uint4 v, std::uint32_t log
   }
 }
 
-// One item as a thread holds it between locating it and storing it: four registers, the addresses
-// are rebuilt from the segment table (constant bank) where they are used.
+// One item between locating it and storing it.
 struct located_unit {
-  std::int32_t seg;      // -1 past the end of the item space
-  std::uint32_t row;     // row of the batch (index into slots)
-  std::uint32_t in_row;  // unit within the row
-  std::int32_t slot;     // in flight from locate() until first used
+  char* batch_at;          // the item in the batch
+  char* pool_at;           // the item in slot 0 of the pool; slot s adds s * row_bytes
+  std::uint64_t row_bytes;
+  std::uint32_t log2_unit;
+  std::int32_t slot;
 };
 
-// A thread handles Unroll items of a tile per pass (Threads apart, so a warp's accesses are
-// contiguous). Tiles go to blocks grid-stride and each pass locates the thread's items of its next
-// tile and issues their slot loads before storing the current tile, so with a capped grid the slot
-// latency overlaps the data movement instead of adding to it. Within a pass: pool (gather) or batch
-// (scatter) loads of all items, then the next tile's slots, then the stores: no load waits on one it
-// does not need. Wide: every segment moves 16-byte units (decided on the host), no width switch.
-template <int Threads, int Unroll, int Cap, bool Wide>
-__global__ void __launch_bounds__(Threads) recurrent_copy_kernel(const __grid_constant__ copy_params<Cap> p) {
-  constexpr std::uint64_t tile_items = std::uint64_t(Threads) * Unroll;
-  std::uint64_t tile = blockIdx.x;
-  if (tile * tile_items >= p.total_items) return;
-  const std::uint64_t pol_slot = l2_policy((p.hints & hint_keep_slots) ? 1 : 0);
-  const std::uint64_t pol_read = l2_policy((p.hints & hint_stream_reads) ? 2 : 0);
-  int s = 0;  // segment of the last located item; items only move forward
-
-  const auto locate = [&](std::uint64_t t, located_unit (&u)[Unroll]) {
-    const std::uint64_t first = t * tile_items + threadIdx.x;
-    if (first < p.total_items) {
-      int hi = p.nseg - 1;
-      while (s < hi) {  // last segment whose first item is <= first
-        const int mid = (s + hi + 1) >> 1;
-        if (p.seg[mid].item_begin <= first)
-          s = mid;
-        else
-          hi = mid - 1;
-      }
-    }
+// The body both kernels share. A thread handles Unroll items, Threads apart (a warp's accesses are
+// contiguous): it locates them and loads their slots (scatter: and their batch units, which do not
+// depend on the slot), then (gather) loads the pool rows, then stores. locate(i, u) fills u's
+// addresses and returns the item's row. Wide: every segment moves 16-byte units (decided on the
+// host), no width switch.
+template <copy_op Op, int Threads, int Unroll, bool Wide, class Locate>
+__device__ __forceinline__ void copy_items(std::uint64_t first, std::uint64_t total, const std::int32_t* slots,
+                                           Locate&& locate) {
+  const std::uint64_t pol_slot = keep_in_l2_policy();
+  const auto live = [&](int k) { return k == 0 || first + std::uint64_t(k) * Threads < total; };
+  located_unit u[Unroll];
 #pragma unroll
-    for (int k = 0; k < Unroll; ++k) {
-      const std::uint64_t i = first + std::uint64_t(k) * Threads;
-      u[k].seg = -1;
-      u[k].slot = skip_slot;
-      if (i < p.total_items) {
-        while (s + 1 < p.nseg && p.seg[s + 1].item_begin <= i) ++s;
-        const packed_segment& g = p.seg[s];
-        const std::uint32_t local = std::uint32_t(i - g.item_begin);
-        u[k].seg = s;
-        u[k].row = fast_div(local, g);
-        u[k].in_row = local - u[k].row * g.units_per_row;
-        u[k].slot = load_slot(p.slots + u[k].row, pol_slot);
-      }
-    }
-  };
-  const auto log2_of = [&](const packed_segment& g) { return Wide ? 4u : g.log2_unit; };
-  const auto row_bytes = [&](const packed_segment& g) { return std::uint64_t(g.units_per_row) << log2_of(g); };
-  const auto batch_at = [&](const located_unit& u) {
-    const packed_segment& g = p.seg[u.seg];
-    return p.batch + g.batch_offset + u.row * row_bytes(g) + (std::uint64_t(u.in_row) << log2_of(g));
-  };
-  const auto pool_at = [&](const located_unit& u) {
-    const packed_segment& g = p.seg[u.seg];
-    return g.pool + std::uint64_t(u.slot) * row_bytes(g) + (std::uint64_t(u.in_row) << log2_of(g));
-  };
-
-  located_unit cur[Unroll];
-  locate(tile, cur);
-  for (;;) {
-    uint4 v[Unroll];
-#pragma unroll
-    for (int k = 0; k < Unroll; ++k) {
-      v[k] = make_uint4(0, 0, 0, 0);
-      const char* src = nullptr;
-      if (p.op == copy_op::gather && cur[k].seg >= 0 && cur[k].slot > 0)
-        src = pool_at(cur[k]);
-      else if (p.op == copy_op::scatter && cur[k].seg >= 0)
-        src = batch_at(cur[k]);
-      if (src != nullptr) v[k] = Wide ? load16(src, pol_read) : load_unit(src, p.seg[cur[k].seg].log2_unit);
-    }
-
-    const std::uint64_t next = tile + gridDim.x;
-    const bool more = next * tile_items < p.total_items;
-    located_unit nxt[Unroll];
-    if (more) locate(next, nxt);
-
-#pragma unroll
-    for (int k = 0; k < Unroll; ++k) {
-      if (cur[k].seg < 0) continue;
-      char* dst = nullptr;
-      if (p.op == copy_op::gather)
-        dst = batch_at(cur[k]);
-      else if (cur[k].slot > 0 || (p.op == copy_op::zero && cur[k].slot == sink_slot))
-        dst = pool_at(cur[k]);
-      if (dst != nullptr) store_unit(dst, v[k], log2_of(p.seg[cur[k].seg]));
-    }
-    if (!more) break;
-    tile = next;
-#pragma unroll
-    for (int k = 0; k < Unroll; ++k) cur[k] = nxt[k];
+  for (int k = 0; k < Unroll; ++k) {
+    u[k].slot = skip_slot;
+    if (live(k)) u[k].slot = load_slot(slots + locate(first + std::uint64_t(k) * Threads, u[k]), pol_slot);
   }
+  uint4 v[Unroll];
+  if constexpr (Op == copy_op::scatter) {
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k)
+      v[k] = !live(k) ? make_uint4(0, 0, 0, 0)
+             : Wide   ? load16_unconditional(u[k].batch_at)
+                      : load_unit(u[k].batch_at, u[k].log2_unit);
+  }
+  if constexpr (Op == copy_op::gather) {
+#pragma unroll
+    for (int k = 0; k < Unroll; ++k) {  // sink and skip rows read as zeros
+      const char* src = u[k].pool_at + std::int64_t(u[k].slot) * std::int64_t(u[k].row_bytes);
+      if (Wide) {
+        v[k] = load16_if(live(k) && u[k].slot > 0, src);
+      } else {
+        v[k] = make_uint4(0, 0, 0, 0);
+        if (live(k) && u[k].slot > 0) v[k] = load_unit(src, u[k].log2_unit);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < Unroll; ++k) {
+    if (!live(k)) continue;
+    char* const pool_row = u[k].pool_at + std::int64_t(u[k].slot) * std::int64_t(u[k].row_bytes);
+    if constexpr (Op == copy_op::gather) {
+      if (Wide)
+        *reinterpret_cast<uint4*>(u[k].batch_at) = v[k];
+      else
+        store_unit(u[k].batch_at, v[k], u[k].log2_unit);
+    } else if constexpr (Op == copy_op::scatter) {
+      if (Wide)
+        store16_if(u[k].slot > 0, pool_row, v[k]);
+      else if (u[k].slot > 0)
+        store_unit(pool_row, v[k], u[k].log2_unit);
+    } else {  // zero: every listed slot >= 0, the sink included
+      if (Wide)
+        store16_if(u[k].slot >= 0, pool_row, make_uint4(0, 0, 0, 0));
+      else if (u[k].slot >= 0)
+        store_unit(pool_row, make_uint4(0, 0, 0, 0), u[k].log2_unit);
+    }
+  }
+}
+
+// Strided table: segment, row and unit of an item from two divisions; every parameter it reads is at
+// a fixed offset, so the reads go out together and the slot load waits on one round of them.
+template <copy_op Op, int Threads, int Unroll, bool Wide>
+__global__ void __launch_bounds__(Threads) recurrent_strided_kernel(const __grid_constant__ strided_params p) {
+  const std::uint64_t first = std::uint64_t(blockIdx.x) * (Threads * Unroll) + threadIdx.x;
+  if (first >= p.total_items) return;
+  copy_items<Op, Threads, Unroll, Wide>(first, p.total_items, p.slots, [&](std::uint64_t i, located_unit& u) {
+    const std::uint32_t n = std::uint32_t(i);  // total_items < 2^31
+    const std::uint32_t s = fast_div(n, p.segment_items);
+    const std::uint32_t local = n - s * p.segment_items.divisor;
+    const std::uint32_t row = fast_div(local, p.units_per_row);
+    const std::uint32_t in_row = local - row * p.units_per_row.divisor;
+    u.log2_unit = Wide ? 4u : p.log2_unit;
+    u.row_bytes = std::uint64_t(p.units_per_row.divisor) << u.log2_unit;
+    const std::uint64_t at = std::uint64_t(in_row) << u.log2_unit;
+    u.batch_at = p.batch + std::int64_t(s) * p.batch_stride + row * u.row_bytes + at;
+    u.pool_at = p.pool + std::int64_t(s) * p.pool_stride + at;
+    return row;
+  });
+}
+
+// General table: a thread finds its first item's segment by binary search over item_begin, then
+// walks forward for its other items.
+template <copy_op Op, int Threads, int Unroll, int Cap, bool Wide>
+__global__ void __launch_bounds__(Threads) recurrent_table_kernel(const __grid_constant__ table_params<Cap> p) {
+  const std::uint64_t first = std::uint64_t(blockIdx.x) * (Threads * Unroll) + threadIdx.x;
+  if (first >= p.total_items) return;
+  int s = 0;
+  for (int hi = p.nseg - 1; s < hi;) {  // last segment whose first item is <= first
+    const int mid = (s + hi + 1) >> 1;
+    if (p.item_begin[mid] <= first)
+      s = mid;
+    else
+      hi = mid - 1;
+  }
+  copy_items<Op, Threads, Unroll, Wide>(first, p.total_items, p.slots, [&](std::uint64_t i, located_unit& u) {
+    while (p.item_begin[s + 1] <= i) ++s;
+    const packed_segment& g = p.seg[s];
+    const std::uint32_t local = std::uint32_t(i - p.item_begin[s]);
+    const std::uint32_t row = fast_div(local, g.units_per_row);
+    const std::uint32_t in_row = local - row * g.units_per_row.divisor;
+    u.log2_unit = Wide ? 4u : g.log2_unit;
+    u.row_bytes = std::uint64_t(g.units_per_row.divisor) << u.log2_unit;
+    const std::uint64_t at = std::uint64_t(in_row) << u.log2_unit;
+    u.batch_at = p.batch + g.batch_offset + row * u.row_bytes + at;
+    u.pool_at = g.pool + at;
+    return row;
+  });
 }
 
 inline int sm_count() {
@@ -265,41 +318,31 @@ inline int sm_count() {
   return n;
 }
 
-// Launch policy (256 threads a block). Up to `unroll_from_waves` waves of resident threads (2048 a
-// SM) a thread moves `small_unroll` units a pass, beyond it `unroll` (1, 2 or 4); blocks_per_sm > 0
-// caps the grid at SMs x blocks_per_sm blocks walking the tiles (slots of the next tile prefetched),
-// 0 gives one block per tile. hints: hint_bits for the loads' L2 policies.
-// Defaults: the best of the sweep in bench/kernels (H200, 2026-12-02, HBM-resident, us per call,
-// gather / scatter; "keep" = one unit a thread, slots evict_last; "plain" = the same without L2
-// policies; u2keep = 2 units a thread, slots evict_last):
-//   moved     plain        keep         u2keep       hint (both policies)  memcpy
-//   8 MiB     4.39/4.48    4.19/4.23    4.28/4.27    4.28/4.29             3.52   (1024 x 4 KiB)
-//   32 MiB    11.86/11.79  10.94/10.85  10.97/10.83  11.23/11.15           9.70   (1024 x 16 KiB)
-//   128 MiB   37.07/37.42  36.97/36.70  36.03/35.87  38.52/38.29           33.69  (1024 x 64 KiB)
-//   2 GiB     519.2/531.7  518.8/532.0  515.9/531.2  547.7/555.9           794.0
-// Evicting the streamed state first was slower everywhere, 4 units a thread and capped grids too
-// (docs/kernels.md has the whole sweep). So: slots evict_last, one unit a thread up to 8 waves (about
-// 64 MiB moved), 2 units a thread beyond, one block a tile.
-// The benchmark changes them through tuning() to run that sweep.
+// Launch policy (256 threads a block, one block a tile). Up to `unroll_from_waves` waves of resident
+// threads (2048 a SM) a thread moves `small_unroll` units, beyond it `unroll` (1 or 2). strided:
+// strided tables take recurrent_strided_kernel (off: every table takes the general kernel).
+// Default: one unit a thread at every size, chosen by the sweep in bench/kernels (H200, 2026-12-03,
+// HBM-resident, us per call, gather / scatter; docs/kernels.md has the whole sweep):
+//   rows x row      moved     u1 (default)    u1, 2 beyond 8 waves   u2 throughout   memcpy
+//   1024 x 4 KiB    8 MiB     3.95 / 3.63     3.94 / 3.65            3.84 / 3.96     3.51
+//   64 x 1 MiB      128 MiB   35.33 / 34.45   36.82 / 34.99          36.78 / 34.97   33.67
+//   1024 x 1 MiB    2 GiB     531.8 / 523.3   555.2 / 525.8          555.3 / 525.4   792.7
+// Up to 64 MiB a call is one round of accesses: two units a thread lengthen each thread's chain
+// (scatter 9-22% slower from 2 to 8 MiB, gather within 3% either way); beyond, they were 1-4% slower. Capped
+// grids walking the tiles, 4 units a thread, evicting the state from L2 first and bulk copies through
+// shared memory (cp.async.bulk) were all measured slower. The benchmark changes the policy through
+// tuning() to run its sweep.
 struct launch_policy {
   int unroll_from_waves = 8;
   int small_unroll = 1;
-  int unroll = 2;
-  int blocks_per_sm = 0;
-  std::uint32_t hints = hint_keep_slots;
+  int unroll = 1;
+  bool strided = true;
 };
 // The variants bench/kernels sweeps (and tests/gpu checks byte for byte), in the order it prints them:
-//   plain  u1 below 8 waves, u4 beyond, no L2 policies (the kernel of commit 34d888f, restructured)
-//   keep   as plain, slots evict_last          hint  as plain, both policies
-//   u2/u4  2 or 4 units a pass throughout, both policies
-//   u1p8/u2p6/u4p4  as u1/u2/u4, grid capped at 8/6/4 blocks a SM, both policies
-//   u2keep u2 with the slot policy only
-inline constexpr launch_policy swept_policies[] = {
-    {8, 1, 4, 0, 0u}, {8, 1, 4, 0, hint_keep_slots}, {8, 1, 4, 0, hint_keep_slots | hint_stream_reads},
-    {8, 2, 2, 0, hint_keep_slots | hint_stream_reads}, {8, 4, 4, 0, hint_keep_slots | hint_stream_reads},
-    {8, 1, 1, 8, hint_keep_slots | hint_stream_reads}, {8, 2, 2, 6, hint_keep_slots | hint_stream_reads},
-    {8, 4, 4, 4, hint_keep_slots | hint_stream_reads}, {8, 2, 2, 0, hint_keep_slots}};
-inline constexpr const char* swept_policy_names[] = {"plain", "keep", "hint", "u2", "u4", "u1p8", "u2p6", "u4p4", "u2keep"};
+//   dflt   the launcher's default (one unit a thread)     u1u2  one unit up to 8 waves, 2 beyond
+//   u2     2 units a thread throughout                     table dflt with every table through the general kernel
+inline constexpr launch_policy swept_policies[] = {{8, 1, 1, true}, {8, 1, 2, true}, {8, 2, 2, true}, {8, 1, 1, false}};
+inline constexpr const char* swept_policy_names[] = {"dflt", "u1u2", "u2", "table"};
 static_assert(std::size(swept_policies) == std::size(swept_policy_names));
 
 inline launch_policy& tuning() {
@@ -307,95 +350,158 @@ inline launch_policy& tuning() {
   return policy;
 }
 
-template <int Unroll, int Cap, bool Wide>
-void launch_unrolled(const copy_params<Cap>& p, std::uint64_t sms, int blocks_per_sm, cudaStream_t stream) {
-  constexpr int threads = 256;
-  const std::uint64_t tiles = (p.total_items + threads * Unroll - 1) / (threads * Unroll);
-  const std::uint64_t cap = blocks_per_sm > 0 ? sms * std::uint64_t(blocks_per_sm) : tiles;
-  const std::uint64_t blocks = tiles < cap ? tiles : cap;
-  recurrent_copy_kernel<threads, Unroll, Cap, Wide><<<dim3(unsigned(blocks)), dim3(threads), 0, stream>>>(p);
+constexpr int copy_threads = 256;
+
+inline int unroll_for(std::uint64_t total_items) {
+  const launch_policy policy = tuning();
+  return total_items <= std::uint64_t(policy.unroll_from_waves) * std::uint64_t(sm_count()) * 2048 ? policy.small_unroll
+                                                                                                 : policy.unroll;
 }
 
-template <int Cap, bool Wide>
-void launch_width(const copy_params<Cap>& p, int unroll, std::uint64_t sms, int blocks_per_sm, cudaStream_t stream) {
-  if (unroll <= 1)
-    launch_unrolled<1, Cap, Wide>(p, sms, blocks_per_sm, stream);
-  else if (unroll == 2)
-    launch_unrolled<2, Cap, Wide>(p, sms, blocks_per_sm, stream);
-  else
-    launch_unrolled<4, Cap, Wide>(p, sms, blocks_per_sm, stream);
+inline dim3 grid_for(std::uint64_t total_items, int unroll) {
+  const std::uint64_t tile = std::uint64_t(copy_threads) * std::uint64_t(unroll);
+  return dim3(unsigned((total_items + tile - 1) / tile));
+}
+
+template <copy_op Op, int Unroll, bool Wide>
+void launch_strided(const strided_params& p, cudaStream_t stream) {
+  recurrent_strided_kernel<Op, copy_threads, Unroll, Wide><<<grid_for(p.total_items, Unroll), copy_threads, 0, stream>>>(p);
+}
+
+template <copy_op Op, int Unroll, int Cap, bool Wide>
+void launch_table(const table_params<Cap>& p, cudaStream_t stream) {
+  recurrent_table_kernel<Op, copy_threads, Unroll, Cap, Wide><<<grid_for(p.total_items, Unroll), copy_threads, 0, stream>>>(p);
+}
+
+// Runtime direction, unroll and width to template arguments, at one place.
+template <class Launch>
+void dispatch(copy_op op, int unroll, bool wide, Launch&& launch) {
+  const auto by_width = [&](auto op_tag, auto unroll_tag) {
+    if (wide)
+      launch(op_tag, unroll_tag, std::true_type{});
+    else
+      launch(op_tag, unroll_tag, std::false_type{});
+  };
+  const auto by_unroll = [&](auto op_tag) {
+    if (unroll <= 1)
+      by_width(op_tag, std::integral_constant<int, 1>{});
+    else
+      by_width(op_tag, std::integral_constant<int, 2>{});
+  };
+  switch (op) {
+  case copy_op::gather: by_unroll(std::integral_constant<copy_op, copy_op::gather>{}); break;
+  case copy_op::scatter: by_unroll(std::integral_constant<copy_op, copy_op::scatter>{}); break;
+  case copy_op::zero: by_unroll(std::integral_constant<copy_op, copy_op::zero>{}); break;
+  }
+}
+
+// One segment as the host resolves it: byte addresses and the widest unit they all allow.
+struct resolved_segment {
+  char* pool;
+  std::int64_t batch_offset;  // bytes
+  std::uint64_t units_per_row;
+  std::uint32_t log2_unit;
+};
+
+template <class T>
+resolved_segment resolve(copy_op op, const recurrent_segment<T>& s, const char* batch, std::int32_t rows, std::size_t i,
+                         const char* where) {
+  const std::uint64_t row_bytes = std::uint64_t(s.state_elems) * sizeof(T);
+  char* const pool = reinterpret_cast<char*>(s.pool_layer);
+  const std::int64_t batch_offset = op == copy_op::zero ? 0 : s.batch_offset * std::int64_t(sizeof(T));
+  const std::uint64_t batch_at = op == copy_op::zero ? 0 : reinterpret_cast<std::uintptr_t>(batch + batch_offset);
+  const std::uint64_t joint = reinterpret_cast<std::uintptr_t>(pool) | row_bytes | batch_at;
+  std::uint32_t log2_unit = 4;
+  while (log2_unit > 0 && (joint & ((std::uint64_t(1) << log2_unit) - 1)) != 0) --log2_unit;
+  const std::uint64_t units = row_bytes >> log2_unit;
+  const std::uint64_t seg_items = units * std::uint64_t(rows);
+  if (seg_items >= (std::uint64_t(1) << 31))
+    refuse(where, "segment " + std::to_string(i) + " moves " + std::to_string(seg_items) + " units of " +
+                      std::to_string(1u << log2_unit) + " bytes in one launch, over the kernel's 2^31 per segment; " +
+                      "align its rows to 16 bytes or split the rows over several calls");
+  return {pool, batch_offset, units, log2_unit};
+}
+
+// A table is strided when every segment has the first one's unit and row size and the segments are
+// evenly spaced in the pool and in the batch, and the whole launch stays under 2^31 items.
+inline bool fill_strided(const resolved_segment* seg, std::size_t n, std::int32_t rows, strided_params& p) {
+  if (n == 0) return false;
+  const std::int64_t pool_stride = n > 1 ? seg[1].pool - seg[0].pool : 0;
+  const std::int64_t batch_stride = n > 1 ? seg[1].batch_offset - seg[0].batch_offset : 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (seg[i].units_per_row != seg[0].units_per_row || seg[i].log2_unit != seg[0].log2_unit ||
+        seg[i].pool - seg[0].pool != std::int64_t(i) * pool_stride ||
+        seg[i].batch_offset - seg[0].batch_offset != std::int64_t(i) * batch_stride)
+      return false;
+  const std::uint64_t segment_items = seg[0].units_per_row * std::uint64_t(rows);
+  if (segment_items * n >= (std::uint64_t(1) << 31)) return false;
+  p.pool = seg[0].pool;
+  p.batch += seg[0].batch_offset;
+  p.pool_stride = pool_stride;
+  p.batch_stride = batch_stride;
+  p.total_items = segment_items * n;
+  p.segment_items = make_fast_divisor(std::uint32_t(segment_items));
+  p.units_per_row = make_fast_divisor(std::uint32_t(seg[0].units_per_row));
+  p.log2_unit = seg[0].log2_unit;
+  return true;
 }
 
 template <int Cap>
-void launch_params(copy_params<Cap>& p, bool wide, cudaStream_t stream) {
-  const launch_policy policy = tuning();
-  const std::uint64_t sms = std::uint64_t(sm_count());
-  p.hints = policy.hints;
-  const int unroll =
-      p.total_items <= std::uint64_t(policy.unroll_from_waves) * sms * 2048 ? policy.small_unroll : policy.unroll;
-  if (wide)
-    launch_width<Cap, true>(p, unroll, sms, policy.blocks_per_sm, stream);
-  else
-    launch_width<Cap, false>(p, unroll, sms, policy.blocks_per_sm, stream);
-}
-
-template <int Cap, class T>
-void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slots, std::int32_t rows, char* batch,
-                     cudaStream_t stream, const char* where) {
-  copy_params<Cap> p;
+void launch_general(copy_op op, const resolved_segment* seg, std::size_t n, char* batch, const std::int32_t* slots,
+                    std::int32_t rows, bool wide, cudaStream_t stream) {
+  table_params<Cap> p;
   p.batch = batch;
   p.slots = slots;
-  p.nseg = std::int32_t(table.size());
-  p.op = op;
+  p.nseg = std::int32_t(n);
+  p.unused = 0;
   std::uint64_t items = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    p.item_begin[i] = items;
+    p.seg[i] = {seg[i].pool, seg[i].batch_offset, make_fast_divisor(std::uint32_t(seg[i].units_per_row)), seg[i].log2_unit};
+    items += seg[i].units_per_row * std::uint64_t(rows);
+  }
+  p.item_begin[n] = items;
+  p.total_items = items;
+  dispatch(op, unroll_for(items), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    launch_table<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(p, stream);
+  });
+}
+
+template <class T>
+void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slots, std::int32_t rows, char* batch,
+                     cudaStream_t stream, const char* where) {
+  thread_local resolved_segment seg[max_segments];  // host scratch, 16 KiB: static, not on the stack
   bool wide = true;
   for (std::size_t i = 0; i < table.size(); ++i) {
-    const auto& s = table[i];
-    const std::uint64_t row_bytes = std::uint64_t(s.state_elems) * sizeof(T);
-    char* const pool = reinterpret_cast<char*>(s.pool_layer);
-    const std::int64_t batch_offset = op == copy_op::zero ? 0 : s.batch_offset * std::int64_t(sizeof(T));
-    const std::uint64_t batch_at = op == copy_op::zero ? 0 : reinterpret_cast<std::uintptr_t>(batch + batch_offset);
-    const std::uint64_t joint = reinterpret_cast<std::uintptr_t>(pool) | row_bytes | batch_at;
-    std::uint32_t log2_unit = 4;
-    while (log2_unit > 0 && (joint & ((std::uint64_t(1) << log2_unit) - 1)) != 0) --log2_unit;
-    const std::uint64_t units = row_bytes >> log2_unit;
-    const std::uint64_t seg_items = units * std::uint64_t(rows);
-    if (seg_items >= (std::uint64_t(1) << 31))
-      refuse(where, "segment " + std::to_string(i) + " moves " + std::to_string(seg_items) + " units of " +
-                        std::to_string(1u << log2_unit) + " bytes in one launch, over the kernel's 2^31 per segment; " +
-                        "align its rows to 16 bytes or split the rows over several calls");
-    packed_segment& g = p.seg[i];
-    g.pool = pool;
-    g.batch_offset = batch_offset;
-    g.item_begin = items;
-    g.units_per_row = std::uint32_t(units);
-    make_fast_divmod(g.units_per_row, g.multiplier, g.shift);
-    g.log2_unit = log2_unit;
-    wide = wide && log2_unit == 4;
-    items += seg_items;
+    seg[i] = resolve(op, table[i], batch, rows, i, where);
+    wide = wide && seg[i].log2_unit == 4;
   }
-  p.total_items = items;
-  launch_params(p, wide, stream);
+  strided_params sp{};
+  sp.batch = batch;
+  sp.slots = slots;
+  if (tuning().strided && fill_strided(seg, table.size(), rows, sp)) {
+    dispatch(op, unroll_for(sp.total_items), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+      launch_strided<decltype(op_tag)::value, decltype(unroll_tag)::value, decltype(wide_tag)::value>(sp, stream);
+    });
+  } else if (table.size() <= 8) {
+    launch_general<8>(op, seg, table.size(), batch, slots, rows, wide, stream);
+  } else if (table.size() <= 64) {
+    launch_general<64>(op, seg, table.size(), batch, slots, rows, wide, stream);
+  } else {
+    launch_general<int(max_segments)>(op, seg, table.size(), batch, slots, rows, wide, stream);
+  }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw std::runtime_error(std::string("mstar::kernels::") + where + ": kernel launch failed: " +
                              cudaGetErrorString(e));
 }
 
-// The one dispatch point from the table size to the parameter capacity: a small table keeps the
-// kernel parameter (and its upload at launch) small.
 template <class T>
 void launch_copy(copy_op op, segment_table<T> table, const std::int32_t* slots, std::int32_t rows, char* batch,
                  void* stream, const char* where) {
   if (rows == 0 || table.empty()) return;
   if (slots == nullptr) refuse(where, "slots is null with " + std::to_string(rows) + " rows; pass the device slot table");
   if (op != copy_op::zero && batch == nullptr) refuse(where, "batch is null; pass the device batch buffer");
-  const auto st = static_cast<cudaStream_t>(stream);
-  if (table.size() <= 8)
-    fill_and_launch<8>(op, table, slots, rows, batch, st, where);
-  else if (table.size() <= 64)
-    fill_and_launch<64>(op, table, slots, rows, batch, st, where);
-  else
-    fill_and_launch<int(max_segments)>(op, table, slots, rows, batch, st, where);
+  fill_and_launch(op, table, slots, rows, batch, static_cast<cudaStream_t>(stream), where);
 }
 
 } // namespace detail
