@@ -1,17 +1,21 @@
-// The worker's host cost on the Qwen3-TTS model (host backend): the plan-thread to GPU-thread handoff
-// of the staged chain step (p50/p99: from the plan thread's push of "staged" to the GPU thread's pop),
-// and the GPU thread's host time per pass at 128 rows (one chain step: admit, promote or plan, forward
-// launch, commit, and forming and handing over the next step). Baselines measured in the same run:
-// a bare SPSC ring ping-pong between two threads (the floor of any handoff), and the same 128-row
-// decode step run inline by engine::run on one thread (admit + plan + forward + commit, no worker).
+// The worker's host cost on the Qwen3-TTS model (host backend), the same requests run three times in
+// one process: staging with prediction (the default: the next decode step is staged from the step
+// just launched), staging of ready rows only (no prediction), and no staging (every chain step plans
+// inline on the GPU thread). Per arm: the share of decode steps whose plan was a promoted stage, the
+// stages dropped, the GPU thread's host time per pass at up to 128 rows (one chain step: forming it,
+// admit, promote or plan, forward launch, commit, and forming and handing over the next one), and the
+// plan-thread to GPU-thread handoff of the staged step (p50/p99: from the plan thread's push of
+// "staged" to the GPU thread's pop). Baselines measured in the same run: a bare SPSC ring ping-pong
+// between two threads (the floor of any handoff), and the same 128-row decode step run inline by
+// engine::run on one thread (admit + plan + forward + commit, no worker).
 //
-//   mstar_worker_bench [--requests 256] [--frames 400] [--device-us 200] [--lane on|off]
+//   mstar_worker_bench [--requests 128] [--frames 400] [--device-us 200] [--lane on|off]
 //
 // The "device" is the host backend: each decode step's forward enqueues a spin of --device-us on the
 // chain stream, so the plan thread has a step's time to stage the next one, as on a GPU. Steps hold
-// at most 128 rows, so 256 requests decode as two cohorts of 128: while one cohort's step runs, the
-// other's is ready, and the worker stages it on the plan thread (a cohort's next step can only be
-// formed once its last one landed and the main thread made its rows ready again).
+// at most 128 rows, so 128 requests decode as one group (every live request in every step: nothing
+// is ready while a step runs, and only a prediction can be staged); 256 decode as two cohorts of
+// 128, where the other cohort's rows are ready while one cohort's step runs.
 #include <mstar/backend/host.hpp>
 #include <mstar/engine.hpp>
 #include <mstar/worker.hpp>
@@ -62,6 +66,10 @@ struct bench_flow {
     return node == codec;
   }
   bool finished(const request_state& s) const { return s.prefilled && s.coded == s.frames; }
+  // A decode row is followed by another unless it is the request's last frame.
+  bool continues(const request_state& s, std::uint8_t node, const payload&) const {
+    return node == decode && s.decoded + 1 < s.frames;
+  }
   void end(request_state&, mstar::request_id, mstar::request_end) {}
   std::uint32_t batch_key(std::uint8_t, const payload& p) const { return p.width; }
 };
@@ -85,10 +93,58 @@ mstar::engine_options options(std::uint32_t requests) {
 
 double us(std::uint64_t ns) { return double(ns) / 1000.0; }
 
+struct arm {
+  const char* name;
+  bool preplan, predict;
+  double wall_s = 0;
+  std::uint64_t chain_steps = 0, decode_steps = 0, promoted = 0, staged = 0, predicted = 0, drops = 0;
+  mstar::metrics::summary sum;
+  mstar::metrics::distribution find(const char* thread, const char* node, const char* phase) const {
+    for (const auto& r : sum.per_thread)
+      if (r.thread == thread && r.node == node && r.phase == phase) return r.time;
+    return {};
+  }
+};
+
+void run_arm(arm& a, std::uint32_t requests, std::uint32_t frames, std::chrono::microseconds device, bool lane_on) {
+  mstar::host_backend backend(mstar::host_backend_options{.check_ordering = false});
+  mstar::engine<Model, mstar::host_backend> engine(backend, options(requests));
+  bench_flow flow;
+  mstar::worker_options wo;
+  wo.lane = lane_on ? mstar::lane_mode::on : mstar::lane_mode::off;
+  wo.preplan = a.preplan;
+  wo.predict_next = a.predict;
+  wo.gpu_backoff = mstar::detail::backoff_policy{}; // spin then yield, never sleep: a busy worker
+  wo.plan_backoff = mstar::detail::backoff_policy{};
+  std::atomic<std::uint64_t> decode_steps{0};
+  Worker w(engine, flow, wo);
+  w.forward<qwen3_tts::TalkerPrefill>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
+  w.forward<qwen3_tts::TalkerDecode>([&](const auto& ctx) {
+    decode_steps.fetch_add(1, std::memory_order_relaxed);
+    backend.enqueue(ctx.stream, [device] { spin_for(device); });
+  });
+  w.forward<qwen3_tts::CodecChunk>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
+  w.start();
+  const auto t0 = mstar::metrics::now_ns();
+  for (std::uint32_t i = 0; i < requests; ++i)
+    w.submit(i, frames);
+  w.wait_idle();
+  a.wall_s = double(mstar::metrics::now_ns() - t0) / 1e9;
+  w.stop();
+  a.sum = w.summary();
+  const auto& c = w.counters();
+  a.chain_steps = c.chain_steps.load();
+  a.decode_steps = decode_steps.load();
+  a.promoted = c.promoted.load();
+  a.staged = c.staged.load();
+  a.predicted = c.speculative_stages.load();
+  a.drops = c.stage_drops.load();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  std::uint32_t requests = 256, frames = 400, device_us = 200;
+  std::uint32_t requests = 128, frames = 400, device_us = 200;
   std::string lane = "on";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -112,47 +168,17 @@ int main(int argc, char** argv) {
     }
   }
   if (requests == 0 || requests > 1024) {
-    std::fprintf(stderr, "mstar_worker_bench: --requests %u; use 1 to 1024 (256: two cohorts of 128 rows)\n", requests);
+    std::fprintf(stderr, "mstar_worker_bench: --requests %u; use 1 to 1024 (128: one group of 128 rows)\n", requests);
     return 2;
   }
 
-  // ---- the worker ----
-  mstar::host_backend backend(mstar::host_backend_options{.check_ordering = false});
-  mstar::engine<Model, mstar::host_backend> engine(backend, options(requests));
-  bench_flow flow;
-  mstar::worker_options wo;
-  wo.lane = lane == "off" ? mstar::lane_mode::off : mstar::lane_mode::on;
-  wo.gpu_backoff = mstar::detail::backoff_policy{}; // spin then yield, never sleep: a busy worker
-  wo.plan_backoff = mstar::detail::backoff_policy{};
+  // ---- the worker, three ways ----
   const auto device = std::chrono::microseconds(device_us);
-  std::uint64_t wall_ns = 0;
-  mstar::metrics::summary sum;
-  std::uint64_t chain_steps = 0, promoted = 0;
-  {
-    Worker w(engine, flow, wo);
-    w.forward<qwen3_tts::TalkerPrefill>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
-    w.forward<qwen3_tts::TalkerDecode>(
-        [&](const auto& ctx) { backend.enqueue(ctx.stream, [device] { spin_for(device); }); });
-    w.forward<qwen3_tts::CodecChunk>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
-    w.start();
-    const auto t0 = mstar::metrics::now_ns();
-    for (std::uint32_t i = 0; i < requests; ++i)
-      w.submit(i, frames);
-    w.wait_idle();
-    wall_ns = std::uint64_t(mstar::metrics::now_ns() - t0);
-    w.stop();
-    sum = w.summary();
-    chain_steps = w.counters().chain_steps.load();
-    promoted = w.counters().promoted.load();
-  }
-  const auto find = [&](const char* thread, const char* node, const char* phase) -> mstar::metrics::distribution {
-    for (const auto& r : sum.per_thread)
-      if (r.thread == thread && r.node == node && r.phase == phase) return r.time;
-    return {};
-  };
-  const auto handoff = find("GPU", "talker_decode", "handoff");
-  const auto pass = find("GPU", "talker_decode", "pass");
-
+  arm arms[] = {{"staged, predicted (default)", true, true},
+                {"staged, ready rows only", true, false},
+                {"not staged (inline plan)", false, false}};
+  for (auto& a : arms)
+    run_arm(a, requests, frames, device, lane != "off");
   // ---- baseline 1: a bare SPSC ring ping-pong, the floor of a handoff ----
   mstar::metrics::histogram ring_h;
   {
@@ -207,25 +233,39 @@ int main(int argc, char** argv) {
 
   std::printf("mstar_worker_bench: %u requests x %u frames, decode step %u us of host-backend 'device' time, lane %s\n",
               requests, frames, device_us, lane.c_str());
-  std::printf("  run: %.2f s, %llu chain steps (%llu promoted)\n", double(wall_ns) / 1e9,
-              (unsigned long long)chain_steps, (unsigned long long)promoted);
-  std::printf("  plan -> GPU handoff (staged step):   p50 %8.2f us  p99 %8.2f us  (n=%llu)\n", us(handoff.p50),
-              us(handoff.p99), (unsigned long long)handoff.count);
+  std::printf("  %-28s %7s %9s %8s %8s %7s %21s %21s %21s\n", "arm", "run s", "decode st", "promoted", "predictd",
+              "dropped", "pass p50 / p99 us", "handoff p50 / p99 us", "GPU admit/plan/promote");
+  for (const auto& a : arms) {
+    const auto pass = a.find("GPU", "talker_decode", "pass"), handoff = a.find("GPU", "talker_decode", "handoff");
+    const auto admit = a.find("GPU", "talker_decode", "admit"), plan = a.find("GPU", "talker_decode", "plan"),
+               promote = a.find("GPU", "talker_decode", "promote");
+    std::printf("  %-28s %7.2f %9llu %7.1f%% %8llu %7llu %10.2f / %8.2f %10.2f / %8.2f %6.2f/%6.2f/%6.2f\n", a.name, a.wall_s,
+                (unsigned long long)a.decode_steps,
+                a.decode_steps ? 100.0 * double(promote.count) / double(a.decode_steps) : 0.0,
+                (unsigned long long)a.predicted, (unsigned long long)a.drops, us(pass.p50), us(pass.p99), us(handoff.p50),
+                us(handoff.p99), us(admit.p50), us(plan.p50), us(promote.p50));
+  }
+  const auto on_pass = arms[0].find("GPU", "talker_decode", "pass").p50;
+  const auto off_pass = arms[2].find("GPU", "talker_decode", "pass").p50;
+  std::printf("  pass p50, staged and predicted / not staged: %.2fx\n",
+              double(on_pass) / double(std::max<std::uint64_t>(off_pass, 1)));
+  const auto handoff = arms[0].find("GPU", "talker_decode", "handoff");
   std::printf("  baseline, bare SPSC ring one-way:    p50 %8.2f us  p99 %8.2f us  -> handoff/ring p50 %.2fx p99 %.2fx\n",
               us(ring_h.percentile(50)), us(ring_h.percentile(99)),
               double(handoff.p50) / double(std::max<std::uint64_t>(ring_h.percentile(50), 1)),
               double(handoff.p99) / double(std::max<std::uint64_t>(ring_h.percentile(99), 1)));
-  std::printf("  GPU-thread pass, talker_decode:      p50 %8.2f us  p99 %8.2f us  (n=%llu; rows up to 128)\n",
-              us(pass.p50), us(pass.p99), (unsigned long long)pass.count);
-  std::printf("  baseline, inline engine::run 128 rows: p50 %6.2f us  p99 %8.2f us  -> pass/inline p50 %.2fx\n",
+  std::printf("  baseline, inline engine::run 128 rows: p50 %6.2f us  p99 %8.2f us  -> pass/inline p50: predicted "
+              "%.2fx, not staged %.2fx\n",
               us(inline_h.percentile(50)), us(inline_h.percentile(99)),
-              double(pass.p50) / double(std::max<std::uint64_t>(inline_h.percentile(50), 1)));
-  const auto admit = find("GPU", "talker_decode", "admit"), promote = find("GPU", "talker_decode", "promote"),
-             launch = find("GPU", "talker_decode", "launch"), commit = find("GPU", "talker_decode", "commit"),
-             preplan = find("plan", "talker_decode", "plan");
-  std::printf("  GPU thread p50: admit %.2f us, promote %.2f us, launch %.2f us, commit %.2f us; plan thread "
-              "pre-plan p50 %.2f us\n",
-              us(admit.p50), us(promote.p50), us(launch.p50), us(commit.p50), us(preplan.p50));
-  if (sum.gpu_busy_fraction >= 0) std::printf("  device busy: %.1f%%\n", sum.gpu_busy_fraction * 100.0);
+              double(on_pass) / double(std::max<std::uint64_t>(inline_h.percentile(50), 1)),
+              double(off_pass) / double(std::max<std::uint64_t>(inline_h.percentile(50), 1)));
+  const auto preplan = arms[0].find("plan", "talker_decode", "plan");
+  const auto stage = arms[0].find("GPU", "talker_decode", "stage");
+  std::printf("  predicted arm: GPU thread forming and handing over the next step p50 %.2f us (in the pass); plan "
+              "thread pre-plan p50 %.2f us\n",
+              us(stage.p50), us(preplan.p50));
+  if (arms[0].sum.gpu_busy_fraction >= 0)
+    std::printf("  device busy: %.1f%% predicted, %.1f%% not staged\n", arms[0].sum.gpu_busy_fraction * 100.0,
+                arms[2].sum.gpu_busy_fraction * 100.0);
   return 0;
 }

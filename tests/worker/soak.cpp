@@ -3,7 +3,9 @@
 // once with no cancellations, once cancelling requests at random moments (before admission, parked,
 // during chain and side steps, during and after teardown). At the end of each run every pool is full
 // again, the ordering checker saw nothing, and every request that was not cancelled produced bytes
-// identical to the run without cancellations (and to the single-threaded reference).
+// identical to the run without cancellations (and to the single-threaded reference). Per lane mode one
+// of the two runs uses the flow with the continues() hook and the other the flow without it, so the
+// staged prediction of the next decode step misses both on cancels and on requests that finish.
 //
 //   mstar_worker_soak [--requests N] [--seed S] [--lane off|on|auto|all]
 //
@@ -39,10 +41,11 @@ struct run_result {
   std::vector<bool> cancelled;
 };
 
+template <class Flow>
 run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool cancel, std::uint64_t seed) {
   mstar::host_backend backend;
   Engine engine(backend, options(/*max_requests=*/8));
-  tts_flow flow;
+  Flow flow;
   mstar::worker_options o;
   o.lane = lane;
   o.nodes.resize(3);
@@ -51,7 +54,7 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
   run_result out;
   out.cancelled.assign(in.size(), false);
   {
-    Worker w(engine, flow, o);
+    mstar::threaded_worker<Model, mstar::host_backend, Flow> w(engine, flow, o);
     install_forwards(w, backend);
     w.start();
     std::mt19937_64 rng(seed);
@@ -77,11 +80,14 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     w.stop();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = w.counters();
-    std::printf("lane %-4s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu promoted), %llu side steps (%llu on the "
-                "lane), %llu parked, %llu refusals; cancels: %llu backlog, %llu parked, %llu side, %llu chain, %llu "
-                "idle, %llu ended\n",
-                std::string(mstar::name_of(lane)).c_str(), cancel ? "cancels" : "no-cancel", in.size(), s,
-                (unsigned long long)c.chain_steps.load(), (unsigned long long)c.staged.load(), (unsigned long long)c.promoted.load(),
+    std::printf("lane %-4s %-9s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu of them predicted, %llu "
+                "promoted, %llu dropped), %llu side steps (%llu on the lane), %llu parked, %llu refusals; cancels: %llu "
+                "backlog, %llu parked, %llu side, %llu chain, %llu idle, %llu ended\n",
+                std::string(mstar::name_of(lane)).c_str(), cancel ? "cancels" : "no-cancel",
+                mstar::predicts_continuation<Flow> ? "hook" : "no-hook", in.size(), s,
+                (unsigned long long)c.chain_steps.load(), (unsigned long long)c.staged.load(),
+                (unsigned long long)c.speculative_stages.load(), (unsigned long long)c.promoted.load(),
+                (unsigned long long)c.stage_drops.load(),
                 (unsigned long long)c.side_steps.load(), (unsigned long long)c.side_steps_on_lane.load(),
                 (unsigned long long)c.parked.load(), (unsigned long long)c.refusals.load(),
                 (unsigned long long)c.cancel_backlog.load(), (unsigned long long)c.cancel_parked.load(),
@@ -89,6 +95,10 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
                 (unsigned long long)c.cancel_idle.load(), (unsigned long long)c.cancel_ended.load());
     if (c.teardown_errors.load() != 0) fail("teardown errors: " + std::to_string(c.teardown_errors.load()));
     if (!cancel && c.parked.load() == 0) fail("no row parked: the pools are too large to exercise parking");
+    if (c.speculative_stages.load() == 0) fail("no decode step was staged from a prediction");
+    if (c.promoted.load() + c.stage_drops.load() != c.staged.load())
+      fail("every published stage is promoted or dropped: " + std::to_string(c.staged.load()) + " staged, " +
+           std::to_string(c.promoted.load()) + " promoted, " + std::to_string(c.stage_drops.load()) + " dropped");
   }
   std::string why;
   if (!pools_full(engine, &why)) fail("a pool is not full after the run: " + why);
@@ -139,9 +149,12 @@ int main(int argc, char** argv) {
   for (auto& r : in)
     r = {rng(), 4 + static_cast<std::uint32_t>(rng() % 20), 1 + static_cast<std::uint32_t>(rng() % 24)};
 
-  for (auto mode : modes) {
-    const auto clean = run(in, mode, false, seed);
-    const auto noisy = run(in, mode, true, seed + 1);
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    const auto mode = modes[m];
+    const bool hook_when_noisy = (static_cast<std::size_t>(mode) % 2) == 1;
+    const auto clean = hook_when_noisy ? run<tts_flow>(in, mode, false, seed) : run<tts_flow_predicting>(in, mode, false, seed);
+    const auto noisy =
+        hook_when_noisy ? run<tts_flow_predicting>(in, mode, true, seed + 1) : run<tts_flow>(in, mode, true, seed + 1);
     std::size_t compared = 0, cancelled = 0;
     for (std::size_t i = 0; i < in.size(); ++i) {
       const auto& a = clean.results.at(i);

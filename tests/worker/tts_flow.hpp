@@ -7,7 +7,9 @@
 // The bytes a request produces depend on its seed (through the prefill's context and the decoded
 // frames), on every frame, on the window boundaries and on the codec's recurrent state left by the
 // previous window, so a state zeroed too early, a slot shared by two requests, or a frame read from
-// another request changes them. reference_audio() computes the same bytes single-threaded, with no
+// another request changes them. A decode step reads each row's frame number from the positions the
+// step's plan staged (position - prompt), so a plan promoted for the wrong rows, or staged before
+// the previous step committed, changes them too. reference_audio() computes the same bytes single-threaded, with no
 // engine at all.
 #pragma once
 
@@ -164,6 +166,7 @@ struct tts_payload {
   std::uint8_t* audio = nullptr;     // the request's audio, bytes_per_frame per frame
   std::uint32_t first = 0;           // decode: the frame; codec: the window's first frame; prefill: prompt
   std::uint32_t width = 0;           // codec: frames in the window
+  std::uint32_t prompt = 0;          // prompt tokens (decode: frame = planned position - prompt)
 };
 
 // The single-threaded reference: the bytes a request must produce.
@@ -213,6 +216,7 @@ struct tts_flow {
     p.context = &s.context;
     p.codes = s.codes.data();
     p.audio = s.audio.data();
+    p.prompt = s.in.prompt_tokens;
     if (node == prefill_node) {
       if (s.prefilled) return false;
       r.tokens = s.in.prompt_tokens;
@@ -259,11 +263,38 @@ struct tts_flow {
   std::map<mstar::request_id, result> results;
 };
 
+// The same flow with the optional continues() hook: a decode row continues unless it is the
+// request's last frame, so the worker's prediction of the next decode step misses only on cancels.
+struct tts_flow_predicting : tts_flow {
+  bool continues(const request_state& s, std::uint8_t node, const tts_payload& p) const {
+    return node == decode_node && p.first + 1 < s.in.frames;
+  }
+};
+static_assert(!mstar::predicts_continuation<tts_flow>);
+static_assert(mstar::predicts_continuation<tts_flow_predicting>);
+
 using Worker = mstar::threaded_worker<Model, mstar::host_backend, tts_flow>;
+using PredictingWorker = mstar::threaded_worker<Model, mstar::host_backend, tts_flow_predicting>;
+
+// The decode step's work: each row's frame from the planned position (device copy: stream-ordered).
+template <class Ctx>
+inline void enqueue_decode(mstar::host_backend& backend, const Ctx& ctx) {
+  const tts_payload* p = ctx.payloads.data();
+  const auto n = ctx.payloads.size();
+  const std::int32_t* pos = ctx.template plan<Positions>().positions;
+  backend.enqueue(ctx.stream, [p, n, pos] {
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto frame = static_cast<std::uint32_t>(pos[i]) - p[i].prompt;
+      for (std::uint32_t k = 0; k < codes_per_frame; ++k)
+        p[i].codes[p[i].first * codes_per_frame + k] = code_of(*p[i].context, frame, k);
+    }
+  });
+}
 
 // The forwards, as host work enqueued on the step's stream.
-inline void install_forwards(Worker& w, mstar::host_backend& backend) {
-  w.forward<Prefill>([&backend](const auto& ctx) {
+template <class W>
+inline void install_forwards(W& w, mstar::host_backend& backend) {
+  w.template forward<Prefill>([&backend](const auto& ctx) {
     const tts_payload* p = ctx.payloads.data();
     const auto n = ctx.payloads.size();
     backend.enqueue(ctx.stream, [p, n] {
@@ -271,16 +302,8 @@ inline void install_forwards(Worker& w, mstar::host_backend& backend) {
         *p[i].context = context_of(p[i].seed, p[i].first);
     });
   });
-  w.forward<Decode>([&backend](const auto& ctx) {
-    const tts_payload* p = ctx.payloads.data();
-    const auto n = ctx.payloads.size();
-    backend.enqueue(ctx.stream, [p, n] {
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::uint32_t k = 0; k < codes_per_frame; ++k)
-          p[i].codes[p[i].first * codes_per_frame + k] = code_of(*p[i].context, p[i].first, k);
-    });
-  });
-  w.forward<Codec>([&backend](const auto& ctx) {
+  w.template forward<Decode>([&backend](const auto& ctx) { enqueue_decode(backend, ctx); });
+  w.template forward<Codec>([&backend](const auto& ctx) {
     const auto& plan = ctx.template plan<CodecState>();
     const auto* pool = &ctx.template resource<CodecState>();
     const std::int32_t* slots = plan.slots; // the device copy: stream-ordered, unlike the host staging

@@ -19,6 +19,18 @@
 //   batch_key(node, payload)         GPU thread, const: rows of a node with different keys never share a
 //                                    step when the node batches per_key (one codec step per chunk width)
 //
+// One optional hook (mstar::predicts_continuation; a flow without it compiles and runs unchanged):
+//
+//   continues(state, node, payload)  main thread, when a row of a chain node is handed to the GPU thread
+//                                    (right after ready() returned true for it, or when it is unparked):
+//                                    true when, once this row's step lands, the request will at once be
+//                                    ready for `node` again with a row of the same tokens and label (a
+//                                    decode row that is not the request's last). The worker stages the
+//                                    chain's next step from it while the current one runs (see
+//                                    threaded_worker.hpp); without the hook it predicts that every row
+//                                    continues. A wrong answer costs only a dropped pre-plan, never a
+//                                    wrong result.
+//
 // The payload is per row, trivially copyable, and travels with the step: the forward reads it on the
 // GPU thread (and its stream work may read it until the step lands), so it carries the row's input and
 // output addresses (a codec window's first frame and width, where its audio goes). A flow must be
@@ -60,6 +72,13 @@ concept worker_flow =
       f.end(s, id, how);
       { cf.batch_key(node, cp) } -> std::convertible_to<std::uint32_t>;
     };
+
+// The optional continues() hook: the flow says which rows will be followed by a row of the same node.
+template <class F>
+concept predicts_continuation = requires(F& f, const typename F::request_state& s, std::uint8_t node,
+                                         const typename F::payload& p) {
+  { f.continues(s, node, p) } -> std::convertible_to<bool>;
+};
 
 // What the worker hands a forward function: the engine's step_context plus the rows' payloads (one per
 // row, in row order) and the backend, so a host-backend forward can enqueue work on ctx.stream.

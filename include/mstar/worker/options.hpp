@@ -76,6 +76,14 @@ struct worker_options {
   // Stage the next chain step on the plan thread after each launch (off: every chain step admits and
   // plans inline on the GPU thread).
   bool preplan = true;
+  // With preplan and max_chain_in_flight 1, when no other chain node has ready rows, stage the next
+  // step of the node just launched speculatively: the rows ready now, then the rows of the step just
+  // launched that the flow says continue (Flow::continues; every row without it), in that step's
+  // order. The step formed once they are ready promotes the stage when it is that very step and drops
+  // it otherwise (a cancel, a request that finished). Off: only rows already ready are staged, so a
+  // single group of requests decoding together is never staged. Not for nodes batched per_key (the
+  // next row's key is unknown before it is ready).
+  bool predict_next = true;
 
   // Per node, by node index in the model (missing entries: defaults).
   std::vector<node_options> nodes{};

@@ -10,6 +10,16 @@
 //          events and hands landed steps to the main thread
 //   plan   pre-plans (stages) the next chain step while the device runs the current one
 //
+// Staging the next chain step. Right after chain step N is launched (and committed), the GPU thread
+// hands the plan thread a prediction of step N+1: another chain node's ready rows when round robin
+// picks one, otherwise the same node over the rows ready now followed by N's rows whose request the
+// flow says continues on that node (Flow::continues, seen by the GPU thread as a bit on each ready
+// row; without the hook every row continues), in N's order. Once N has landed and the main thread
+// has routed it (so every row it made ready has been pushed), the GPU thread forms N+1: the predicted
+// rows that are ready, in the predicted order, then any other ready rows. When that is the predicted
+// step, its plan is a promote; otherwise (a request cancelled or finished, a newcomer joined) the
+// runner drops the stage and the step plans afresh: a miss costs a drop, never a wrong result.
+//
 // Per-step handoffs are single-producer single-consumer rings (detail::spsc_ring): main -> GPU (ready
 // rows), GPU -> main (landed steps, dropped rows), main -> GPU (step records to reuse), GPU -> plan
 // (the step to stage), plan -> GPU (staged). No lock on that path and no sleeping in steady state: an
@@ -110,6 +120,10 @@ private:
 // Counters of a worker's run (any thread may read them; they are relaxed atomics).
 struct worker_counters {
   std::atomic<std::uint64_t> chain_steps{0}, side_steps{0}, side_steps_on_lane{0}, promoted{0}, staged{0};
+  // Of the stages the plan thread published: those whose rows include predicted rows (rows not ready
+  // when staged), and those that were dropped instead of promoted (the next chain step was another
+  // step, a resource found the staged plan stale, or nothing of it became ready).
+  std::atomic<std::uint64_t> speculative_stages{0}, stage_drops{0};
   std::atomic<std::uint64_t> refusals{0}, side_refusals{0}, failed_steps{0}, parked{0}, unparked{0};
   std::atomic<std::uint64_t> dropped_rows{0}, teardowns{0}, teardown_errors{0}, lane_created{0};
   // Where cancels found their request: not admitted yet (backlog), a row parked, a row out on a side
@@ -141,7 +155,7 @@ public:
         done_ring_(std::bit_ceil(std::size_t(max_requests_) * node_count + options_.step_records + 2)),
         recycle_ring_(std::bit_ceil(std::size_t(options_.step_records) + 2)), to_plan_(4), from_plan_(4),
         records_(options_.step_records), chooser_(options_.lane_policy),
-        layout_{node_names(), {"handoff", "pass", "route", "teardown"}}, main_rec_("main", layout_),
+        layout_{node_names(), {"handoff", "pass", "route", "teardown", "stage_drop", "stage"}}, main_rec_("main", layout_),
         gpu_rec_("GPU", layout_), plan_rec_("plan", layout_), trace_(0, "mstar worker") {
     for (auto& w : cancel_word_)
       w.store(0, std::memory_order_relaxed);
@@ -155,10 +169,15 @@ public:
     for (std::uint32_t i = 0; i < options_.step_records; ++i) {
       records_[i].rows.resize(max_batch_);
       records_[i].payloads.resize(max_batch_);
+      records_[i].continues.resize(max_batch_);
       records_[i].done = backend_->create_event();
       free_records_.push_back(i);
     }
     busy_.reserve(options_.busy_intervals);
+    slot_of_.assign(max_requests_, 0);
+    slot_stamp_.assign(max_requests_, 0);
+    found_.resize(max_batch_);
+    present_.resize(max_batch_);
     chain_ = backend_->create_stream();
     // Trace: one track per thread and per stream.
     t_main_ = trace_.add_track("main");
@@ -290,6 +309,7 @@ private:
   struct ready_row {
     row r{};
     std::uint8_t node = 0;
+    bool continues = true; // the flow's prediction: a row of the same node follows once this one lands
     payload_type payload{};
   };
   static_assert(std::is_trivially_copyable_v<ready_row>);
@@ -311,6 +331,12 @@ private:
     std::uint32_t count = 0;
     std::vector<row> rows;
     std::vector<payload_type> payloads;
+    std::vector<std::uint8_t> continues; // per row, from its ready_row
+    // A staged record: `predicted` > 0 when its rows include rows that were not ready when it was
+    // staged; `speculative` when its rows are a prediction left in the ready queue (formed at launch);
+    // `published` once the plan thread answered that it staged them.
+    std::uint32_t predicted = 0;
+    bool speculative = false;
     event_type done{};
     stream_type stream{};
     record_status status = record_status::ok;
@@ -527,6 +553,8 @@ private:
         settle(rec.rows[i].request.index);
       const std::uint32_t index = d.record;
       recycle_ring_.push_wait(index);
+      // Every row this step made ready has been pushed: the GPU thread may form the chain's next step.
+      routed_.store(++routed_count_, std::memory_order_release);
     }
     return did;
   }
@@ -577,9 +605,13 @@ private:
 
   void push_ready(std::uint32_t index, std::uint8_t n, const row& r, const payload_type& p) {
     auto& s = slots_[index];
+    bool continues = true;
+    if constexpr (predicts_continuation<Flow>) {
+      if (!is_side(n)) continues = static_cast<bool>(flow_->continues(s.state, n, p));
+    }
     s.out_node[n] = true;
     ++s.outstanding;
-    ready_ring_.push_wait(ready_row{r, n, p});
+    ready_ring_.push_wait(ready_row{r, n, continues, p});
   }
 
   // Ask/reserve at readiness: every recurrent pool of the node reserves the row's slot (idempotent).
@@ -671,12 +703,7 @@ private:
     detail::backoff wait(options_.gpu_backoff);
     std::uint64_t seen_epoch = epoch_.load(std::memory_order_acquire);
     for (;;) {
-      bool did = false;
-      ready_row rr;
-      while (ready_ring_.try_pop(rr)) {
-        ready_[rr.node].push_back(rr);
-        did = true;
-      }
+      bool did = drain_ready();
       std::uint32_t back;
       while (recycle_ring_.try_pop(back))
         free_records_.push_back(back);
@@ -702,7 +729,20 @@ private:
       else
         wait.pause();
     }
+    // A stage no chain step came to take (every request ended): drop it, so no resource keeps it.
+    if (stage_pending_) drop_stage();
     plan_stop_.store(true, std::memory_order_release);
+  }
+
+  // Ready rows from the main thread into the per-node queues.
+  bool drain_ready() {
+    bool did = false;
+    ready_row rr;
+    while (ready_ring_.try_pop(rr)) {
+      ready_[rr.node].push_back(rr);
+      did = true;
+    }
+    return did;
   }
 
   static constexpr std::uint32_t no_record = ~0u;
@@ -721,14 +761,22 @@ private:
   // Fills a record with up to the node's batch from its ready queue (dropping cancelled rows back to
   // the main thread). False when nothing is ready.
   bool form(std::uint8_t n, std::uint32_t rec_index) {
-    auto& q = ready_[n];
     auto& rec = records_[rec_index];
     rec.node = n;
     rec.side = is_side(n);
     rec.count = 0;
+    rec.predicted = 0;
+    rec.speculative = false;
+    fill(n, rec, 0);
+    return rec.count > 0;
+  }
+
+  // Appends ready rows of node n to rec (which holds `tokens` tokens in rec.count rows already), in
+  // queue order, up to the node's batch and max_tokens; cancelled rows are handed back.
+  void fill(std::uint8_t n, step_record& rec, std::uint32_t tokens) {
+    auto& q = ready_[n];
     const auto limit = batch_limit_[n];
     const auto max_tokens = engine_->options().max_tokens;
-    std::uint32_t tokens = 0;
     bool keyed = node_opts_[n].batch == batching::per_key;
     std::uint32_t key = 0;
     bool have_key = false;
@@ -751,12 +799,19 @@ private:
       }
       if (tokens + rr.r.tokens > max_tokens && rec.count > 0) break;
       tokens += rr.r.tokens;
-      rec.rows[rec.count] = rr.r;
-      rec.payloads[rec.count] = rr.payload;
-      ++rec.count;
+      take(rec, rr);
       q.erase(i);
     }
-    return rec.count > 0;
+  }
+
+  static void take(step_record& rec, const ready_row& rr) {
+    rec.rows[rec.count] = rr.r;
+    rec.payloads[rec.count] = rr.payload;
+    rec.continues[rec.count] = rr.continues;
+    ++rec.count;
+  }
+  static ready_row ready_of(const step_record& rec, std::uint32_t i) {
+    return ready_row{rec.rows[i], rec.node, rec.continues[i] != 0, rec.payloads[i]};
   }
 
   void drop(const ready_row& rr) {
@@ -791,14 +846,26 @@ private:
     if (!from_plan_.try_pop(ack)) return false;
     gpu_rec_.record(records_[ack.record].node, handoff_phase(), metrics::now_ns() - ack.pushed);
     staged_acked_ = true;
-    if (ack.staged) counters_.staged.fetch_add(1, std::memory_order_relaxed);
+    if (ack.staged) {
+      stage_pending_ = true;
+      counters_.staged.fetch_add(1, std::memory_order_relaxed);
+      if (records_[ack.record].predicted > 0) counters_.speculative_stages.fetch_add(1, std::memory_order_relaxed);
+    }
     return true;
   }
 
-  // A batch is formed once the main thread is between routing passes (so the rows of one landed step
-  // arrive together and are not split over two steps), or the node's batch is full, or after 20 us.
+  // The main thread has routed every chain step that landed (or the worker is stopping).
+  bool chain_routed() const {
+    return routed_.load(std::memory_order_acquire) >= route_target_ || gpu_stop_.load(std::memory_order_acquire);
+  }
+
+  // A batch is formed once the main thread has routed the last chain step that landed (so its rows'
+  // next rows are all queued) and is between routing passes, or the node's batch is full, or after
+  // 20 us (a main thread slow to get a core).
   bool batch_settled(std::uint8_t n) {
-    if (ready_[n].size() >= batch_limit_[n] || !routing_.load(std::memory_order_acquire)) {
+    const bool routed = chain_routed();
+    if (routed) drain_ready();
+    if (ready_[n].size() >= batch_limit_[n] || (routed && !routing_.load(std::memory_order_acquire))) {
       settle_since_ = 0;
       return true;
     }
@@ -814,33 +881,80 @@ private:
   bool launch_chain() {
     if (chain_in_flight_ >= options_.max_chain_in_flight) return stage_next();
     std::uint32_t rec_index = no_record;
+    metrics::nanos pass_begin = 0;
+    bool did = false;
     if (staged_ != no_record) {
-      if (!staged_acked_) return false;
+      if (!staged_acked_) return false; // the plan thread is still reading its rows
+      const auto& st = records_[staged_];
+      // Predicted rows come from the chain step that landed last: wait until it is routed.
+      if (st.speculative && st.predicted > 0 && !chain_routed()) return false;
       rec_index = std::exchange(staged_, no_record);
-    } else {
-      const auto n = pick_chain_node();
-      if (n == no_index || !batch_settled(n)) return false;
-      rec_index = take_record();
-      if (rec_index == no_record) return false;
-      if (!form(n, rec_index)) {
-        free_records_.push_back(rec_index);
-        return false;
+      if (records_[rec_index].speculative) drain_ready(); // not part of the pass: the main thread's handoff
+      pass_begin = metrics::now_ns();
+      if (records_[rec_index].speculative) {
+        if (!form_staged(rec_index)) { // nothing of it is ready: no chain step will take the stage
+          free_records_.push_back(rec_index);
+          rec_index = no_record;
+          if (stage_pending_) drop_stage();
+          did = true;
+        }
       }
     }
-    const auto pass_begin = metrics::now_ns();
+    if (rec_index == no_record) {
+      const auto n = pick_chain_node();
+      if (n == no_index || !batch_settled(n)) return did;
+      pass_begin = metrics::now_ns();
+      rec_index = take_record();
+      if (rec_index == no_record) return did;
+      if (!form(n, rec_index)) {
+        free_records_.push_back(rec_index);
+        return did;
+      }
+    }
     const std::uint8_t node = records_[rec_index].node;
-    if (launch(rec_index, chain_, false)) ++chain_in_flight_;
-    if (chain_in_flight_ >= options_.max_chain_in_flight) stage_next();
+    predict_from_ = no_record;
+    if (launch(rec_index, chain_, false)) {
+      ++chain_in_flight_;
+      if (options_.predict_next && options_.max_chain_in_flight == 1 && node_opts_[node].batch == batching::every_key)
+        predict_from_ = rec_index;
+    }
+    if (chain_in_flight_ >= options_.max_chain_in_flight) {
+      const auto t = metrics::now_ns();
+      if (stage_next()) gpu_rec_.record(node, stage_phase(), metrics::now_ns() - t);
+    }
     gpu_rec_.record(node, pass_phase(), metrics::now_ns() - pass_begin);
     return true;
   }
 
-  // While the chain is full, the next chain step is formed from the rows ready now and handed to the
-  // plan thread, which stages it while the device runs the current one; it is the next chain step
-  // launched (nothing else launches on the chain before it), so its plan is a promote.
+  // While the chain is full, the next chain step is handed to the plan thread, which stages it while
+  // the device runs the current one; nothing else launches on the chain before it. Round robin picks
+  // its node among those with ready rows. When that is no node, or the node just launched, and the
+  // step just launched may be predicted from, the step is a prediction (predict()): formed again
+  // from the ready queue at launch (form_staged()), it promotes when it came out as predicted.
+  // Otherwise its rows are taken from the ready queue now, and it promotes.
   bool stage_next() {
     if (!options_.preplan || staged_ != no_record) return false;
+    // The rows of the chain step that landed last go into the queue first (another group's rows may
+    // be routed right now): deciding without them would predict a step that waits for this one's.
+    // Bounded like batch_settled (20 us), for a main thread that is slow to get a core.
+    if (!chain_routed()) {
+      const auto now = metrics::now_ns();
+      if (stage_wait_since_ == 0) stage_wait_since_ = now;
+      if (now - stage_wait_since_ < 20000) return false;
+    }
+    stage_wait_since_ = 0;
+    drain_ready();
     const auto n = pick_chain_node();
+    if (predict_from_ != no_record && (n == no_index || n == records_[predict_from_].node)) {
+      const auto from = std::exchange(predict_from_, no_record); // one prediction per launch
+      const auto next = take_record();
+      if (next == no_record) return false;
+      if (!predict(from, next)) {
+        free_records_.push_back(next);
+        return false;
+      }
+      return hand_to_plan(next);
+    }
     if (n == no_index || !batch_settled(n)) return false;
     const auto next = take_record();
     if (next == no_record) return false;
@@ -848,10 +962,117 @@ private:
       free_records_.push_back(next);
       return false;
     }
+    return hand_to_plan(next);
+  }
+
+  bool hand_to_plan(std::uint32_t next) {
     staged_ = next;
     staged_acked_ = false;
     to_plan_.push_wait(next);
     return true;
+  }
+
+  // The predicted next step of the node of chain step `from` (in flight): the node's rows ready now,
+  // in queue order (they have waited longest), then `from`'s rows that continue, in `from`'s order;
+  // up to the node's batch and max_tokens, a continued row carrying the same tokens and label. The
+  // rows stay in the ready queue (a cancel still drops them there). False when the prediction is empty.
+  bool predict(std::uint32_t from, std::uint32_t next) {
+    const auto& src = records_[from];
+    auto& rec = records_[next];
+    const auto n = src.node;
+    rec.node = n;
+    rec.side = false;
+    rec.count = 0;
+    rec.predicted = 0;
+    rec.speculative = true;
+    const auto limit = batch_limit_[n];
+    const auto max_tokens = engine_->options().max_tokens;
+    std::uint32_t tokens = 0;
+    auto add = [&](const row& r) {
+      if (rec.count >= limit || (tokens + r.tokens > max_tokens && rec.count > 0)) return false;
+      tokens += r.tokens;
+      rec.rows[rec.count++] = r;
+      return true;
+    };
+    auto& q = ready_[n];
+    for (std::size_t i = 0; i < q.size(); ++i)
+      if (!cancelled(q[i].r) && !add(q[i].r)) return rec.count > 0;
+    for (std::uint32_t i = 0; i < src.count; ++i) {
+      if (!src.continues[i] || cancelled(src.rows[i])) continue;
+      if (!add(src.rows[i])) break;
+      ++rec.predicted;
+    }
+    return rec.count > 0;
+  }
+
+  // Forms a predicted step at launch: its rows that are ready, in the predicted order, then the
+  // node's other ready rows in queue order. When every predicted row came and nothing else, it is
+  // the staged step. Cancelled rows are handed back. One pass over the ready queue (O(queue +
+  // prediction), whatever the order the rows came in). False when nothing is ready.
+  bool form_staged(std::uint32_t rec_index) {
+    auto& rec = records_[rec_index];
+    const auto n = rec.node;
+    auto& q = ready_[n];
+    const auto predicted = rec.count;
+    if (++stamp_ == 0) {
+      std::fill(slot_stamp_.begin(), slot_stamp_.end(), 0u);
+      stamp_ = 1;
+    }
+    for (std::uint32_t i = 0; i < predicted; ++i) {
+      slot_of_[rec.rows[i].request.index] = i;
+      slot_stamp_[rec.rows[i].request.index] = stamp_;
+      present_[i] = 0;
+    }
+    // Predicted rows out of the queue into their slots; the others rotate back in order.
+    for (std::size_t k = q.size(); k-- > 0;) {
+      const ready_row rr = q.pop_front();
+      const auto idx = rr.r.request.index;
+      if (slot_stamp_[idx] == stamp_) {
+        const auto slot = slot_of_[idx];
+        const row& want = rec.rows[slot];
+        if (!present_[slot] && want.request == rr.r.request && want.label == rr.r.label) {
+          if (cancelled(rr.r)) {
+            drop(rr);
+          } else {
+            found_[slot] = rr;
+            present_[slot] = 1;
+          }
+          continue;
+        }
+      }
+      q.push_back(rr);
+    }
+    const auto limit = batch_limit_[n];
+    const auto max_tokens = engine_->options().max_tokens;
+    std::uint32_t tokens = 0;
+    rec.count = 0;
+    rec.speculative = false;
+    std::uint32_t left = 0; // predicted rows that came but do not fit (the batch limit shrank): back in front
+    for (std::uint32_t i = 0; i < predicted; ++i) {
+      if (!present_[i]) continue; // not ready: cancelled, finished, parked or held
+      const ready_row& rr = found_[i];
+      if (rec.count >= limit || (tokens + rr.r.tokens > max_tokens && rec.count > 0)) {
+        found_[left++] = rr; // left <= i: never overwrites a slot still to read
+        continue;
+      }
+      tokens += rr.r.tokens;
+      take(rec, rr);
+    }
+    for (std::uint32_t i = left; i-- > 0;)
+      q.push_front(found_[i]);
+    fill(n, rec, tokens);
+    return rec.count > 0;
+  }
+
+  // Drops the published stage that no chain step took (and counts it).
+  void drop_stage() {
+    stage_pending_ = false;
+    counters_.stage_drops.fetch_add(1, std::memory_order_relaxed);
+    auto& stage = engine_->runner().stage();
+    if (!stage.staged()) return; // a chain step's admit dropped it already
+    with_node(stage.node(), [&]<class Node>() {
+      if constexpr (runs_on_the_chain<Model, Node>) stage.drop(chain_step<Model, Node>{});
+    });
   }
 
   // Round robin over the chain nodes with ready rows.
@@ -939,6 +1160,13 @@ private:
       return false;
     }
     if (p.promoted) counters_.promoted.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (!S::beside_stage) {
+      // The first chain step to plan after a stage was published took it or dropped it.
+      if (std::exchange(stage_pending_, false) && !p.promoted) {
+        counters_.stage_drops.fetch_add(1, std::memory_order_relaxed);
+        gpu_rec_.record(n, stage_drop_phase(), t2 - t0);
+      }
+    }
     stamp(rec.device_begin, stream);
     try {
       const context_type<Node> ctx(engine_->resources(), stream, engine_type::runner_type::view(step),
@@ -992,6 +1220,7 @@ private:
     rec.error = std::move(why);
     counters_.failed_steps.fetch_add(1, std::memory_order_relaxed);
     done_ring_.push_wait(done_item{rec_index, rec.node, {}});
+    ++handed_;
   }
 
   // The one admit-failure handler, for chain and side steps: the rows change queues, nothing is routed.
@@ -1011,10 +1240,10 @@ private:
     auto& q = action == admit_action::hold ? held_[n] : ready_[n];
     if (action == admit_action::hold) {
       for (std::uint32_t i = 0; i < rec.count; ++i)
-        q.push_back(ready_row{rec.rows[i], n, rec.payloads[i]});
+        q.push_back(ready_of(rec, i));
     } else {
       for (std::uint32_t i = rec.count; i-- > 0;)
-        q.push_front(ready_row{rec.rows[i], n, rec.payloads[i]});
+        q.push_front(ready_of(rec, i));
     }
     if (action == admit_action::limit_batch) batch_limit_[n] = std::max<std::uint32_t>(1, rec.count / 2);
     rec.count = 0;
@@ -1034,6 +1263,9 @@ private:
       landed(rec, now);
       in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
       done_ring_.push_wait(done_item{rec_index, rec.node, {}});
+      ++handed_;
+      // The chain's next step waits for the main thread to route this one (its rows' next rows).
+      if (!rec.side) route_target_ = handed_;
       did = true;
     }
     return did;
@@ -1104,6 +1336,8 @@ private:
   metrics::phase_id pass_phase() const { return metrics::builtin_phase_count + 1; }
   metrics::phase_id route_phase() const { return metrics::builtin_phase_count + 2; }
   metrics::phase_id teardown_phase() const { return metrics::builtin_phase_count + 3; }
+  metrics::phase_id stage_drop_phase() const { return metrics::builtin_phase_count + 4; }
+  metrics::phase_id stage_phase() const { return metrics::builtin_phase_count + 5; }
 
   // =============================================================================================
   engine_type* engine_;
@@ -1132,6 +1366,8 @@ private:
   std::vector<step_record> records_;
   std::atomic<bool> gpu_stop_{false}, plan_stop_{false};
   std::atomic<bool> routing_{false}; // the main thread is in a pass that may push ready rows
+  std::atomic<std::uint64_t> routed_{0}; // step records the main thread has routed (their ready rows pushed)
+  std::uint64_t routed_count_ = 0;       // main thread's copy
 
   // GPU thread
   std::array<detail::row_queue<ready_row>, node_count> ready_;
@@ -1144,6 +1380,17 @@ private:
   bool side_in_flight_ = false;
   std::uint32_t staged_ = no_record;
   bool staged_acked_ = false;
+  bool stage_pending_ = false;            // the plan thread published a stage no chain step has planned against yet
+  std::uint32_t predict_from_ = no_record; // the chain step just launched, while its successor may be predicted
+  std::uint64_t handed_ = 0;              // step records pushed to the main thread
+  std::uint64_t route_target_ = 0;        // handed_ when the last chain step landed
+  metrics::nanos stage_wait_since_ = 0;   // stage_next has waited for the main thread's routing since
+  // form_staged's scratch: per request index, its row's slot in the prediction (valid when its
+  // stamp is current); per slot, the ready row found for it.
+  std::vector<std::uint32_t> slot_of_, slot_stamp_;
+  std::uint32_t stamp_ = 0;
+  std::vector<ready_row> found_;
+  std::vector<std::uint8_t> present_;
   std::uint8_t last_chain_node_ = 0, last_side_node_ = 0;
   std::optional<stream_type> lane_;
   lane_chooser chooser_;
