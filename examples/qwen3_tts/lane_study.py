@@ -3,6 +3,8 @@
 
     python3 lane_study.py table study_c*.json            # markdown: the lane table and the targets
     python3 lane_study.py plot study_c*.json out.png     # audio throughput and first-audio p50 vs c
+    python3 lane_study.py plot-log study.log out.png     # the same plot from qwen3tts's printed tables
+                                                         # (when only the log came back from the device)
 
 Figures of an arm are the mean of its runs (study_h200.sh: two alternating runs per arm). The table
 needs only the standard library; the plot needs matplotlib.
@@ -126,13 +128,30 @@ def table(paths):
     print("\n".join(out))
 
 
-def plot(paths, png):
+def load_log(path):
+    """Arms from the tables qwen3tts prints (one row per run: c, lane, codec, audio s/s, first audio
+    p50/p95/p99, ...); only the fields the plot reads."""
+    arms = defaultdict(list)
+    with open(path) as f:
+        for line in f:
+            cells = [x.strip() for x in line.strip().strip("|").split("|")]
+            if len(cells) < 5 or not cells[0].isdigit() or cells[1] not in LANES:
+                continue
+            arms[(int(cells[0]), cells[2], cells[1])].append({
+                "audio_per_s": float(cells[3]),
+                "first_audio": {"p50_ms": float(cells[4].split("/")[0])},
+            })
+    return arms
+
+
+def plot(paths, png, arms=None, meta=None):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    arms, meta, _ = load(paths)
+    if arms is None:
+        arms, meta, _ = load(paths)
     cs = sorted({k[0] for k in arms})
     fig_, ax = plt.subplots(1, 2, figsize=(12, 4.5))
     styles = {"off": "-", "on": "--", "auto": ":"}
@@ -166,6 +185,8 @@ def plot(paths, png):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "table":
         table(sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "plot-log":
+        plot([], sys.argv[3], arms=load_log(sys.argv[2]), meta={"machine": "NVIDIA H200", "date": "2026-12-03"})
     elif len(sys.argv) >= 4 and sys.argv[1] == "plot":
         plot(sys.argv[2:-1], sys.argv[-1])
     else:
