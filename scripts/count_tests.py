@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Counts test results from meson's testlog.json and prints 'N passed, N failed, N skipped'.
+"""Counts test results from meson's testlog.json; prints 'N skipped', then last 'N passed, N failed'.
 
 A doctest executable counts its test cases (from its summary line); every other meson test counts
 as one. Exits 1 when anything failed or no test ran at all."""
@@ -35,7 +35,8 @@ def main(path: str) -> int:
             skipped += 1
         else:
             failed += 1
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    print(f"{skipped} skipped")
+    print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: sets up, builds (CUDA sources too when nvcc is found), runs every
-# test, and ends with one line "N passed, N failed, N skipped" counted from the test runners'
+# test, and ends with one line "N passed, N failed" counted from the test runners'
 # own results (doctest test cases, one per other meson test).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
