@@ -160,6 +160,13 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   wo.lane = lo.lane;
   wo.nodes.resize(Model::descriptor.nodes.size());
   wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
+  // Decode steps carry their CUDA-graph bucket (padded by the worker, so a staged step promotes only
+  // into a step of its bucket). A step above the largest graph runs padded to max_batch.
+  auto& buckets = wo.nodes[decode_node].buckets;
+  buckets = fo.decode_buckets;
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  if (!buckets.empty() && buckets.back() < eo.max_batch) buckets.push_back(eo.max_batch);
   if (lo.trace.empty()) wo.trace_events = 0;
   Worker worker(engine, flow, wo);
   fwd.install(worker);

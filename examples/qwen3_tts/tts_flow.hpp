@@ -245,6 +245,15 @@ public:
 
   bool finished(const request_state& s) const { return s.req->coded == s.req->in.frames; }
 
+  // mstar::predicts_continuation: once this row's step lands, does the request at once have a row of
+  // the same node again? A decode row does unless it decodes the request's last frame (the row decodes
+  // frame r.decoded, counted when it lands); a prefill is never followed by another prefill. The
+  // worker stages the decode node's next step from these answers while the current one runs.
+  bool continues(const request_state& s, std::uint8_t node, const tts_payload&) const {
+    const auto& r = *s.req;
+    return node == decode_node && r.decoded + 1 < r.in.frames;
+  }
+
   void end(request_state& s, mstar::request_id id, mstar::request_end how) {
     tts_result res;
     if (s.req) { // a request cancelled before it started has no data
@@ -298,6 +307,7 @@ private:
 };
 
 static_assert(mstar::worker_flow<tts_flow>);
+static_assert(mstar::predicts_continuation<tts_flow>);
 
 // Device time stamps around each step's launches (the CUDA example brackets them with timing events;
 // the host backend has none): begin/end on the step's stream, from the GPU thread.
@@ -312,7 +322,8 @@ struct forward_options {
   std::uint32_t max_batch = 64;             // rows of a step (engine_options.max_batch)
   std::uint32_t max_window = 8;             // widest codec window (the ramp's widest)
   std::uint32_t buffers = 16;               // output buffers per kind: >= the worker's step_records + 2
-  std::vector<std::uint32_t> decode_buckets; // talker_decode rows padded up to these (CUDA graphs); empty: none
+  std::vector<std::uint32_t> decode_buckets; // talker_decode's padding buckets (CUDA graphs); empty: none.
+                                             // The worker pads to them: run_arm sets the decode node's buckets
 };
 
 // The forward functions of the three nodes, with their output pools and step counters.
@@ -345,9 +356,13 @@ private:
   void talker_step(const Ctx& ctx, talker_phase phase) {
     auto in = talker_inputs_of(ctx);
     if (phase == talker_phase::decode) {
-      // The worker forms steps of any row count; pad to the graph buckets here (padding rows are
-      // zeroed by the talker's staging and write nothing the rows read).
-      in.bucket = mstar::bucket_for(in.rows, o_.decode_buckets);
+      // The worker pads the step to the decode node's buckets (worker_options: node_options::buckets,
+      // set from decode_buckets by run_arm), so the bucket is the step's own and part of the staged
+      // step's identity; padding rows address the sink and write nothing the rows read.
+      if (!o_.decode_buckets.empty() && in.bucket != mstar::bucket_for(in.rows, o_.decode_buckets))
+        throw std::logic_error("qwen3_tts::tts_forwards: a decode step of " + std::to_string(in.rows) +
+                               " rows has bucket " + std::to_string(in.bucket) + ", not one of decode_buckets; give the "
+                               "worker's talker_decode node_options::buckets the same buckets");
       ++decode_steps;
       decode_rows += in.rows;
       decode_padded_rows += in.bucket;

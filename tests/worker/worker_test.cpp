@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -394,6 +395,7 @@ struct decode_log {
     std::vector<std::uint64_t> seeds;
     std::vector<std::uint32_t> frames;
     bool promoted = false;
+    std::uint32_t bucket = 0; // the step's view: its bucket (the row count when the node has none)
   };
   std::vector<step> steps; // GPU thread while running; read after stop()
   std::uint64_t promotions = 0;
@@ -433,6 +435,7 @@ void log_chain(S& s, decode_log& log, Hook before_decode = nullptr) {
     decode_log::step st;
     const auto now = engine.runner().stage().promotions();
     st.promoted = now != log.promotions;
+    st.bucket = ctx.view.bucket;
     log.promotions = now;
     for (const auto& p : ctx.payloads) {
       st.seeds.push_back(p.seed);
@@ -540,6 +543,51 @@ TEST_CASE_TEMPLATE("Worker.a request that finishes before its group drops the pr
   CHECK(c.promoted.load() + c.stage_drops.load() == c.staged.load());
   CHECK_FALSE(s.engine.runner().stage().staged());
   CHECK(pools_full(s.engine));
+}
+
+TEST_CASE_TEMPLATE("Worker.a decode step carries the smallest of its node's buckets that holds its rows, and a stage promotes into it across a bucket boundary only when predicted",
+                   Flow, tts_flow, tts_flow_predicting) {
+  pool_hooks::reset();
+  auto o = with_lane(mstar::lane_mode::on);
+  o.nodes.resize(3);
+  o.nodes[decode_node].buckets = {2, 4, 8};
+  basic_setup<Flow> s(o);
+  decode_log log;
+  log_chain(s, log);
+  // Six rows (bucket 8); request 5 decodes its last frame (13): five rows, the same bucket; then
+  // request 4 decodes its last (29): four rows, bucket 4.
+  const std::vector<std::uint32_t> frames{40, 40, 40, 40, 30, 14};
+  const auto in = group(frames, 109);
+  run_group(s, in);
+  check_all_completed(s.flow, in); // padding rows reach no request's bytes
+  REQUIRE(!log.steps.empty());
+  std::set<std::uint32_t> seen;
+  for (std::size_t i = 0; i < log.steps.size(); ++i) {
+    const auto rows = static_cast<std::uint32_t>(log.steps[i].seeds.size());
+    const std::uint32_t want = rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+    INFO("decode step " << i << " of " << rows << " rows");
+    CHECK(log.steps[i].bucket == want);
+    seen.insert(log.steps[i].bucket);
+  }
+  CHECK(seen.count(8) == 1);
+  CHECK(seen.count(4) == 1);
+  const auto within = log.after(in[5].seed, 13), across = log.after(in[4].seed, 29);
+  REQUIRE(within < log.steps.size());
+  REQUIRE(across < log.steps.size());
+  CHECK(log.steps[within].seeds.size() == 5);
+  CHECK(log.steps[within].bucket == 8);
+  CHECK(log.steps[across].seeds.size() == 4);
+  CHECK(log.steps[across].bucket == 4);
+  // Without the hook, the stage predicted the finished request's row in the old bucket and both
+  // steps drop it; with it, the stage was formed with the new row count and bucket, and promotes.
+  CHECK(log.steps[within].promoted == mstar::predicts_continuation<Flow>);
+  CHECK(log.steps[across].promoted == mstar::predicts_continuation<Flow>);
+  const auto& c = s.worker.counters();
+  CHECK(c.promoted.load() + c.stage_drops.load() == c.staged.load());
+  CHECK_FALSE(s.engine.runner().stage().staged());
+  CHECK(s.backend.checker().violation_count() == 0);
+  std::string why;
+  CHECK_MESSAGE(pools_full(s.engine, &why), why);
 }
 
 TEST_CASE("Worker.a request cancelled while the next step is staged makes that step drop the stage; the others' bytes are unchanged") {
@@ -703,6 +751,21 @@ TEST_CASE("Worker.bad configuration is refused with what to change") {
   mstar::worker_options o;
   o.step_records = 2;
   CHECK_THROWS_WITH_AS(Worker(engine, flow, o), doctest::Contains("step_records is 2"), std::invalid_argument);
+  auto with_buckets = [](std::vector<std::uint32_t> b, std::uint32_t max_batch = 0) {
+    mstar::worker_options w;
+    w.nodes.resize(3);
+    w.nodes[decode_node].buckets = std::move(b);
+    w.nodes[decode_node].max_batch = max_batch;
+    return w;
+  };
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_buckets({4, 2, 8})), doctest::Contains("not strictly ascending (4 then 2"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_buckets({0, 8})), doctest::Contains("holds 0"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_buckets({2, 4})), doctest::Contains("below the node's max_batch 8"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_buckets({4, 16})), doctest::Contains("above engine_options.max_batch 8"),
+                       std::invalid_argument);
+  CHECK_NOTHROW(Worker(engine, flow, with_buckets({2, 4}, 4))); // the node batches at most 4 rows
   Worker w(engine, flow, {});
   CHECK_THROWS_WITH_AS(w.start(), doctest::Contains("has no forward function"), std::logic_error);
 }

@@ -51,6 +51,12 @@ struct node_options {
   std::uint32_t max_batch = 0; // rows per step; 0: engine_options.max_batch
   batching batch = batching::every_key;
   admit_action on_refusal = admit_action::hold;
+  // The node's padding buckets (the batch sizes its CUDA graphs replay), ascending, none 0, the
+  // largest at least the node's max_batch and at most engine_options.max_batch. A step of n rows
+  // carries the smallest bucket >= n (rows [n, bucket) are padding), so the bucket is part of the
+  // staged step's identity: a staged step promotes only into a step of the same bucket. Empty: each
+  // step's bucket is its row count.
+  std::vector<std::uint32_t> buckets{};
 };
 
 // What the admit-failure handler is told about a refusal.

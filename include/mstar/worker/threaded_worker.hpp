@@ -162,6 +162,7 @@ public:
     for (std::size_t n = 0; n < node_count; ++n) {
       node_opts_[n] = n < options_.nodes.size() ? options_.nodes[n] : node_options{};
       if (node_opts_[n].max_batch == 0 || node_opts_[n].max_batch > max_batch_) node_opts_[n].max_batch = max_batch_;
+      check_buckets(n);
       batch_limit_[n] = node_opts_[n].max_batch;
       ready_[n] = detail::row_queue<ready_row>(max_requests_);
       held_[n] = detail::row_queue<ready_row>(max_requests_);
@@ -1064,6 +1065,36 @@ private:
     return rec.count > 0;
   }
 
+  // The bucket a step of `rows` rows of node `n` carries: the smallest of the node's buckets that
+  // holds them (check_buckets made sure one does), or 0 (the row count) when the node has none.
+  std::uint32_t bucket_of(std::uint8_t n, std::uint32_t rows) const noexcept {
+    const auto& b = node_opts_[n].buckets;
+    return b.empty() ? 0 : bucket_for(rows, b);
+  }
+
+  void check_buckets(std::size_t n) const {
+    const auto& o = node_opts_[n];
+    if (o.buckets.empty()) return;
+    auto bad = [&](const std::string& what) {
+      throw std::invalid_argument("mstar::worker_options: nodes[" + std::to_string(n) + "] (" +
+                                  std::string(Model::descriptor.nodes[n].name) + ") buckets " + what);
+    };
+    for (std::size_t i = 0; i < o.buckets.size(); ++i) {
+      if (o.buckets[i] == 0) bad("holds 0 at position " + std::to_string(i) + "; every bucket is at least 1 row");
+      if (i > 0 && o.buckets[i] <= o.buckets[i - 1])
+        bad("are not strictly ascending (" + std::to_string(o.buckets[i - 1]) + " then " + std::to_string(o.buckets[i]) +
+            " at position " + std::to_string(i) + "); sort them and remove duplicates");
+    }
+    const auto largest = o.buckets.back();
+    if (largest < o.max_batch)
+      bad("end at " + std::to_string(largest) + ", below the node's max_batch " + std::to_string(o.max_batch) +
+          "; add a bucket of " + std::to_string(o.max_batch) + " or lower node_options.max_batch to " +
+          std::to_string(largest));
+    if (largest > max_batch_)
+      bad("end at " + std::to_string(largest) + ", above engine_options.max_batch " + std::to_string(max_batch_) +
+          " (the runner refuses such a step); drop the buckets above it or raise max_batch");
+  }
+
   // Drops the published stage that no chain step took (and counts it).
   void drop_stage() {
     stage_pending_ = false;
@@ -1137,7 +1168,7 @@ private:
     auto& rec = records_[rec_index];
     auto& runner = engine_->runner();
     using S = step_for<Model, Node>;
-    const S step{std::span<const row>(rec.rows.data(), rec.count), 0};
+    const S step{std::span<const row>(rec.rows.data(), rec.count), bucket_of(rec.node, rec.count)};
     const auto n = rec.node;
     const auto t0 = metrics::now_ns();
     auto a = runner.admit(step);
@@ -1321,7 +1352,8 @@ private:
       bool staged = false;
       with_node(rec.node, [&]<class Node>() {
         if constexpr (runs_on_the_chain<Model, Node>) {
-          const chain_step<Model, Node> step{std::span<const row>(rec.rows.data(), rec.count), 0};
+          const chain_step<Model, Node> step{std::span<const row>(rec.rows.data(), rec.count),
+                                             bucket_of(rec.node, rec.count)};
           staged = static_cast<bool>(engine_->runner().pre_plan(step, chain_));
         }
       });
