@@ -52,7 +52,7 @@ public:
   }
   void plan(const step_view& s, plan_arena& arena, stream_type) {
     std::lock_guard g(lock_);
-    live_ = fill(s, arena);
+    plans_.live = fill(s, arena);
     ++counters_.plans;
   }
   void commit(const step_view&) {
@@ -66,28 +66,17 @@ public:
   }
   void pre_plan(const step_view& s, plan_arena& arena) {
     std::lock_guard g(lock_);
-    staged_ = fill(s, arena);
-    has_staged_ = true;
-    ++counters_.pre_plans;
+    plans_.stage(fill(s, arena), counters_);
   }
   bool promote(const step_view& s, stream_type) {
     std::lock_guard g(lock_);
-    bool ok = has_staged_ && staged_.rows == s.rows.size();
-    for (std::size_t i = 0; ok && i < s.rows.size(); ++i)
-      ok = std::uint32_t(staged_.host_kv_lens[i]) == committed_[s.rows[i].request.index] + s.rows[i].tokens;
-    has_staged_ = false;
-    if (!ok) {
-      ++counters_.stale_promotes;
-      return false;
-    }
-    live_ = staged_;
-    ++counters_.promotes;
-    return true;
+    return plans_.promote(s.rows.size(), counters_, [&](std::size_t i) {
+      return std::uint32_t(plans_.staged.host_kv_lens[i]) == committed_[s.rows[i].request.index] + s.rows[i].tokens;
+    });
   }
   void clear_preplan() {
     std::lock_guard g(lock_);
-    has_staged_ = false;
-    ++counters_.clears;
+    plans_.clear(counters_);
   }
   void remove_request(request_ref, stream_type) {}
   resource_stats stats() const {
@@ -96,13 +85,13 @@ public:
     st.key = key_;
     st.kind = resource_kind::attention;
     counters_.fill(st);
-    st.staged = has_staged_;
+    st.staged = plans_.has_staged;
     return st;
   }
   std::size_t staging_bytes(std::uint32_t max_rows, std::uint32_t) const {
     return plan_arena::padded((max_rows + 1) * 4u) + plan_arena::padded(max_rows * 4u) + plan_arena::alignment;
   }
-  const plan_type& current_plan() const { return live_; }
+  const plan_type& current_plan() const { return plans_.live; }
 
 private:
   plan_type fill(const step_view& s, plan_arena& arena) {
@@ -132,8 +121,7 @@ private:
   std::string_view key_;
   mutable detail::spin_lock lock_;
   const std::uint32_t* committed_ = nullptr;
-  plan_type live_, staged_;
-  bool has_staged_ = false;
+  detail::staged_plan<plan_type> plans_;
   detail::resource_counters counters_;
 };
 

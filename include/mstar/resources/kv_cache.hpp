@@ -77,7 +77,7 @@ public:
   }
   void plan(const step_view& s, plan_arena& arena, stream_type stream) {
     std::lock_guard g(lock_);
-    live_ = fill(s, arena, nullptr);
+    plans_.live = fill(s, arena, nullptr);
     planned_stream_ = stream;
     ++counters_.plans;
   }
@@ -105,31 +105,20 @@ public:
   }
   void pre_plan(const step_view& s, plan_arena& arena) {
     std::lock_guard g(lock_);
-    staged_ = fill(s, arena, staged_base_.data());
-    has_staged_ = true;
-    ++counters_.pre_plans;
+    plans_.stage(fill(s, arena, staged_base_.data()), counters_);
   }
   bool promote(const step_view& s, stream_type stream) {
     std::lock_guard g(lock_);
-    bool ok = has_staged_ && staged_.rows == s.rows.size();
-    for (std::size_t i = 0; ok && i < s.rows.size(); ++i) {
+    const bool ok = plans_.promote(s.rows.size(), counters_, [&](std::size_t i) {
       const auto idx = s.rows[i].request.index;
-      ok = tokens_[idx] == staged_base_[i] && held_[idx] >= blocks_for(tokens_[idx] + s.rows[i].tokens);
-    }
-    has_staged_ = false;
-    if (!ok) {
-      ++counters_.stale_promotes;
-      return false;
-    }
-    live_ = staged_;
-    planned_stream_ = stream;
-    ++counters_.promotes;
-    return true;
+      return tokens_[idx] == staged_base_[i] && held_[idx] >= blocks_for(tokens_[idx] + s.rows[i].tokens);
+    });
+    if (ok) planned_stream_ = stream;
+    return ok;
   }
   void clear_preplan() {
     std::lock_guard g(lock_);
-    has_staged_ = false;
-    ++counters_.clears;
+    plans_.clear(counters_);
   }
   void remove_request(request_ref r, stream_type) {
     std::lock_guard g(lock_);
@@ -150,7 +139,7 @@ public:
     for (auto h : held_)
       st.requests += h != 0 ? 1 : 0;
     counters_.fill(st);
-    st.staged = has_staged_;
+    st.staged = plans_.has_staged;
     return st;
   }
   std::size_t staging_bytes(std::uint32_t max_rows, std::uint32_t) const {
@@ -158,7 +147,7 @@ public:
     return plan_arena::padded((max_rows + 1) * 4u) + plan_arena::padded(pages * 4) + plan_arena::padded(max_rows * 4u) +
            plan_arena::alignment;
   }
-  const plan_type& current_plan() const { return live_; }
+  const plan_type& current_plan() const { return plans_.live; }
 
   // ---- direct use ----
   std::uint32_t free_blocks() const {
@@ -262,8 +251,7 @@ private:
   std::vector<std::int32_t> free_;
   std::uint32_t top_ = 0;
   region_id region_;
-  plan_type live_, staged_;
-  bool has_staged_ = false;
+  detail::staged_plan<plan_type> plans_;
   std::vector<std::uint32_t> staged_base_;
   std::vector<std::int32_t> written_;
   stream_type planned_stream_{};

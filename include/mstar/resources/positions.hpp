@@ -43,7 +43,7 @@ public:
   }
   void plan(const step_view& s, plan_arena& arena, stream_type) {
     std::lock_guard g(lock_);
-    live_ = fill(s, arena, nullptr);
+    plans_.live = fill(s, arena, nullptr);
     ++counters_.plans;
   }
   void commit(const step_view& s) {
@@ -59,28 +59,16 @@ public:
   }
   void pre_plan(const step_view& s, plan_arena& arena) {
     std::lock_guard g(lock_);
-    staged_ = fill(s, arena, staged_base_.data());
-    has_staged_ = true;
-    ++counters_.pre_plans;
+    plans_.stage(fill(s, arena, staged_base_.data()), counters_);
   }
   bool promote(const step_view& s, stream_type) {
     std::lock_guard g(lock_);
-    bool ok = has_staged_ && staged_.rows == s.rows.size();
-    for (std::size_t i = 0; ok && i < s.rows.size(); ++i)
-      ok = position_[s.rows[i].request.index] == staged_base_[i];
-    has_staged_ = false;
-    if (!ok) {
-      ++counters_.stale_promotes;
-      return false;
-    }
-    live_ = staged_;
-    ++counters_.promotes;
-    return true;
+    return plans_.promote(s.rows.size(), counters_,
+                          [&](std::size_t i) { return position_[s.rows[i].request.index] == staged_base_[i]; });
   }
   void clear_preplan() {
     std::lock_guard g(lock_);
-    has_staged_ = false;
-    ++counters_.clears;
+    plans_.clear(counters_);
   }
   void remove_request(request_ref r, stream_type) {
     std::lock_guard g(lock_);
@@ -98,13 +86,13 @@ public:
       st.requests += p != 0 ? 1 : 0;
     st.free = st.capacity - st.requests;
     counters_.fill(st);
-    st.staged = has_staged_;
+    st.staged = plans_.has_staged;
     return st;
   }
   std::size_t staging_bytes(std::uint32_t, std::uint32_t max_tokens) const {
     return plan_arena::padded(max_tokens * sizeof(std::int32_t)) + plan_arena::alignment;
   }
-  const plan_type& current_plan() const { return live_; }
+  const plan_type& current_plan() const { return plans_.live; }
 
   std::uint32_t position_of(request_ref r) const {
     std::lock_guard g(lock_);
@@ -130,8 +118,7 @@ private:
   std::string_view key_;
   mutable detail::spin_lock lock_;
   std::vector<std::uint32_t> position_;
-  plan_type live_, staged_;
-  bool has_staged_ = false;
+  detail::staged_plan<plan_type> plans_;
   std::vector<std::uint32_t> staged_base_;
   detail::resource_counters counters_;
 };

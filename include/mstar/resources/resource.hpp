@@ -129,6 +129,39 @@ struct resource_counters {
     s.removes = removes;
   }
 };
+
+// The live plan and the one the plan thread staged, with the bookkeeping every pre-planning resource
+// shares: a promote succeeds only if the staged plan has the step's row count and every row is still
+// current (`row_current(i)`: the request's committed state is what the plan was built from), and it
+// consumes the stage either way; a clear drops it. The caller holds its own lock.
+template <class Plan>
+struct staged_plan {
+  Plan live{}, staged{};
+  bool has_staged = false;
+
+  void stage(const Plan& p, resource_counters& c) {
+    staged = p;
+    has_staged = true;
+    ++c.pre_plans;
+  }
+  template <class RowCurrent>
+  bool promote(std::size_t rows, resource_counters& c, RowCurrent&& row_current) {
+    bool ok = has_staged && staged.rows == rows;
+    for (std::size_t i = 0; ok && i < rows; ++i) ok = row_current(i);
+    has_staged = false;
+    if (!ok) {
+      ++c.stale_promotes;
+      return false;
+    }
+    live = staged;
+    ++c.promotes;
+    return true;
+  }
+  void clear(resource_counters& c) {
+    has_staged = false;
+    ++c.clears;
+  }
+};
 } // namespace detail
 
 // One step's plan buffer: a host (pinned) block and its device twin. Resources take aligned arrays

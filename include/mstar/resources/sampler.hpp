@@ -131,7 +131,7 @@ public:
   }
   void plan(const step_view& s, plan_arena& arena, stream_type) {
     std::lock_guard g(lock_);
-    live_ = fill(s, arena);
+    plans_.live = fill(s, arena);
     ++counters_.plans;
   }
   void commit(const step_view& s) {
@@ -148,30 +148,18 @@ public:
   }
   void pre_plan(const step_view& s, plan_arena& arena) {
     std::lock_guard g(lock_);
-    staged_ = fill(s, arena);
-    has_staged_ = true;
-    ++counters_.pre_plans;
+    plans_.stage(fill(s, arena), counters_);
   }
   bool promote(const step_view& s, stream_type) {
     std::lock_guard g(lock_);
-    bool ok = has_staged_ && staged_.rows == s.rows.size();
-    for (std::size_t i = 0; ok && i < s.rows.size(); ++i) {
+    return plans_.promote(s.rows.size(), counters_, [&](std::size_t i) {
       const auto& st = state_[s.rows[i].request.index];
-      ok = staged_.host_rows[i].step == st.step && staged_.host_rows[i].seed == st.seed;
-    }
-    has_staged_ = false;
-    if (!ok) {
-      ++counters_.stale_promotes;
-      return false;
-    }
-    live_ = staged_;
-    ++counters_.promotes;
-    return true;
+      return plans_.staged.host_rows[i].step == st.step && plans_.staged.host_rows[i].seed == st.seed;
+    });
   }
   void clear_preplan() {
     std::lock_guard g(lock_);
-    has_staged_ = false;
-    ++counters_.clears;
+    plans_.clear(counters_);
   }
   void remove_request(request_ref r, stream_type) {
     std::lock_guard g(lock_);
@@ -189,13 +177,13 @@ public:
       st.requests += s.seeded ? 1 : 0;
     st.free = st.capacity - st.requests;
     counters_.fill(st);
-    st.staged = has_staged_;
+    st.staged = plans_.has_staged;
     return st;
   }
   std::size_t staging_bytes(std::uint32_t max_rows, std::uint32_t) const {
     return plan_arena::padded(max_rows * sizeof(sampler_row)) + plan_arena::alignment;
   }
-  const plan_type& current_plan() const { return live_; }
+  const plan_type& current_plan() const { return plans_.live; }
 
   // ---- direct use (the main thread, at ingest) ----
   void set_seed(request_ref r, std::uint64_t seed) {
@@ -248,8 +236,7 @@ private:
   std::uint64_t base_seed_;
   mutable detail::spin_lock lock_;
   std::vector<request_state> state_;
-  plan_type live_, staged_;
-  bool has_staged_ = false;
+  detail::staged_plan<plan_type> plans_;
   detail::resource_counters counters_;
 };
 
