@@ -9,7 +9,11 @@
 // between two threads (the floor of any handoff), and the same 128-row decode step run inline by
 // engine::run on one thread (admit + plan + forward + commit, no worker).
 //
-//   mstar_worker_bench [--requests 128] [--frames 400] [--device-us 200] [--lane on|off]
+//   mstar_worker_bench [--requests 128] [--frames 400] [--device-us 200] [--lane on|off] [--pin M,G,P]
+//
+// --pin M,G,P (CPU numbers, e.g. 2,3,4; repeats allowed, e.g. 0,1,1 on 2 cores) adds a fourth arm, the
+// default one with the main, GPU and plan threads pinned to those CPUs, and a bare-ring baseline with
+// its two threads pinned to G and P, so one run prints the handoff unpinned and pinned.
 //
 // The "device" is the host backend: each decode step's forward enqueues a spin of --device-us on the
 // chain stream, so the plan thread has a step's time to stage the next one, as on a GPU. Steps hold
@@ -23,6 +27,7 @@
 #include "qwen3_tts/model.hpp"
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -96,6 +101,9 @@ double us(std::uint64_t ns) { return double(ns) / 1000.0; }
 struct arm {
   const char* name;
   bool preplan, predict;
+  mstar::thread_affinity pin{};
+  mstar::handoff_wait stage_wait = mstar::handoff_wait::automatic;
+  bool spun = false;
   double wall_s = 0;
   std::uint64_t chain_steps = 0, decode_steps = 0, promoted = 0, staged = 0, predicted = 0, drops = 0;
   mstar::metrics::summary sum;
@@ -116,8 +124,11 @@ void run_arm(arm& a, std::uint32_t requests, std::uint32_t frames, std::chrono::
   wo.predict_next = a.predict;
   wo.gpu_backoff = mstar::detail::backoff_policy{}; // spin then yield, never sleep: a busy worker
   wo.plan_backoff = mstar::detail::backoff_policy{};
+  wo.affinity = a.pin;
+  wo.stage_wait = a.stage_wait;
   std::atomic<std::uint64_t> decode_steps{0};
   Worker w(engine, flow, wo);
+  a.spun = w.spins_for_stage();
   w.forward<qwen3_tts::TalkerPrefill>([&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); });
   w.forward<qwen3_tts::TalkerDecode>([&](const auto& ctx) {
     decode_steps.fetch_add(1, std::memory_order_relaxed);
@@ -146,6 +157,7 @@ void run_arm(arm& a, std::uint32_t requests, std::uint32_t frames, std::chrono::
 int main(int argc, char** argv) {
   std::uint32_t requests = 128, frames = 400, device_us = 200;
   std::string lane = "on";
+  std::optional<mstar::thread_affinity> pin;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -161,8 +173,21 @@ int main(int argc, char** argv) {
       device_us = std::stoul(v);
     else if (a == "--lane")
       lane = v;
-    else {
-      std::fprintf(stderr, "mstar_worker_bench: unknown argument %s (--requests, --frames, --device-us, --lane)\n",
+    else if (a == "--pin") {
+      int cpu[3];
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%d,%d,%d%c", &cpu[0], &cpu[1], &cpu[2], &tail) != 3 || cpu[0] < 0 || cpu[1] < 0 ||
+          cpu[2] < 0) {
+        std::fprintf(stderr,
+                     "mstar_worker_bench: --pin %s; give three CPU numbers main,gpu,plan (e.g. --pin 2,3,4, or "
+                     "--pin 0,1,1 on 2 cores); allowed here: %s\n",
+                     v.c_str(), mstar::detail::format_cpus(mstar::detail::allowed_cpus()).c_str());
+        return 2;
+      }
+      pin = mstar::thread_affinity{cpu[0], cpu[1], cpu[2]};
+    } else {
+      std::fprintf(stderr,
+                   "mstar_worker_bench: unknown argument %s (--requests, --frames, --device-us, --lane, --pin)\n",
                    a.c_str());
       return 2;
     }
@@ -174,17 +199,31 @@ int main(int argc, char** argv) {
 
   // ---- the worker, three ways ----
   const auto device = std::chrono::microseconds(device_us);
-  arm arms[] = {{"staged, predicted (default)", true, true},
-                {"staged, ready rows only", true, false},
-                {"not staged (inline plan)", false, false}};
+  std::vector<arm> arms = {{"staged, predicted (default)", true, true},
+                           {"staged, ready rows only", true, false},
+                           {"not staged (inline plan)", false, false}};
+  if (pin) {
+    arms.push_back({"staged, predicted, pinned", true, true, *pin});
+    arms.push_back({"  same, backing off (yield)", true, true, *pin, mstar::handoff_wait::back_off});
+    // Refused here, with the worker's own sentence, before any arm runs.
+    try {
+      mstar::worker_options probe;
+      probe.affinity = *pin;
+      probe.check(Model::descriptor.nodes.size());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mstar_worker_bench: --pin: %s\n", e.what());
+      return 2;
+    }
+  }
   for (auto& a : arms)
     run_arm(a, requests, frames, device, lane != "off");
-  // ---- baseline 1: a bare SPSC ring ping-pong, the floor of a handoff ----
-  mstar::metrics::histogram ring_h;
-  {
+  // ---- baseline 1: a bare SPSC ring ping-pong, the floor of a handoff (unpinned; pinned with --pin) ----
+  auto ring_pingpong = [](mstar::metrics::histogram& ring_h, int here_cpu, int other_cpu) {
+    if (here_cpu >= 0) mstar::detail::pin_this_thread(here_cpu);
     mstar::detail::spsc_ring<std::int64_t> there(64), back(64);
     std::atomic<bool> stop{false};
     std::thread other([&] {
+      if (other_cpu >= 0) mstar::detail::pin_this_thread(other_cpu);
       std::int64_t t;
       while (there.pop_wait(t, [&] { return stop.load(std::memory_order_relaxed); })) {
         ring_h.record(mstar::metrics::now_ns() - t);
@@ -198,7 +237,10 @@ int main(int argc, char** argv) {
     }
     stop.store(true);
     other.join();
-  }
+  };
+  mstar::metrics::histogram ring_h, ring_pinned_h;
+  std::thread([&] { ring_pingpong(ring_h, -1, -1); }).join();
+  if (pin) std::thread([&] { ring_pingpong(ring_pinned_h, pin->plan, pin->gpu); }).join();
 
   // ---- baseline 2: the same 128-row decode step inline on one thread (engine::run) ----
   mstar::metrics::histogram inline_h;
@@ -244,6 +286,15 @@ int main(int argc, char** argv) {
                 a.decode_steps ? 100.0 * double(promote.count) / double(a.decode_steps) : 0.0,
                 (unsigned long long)a.predicted, (unsigned long long)a.drops, us(pass.p50), us(pass.p99), us(handoff.p50),
                 us(handoff.p99), us(admit.p50), us(plan.p50), us(promote.p50));
+  }
+  if (pin) {
+    const auto un = arms[0].find("GPU", "talker_decode", "handoff"), pd = arms[3].find("GPU", "talker_decode", "handoff"),
+               bo = arms[4].find("GPU", "talker_decode", "handoff");
+    std::printf("  handoff p50 / p99 us: unpinned (%s) %.2f / %.2f; pinned main,gpu,plan = %d,%d,%d (%s) %.2f / %.2f; "
+                "pinned, backing off %.2f / %.2f; bare ring pinned gpu,plan %.2f / %.2f\n",
+                arms[0].spun ? "spin" : "back off", us(un.p50), us(un.p99), pin->main, pin->gpu, pin->plan,
+                arms[3].spun ? "spin" : "back off", us(pd.p50), us(pd.p99), us(bo.p50), us(bo.p99),
+                us(ring_pinned_h.percentile(50)), us(ring_pinned_h.percentile(99)));
   }
   const auto on_pass = arms[0].find("GPU", "talker_decode", "pass").p50;
   const auto off_pass = arms[2].find("GPU", "talker_decode", "pass").p50;

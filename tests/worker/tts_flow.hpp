@@ -80,7 +80,6 @@ struct hooked_pool : mstar::recurrent_state_pool<Backend, float> {
 };
 
 // clang-format off
-using Kv        = mstar::kv_cache<"kv_cache", mstar::blocks<512>, mstar::block_tokens<8>>;
 using Positions = mstar::positions<"positions">;
 using Attention = mstar::attention<"attention", mstar::depends_on<"kv_cache", "positions">>;
 using Sampler   = mstar::sampler<"sampler">;
@@ -89,11 +88,21 @@ struct CodecState : mstar::recurrent_pool<"codec_state", float, mstar::shape<2, 
   using implementation = hooked_pool<Backend>;                                                   // 4 usable slots
 };
 
-using Prefill = mstar::node<"prefill", mstar::declares<Kv, Attention, Positions, Sampler>, mstar::walk::chain>;
-using Decode  = mstar::node<"decode", mstar::declares<Kv, Attention, Positions, Sampler>, mstar::walk::chain>;
-using Codec   = mstar::node<"codec", mstar::declares<CodecState>>;
-using Model   = mstar::model<"worker_tts", mstar::worker<"w", mstar::group<"Talker", Prefill, Decode>,
-                                                        mstar::group<"CodecGroup", mstar::side_stream, Codec>>>;
+// The model over a KV cache of KvBlocks blocks of 8 tokens (512: never full; a few: prefills park).
+template <std::uint32_t KvBlocks>
+struct tts_model {
+  using Kv      = mstar::kv_cache<"kv_cache", mstar::blocks<KvBlocks>, mstar::block_tokens<8>>;
+  using Prefill = mstar::node<"prefill", mstar::declares<Kv, Attention, Positions, Sampler>, mstar::walk::chain>;
+  using Decode  = mstar::node<"decode", mstar::declares<Kv, Attention, Positions, Sampler>, mstar::walk::chain>;
+  using Codec   = mstar::node<"codec", mstar::declares<CodecState>>;
+  using type    = mstar::model<"worker_tts", mstar::worker<"w", mstar::group<"Talker", Prefill, Decode>,
+                                                           mstar::group<"CodecGroup", mstar::side_stream, Codec>>>;
+};
+using Kv      = tts_model<512>::Kv;
+using Prefill = tts_model<512>::Prefill;
+using Decode  = tts_model<512>::Decode;
+using Codec   = tts_model<512>::Codec;
+using Model   = tts_model<512>::type;
 // clang-format on
 
 using Engine = mstar::engine<Model, mstar::host_backend>;
@@ -292,9 +301,9 @@ inline void enqueue_decode(mstar::host_backend& backend, const Ctx& ctx) {
 }
 
 // The forwards, as host work enqueued on the step's stream.
-template <class W>
+template <class M = tts_model<512>, class W>
 inline void install_forwards(W& w, mstar::host_backend& backend) {
-  w.template forward<Prefill>([&backend](const auto& ctx) {
+  w.template forward<typename M::Prefill>([&backend](const auto& ctx) {
     const tts_payload* p = ctx.payloads.data();
     const auto n = ctx.payloads.size();
     backend.enqueue(ctx.stream, [p, n] {
@@ -302,8 +311,8 @@ inline void install_forwards(W& w, mstar::host_backend& backend) {
         *p[i].context = context_of(p[i].seed, p[i].first);
     });
   });
-  w.template forward<Decode>([&backend](const auto& ctx) { enqueue_decode(backend, ctx); });
-  w.template forward<Codec>([&backend](const auto& ctx) {
+  w.template forward<typename M::Decode>([&backend](const auto& ctx) { enqueue_decode(backend, ctx); });
+  w.template forward<typename M::Codec>([&backend](const auto& ctx) {
     const auto& plan = ctx.template plan<CodecState>();
     const auto* pool = &ctx.template resource<CodecState>();
     const std::int32_t* slots = plan.slots; // the device copy: stream-ordered, unlike the host staging
@@ -319,7 +328,8 @@ inline void install_forwards(W& w, mstar::host_backend& backend) {
 }
 
 // Every pool back to its full free count, and no request left in the table.
-inline bool pools_full(Engine& engine, std::string* why = nullptr) {
+template <class E = Engine>
+inline bool pools_full(E& engine, std::string* why = nullptr) {
   for (const auto& st : engine.stats())
     if (st.free != st.capacity) {
       if (why) *why = std::string(st.key) + " has " + std::to_string(st.free) + " of " + std::to_string(st.capacity) + " free";

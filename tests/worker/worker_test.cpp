@@ -769,3 +769,243 @@ TEST_CASE("Worker.bad configuration is refused with what to change") {
   Worker w(engine, flow, {});
   CHECK_THROWS_WITH_AS(w.start(), doctest::Contains("has no forward function"), std::logic_error);
 }
+
+// ---- thread affinity ----
+
+namespace {
+int process_threads() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+} // namespace
+
+TEST_CASE("Worker.each thread is pinned to the CPU its affinity names, reports the set it got, and runs the requests") {
+  pool_hooks::reset();
+  const auto allowed = mstar::detail::allowed_cpus();
+  REQUIRE_FALSE(allowed.empty());
+  // The 2-core CI machine: main on the first CPU, GPU and plan on the second (the first again on 1 CPU).
+  const int first = allowed.front(), second = allowed[std::min<std::size_t>(1, allowed.size() - 1)];
+  auto o = with_lane(mstar::lane_mode::on);
+  o.affinity = {.main = first, .gpu = second, .plan = second};
+  run_setup s(o);
+  CHECK(s.worker.thread_cpus(1).empty()); // nothing before start()
+  const auto in = inputs(30, 41);
+  s.worker.start();
+  CHECK(s.worker.thread_cpus(0) == std::vector<int>{first});
+  CHECK(s.worker.thread_cpus(1) == std::vector<int>{second});
+  CHECK(s.worker.thread_cpus(2) == std::vector<int>{second});
+  CHECK_FALSE(s.worker.spins_for_stage()); // GPU and plan share a CPU: spinning would hold the plan thread's core
+  for (std::size_t i = 0; i < in.size(); ++i)
+    REQUIRE(s.worker.submit(i, in[i]));
+  s.worker.wait_idle();
+  s.worker.stop();
+  check_all_completed(s.flow, in);
+  CHECK(pools_full(s.engine));
+
+  run_setup unpinned(with_lane(mstar::lane_mode::on));
+  unpinned.worker.start();
+  for (int t = 0; t < 3; ++t)
+    CHECK(unpinned.worker.thread_cpus(t) == allowed);
+  CHECK(unpinned.worker.spins_for_stage() == (allowed.size() >= 4));
+  unpinned.worker.stop();
+
+  mstar::worker_options apart;
+  apart.affinity = {.gpu = 0, .plan = 1};
+  CHECK(apart.spins_for_stage(2)); // pinned to different CPUs: spin, whatever the machine
+  apart.stage_wait = mstar::handoff_wait::back_off;
+  CHECK_FALSE(apart.spins_for_stage(64));
+}
+
+TEST_CASE("Worker.an affinity CPU the process may not use is refused at construction, naming the thread, the CPU and the allowed set") {
+  mstar::host_backend backend;
+  Engine engine(backend, options());
+  tts_flow flow;
+  const auto allowed = mstar::detail::allowed_cpus();
+  REQUIRE_FALSE(allowed.empty());
+  const int outside = allowed.back() + 1;
+  const auto set = mstar::detail::format_cpus(allowed);
+  const int threads_before = process_threads();
+  mstar::worker_options o;
+  o.affinity.gpu = outside;
+  const std::string sentence = "affinity.gpu (the GPU thread) is CPU " + std::to_string(outside) +
+                               ", which this process may not run on (allowed: " + set;
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, o), doctest::Contains(sentence.c_str()), std::invalid_argument);
+  o.affinity.gpu = mstar::thread_affinity::unpinned;
+  o.affinity.plan = -2;
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, o), doctest::Contains("affinity.plan (the plan thread) is CPU -2"),
+                       std::invalid_argument);
+  o.affinity.plan = mstar::thread_affinity::unpinned;
+  o.affinity.main = outside;
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, o), doctest::Contains("affinity.main (the main thread)"),
+                       std::invalid_argument);
+  CHECK(process_threads() == threads_before); // no stream, no thread was started
+  CHECK(mstar::detail::format_cpus({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9");
+}
+
+// ---- the KV cache: ask/reserve at readiness ----
+
+namespace {
+using SmallKv = tts_model<6>;        // 6 blocks of 8 tokens
+using SmallKvEngine = mstar::engine<SmallKv::type, mstar::host_backend>;
+using SmallKvWorker = mstar::threaded_worker<SmallKv::type, mstar::host_backend, tts_flow>;
+
+// Requests whose whole life fits in the blocks their prefill takes (prompt + frames = 8k tokens), so
+// that a decode row never needs a block: k = 1..3 blocks each, 6 in the cache.
+std::vector<tts_input> block_sized_inputs(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<tts_input> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = 1 + static_cast<std::uint32_t>(rng() % 3), frames = 1 + static_cast<std::uint32_t>(rng() % 6);
+    v[i] = {rng(), 8 * k - frames, frames};
+  }
+  return v;
+}
+} // namespace
+
+TEST_CASE("KvCache.a reservation at readiness keeps its blocks from other requests' admits until it is consumed or released") {
+  mstar::host_backend backend;
+  SmallKvEngine engine(backend, options());
+  auto& kv = engine.resource<SmallKv::Kv>();
+  auto chain = backend.create_stream();
+  const auto a = *engine.add_request(1), b = *engine.add_request(2), c = *engine.add_request(3);
+  mstar::refusal why;
+  CHECK(kv.reserve_tokens(a, 20, &why)); // 3 blocks
+  CHECK(kv.reserve_tokens(a, 20, &why)); // idempotent
+  CHECK(kv.reserved_blocks() == 3);
+  CHECK(kv.reserve_tokens(b, 17, &why)); // 3 blocks: the cache is spoken for
+  CHECK_FALSE(kv.ask(1));
+  CHECK_FALSE(kv.reserve_tokens(c, 1, &why));
+  CHECK(std::string(why.message()).find("needs 1 more block(s) for 1 token(s) and 0 of 6 are free and not reserved") !=
+        std::string::npos);
+  // An unreserved request's step is refused: the free blocks are promised to a and b.
+  auto fwd = [&](const auto& ctx) { backend.enqueue(ctx.stream, [] {}); };
+  std::vector<mstar::row> rows{{c, 1}};
+  auto refused = engine.run(mstar::chain_step<SmallKv::type, SmallKv::Prefill>{rows}, chain, fwd);
+  CHECK(refused.refused());
+  // a's admit consumes its reservation (the blocks are held now); b's stays.
+  rows = {{a, 20}};
+  CHECK(engine.run(mstar::chain_step<SmallKv::type, SmallKv::Prefill>{rows}, chain, fwd));
+  CHECK(kv.reserved_for(a) == 0);
+  CHECK(kv.blocks_held(a) == 3);
+  CHECK(kv.reserved_blocks() == 3);
+  CHECK(kv.free_blocks() == 3);
+  CHECK(kv.reserve_tokens(a, 4, &why)); // 24 tokens still fit in a's 3 blocks: nothing to reserve
+  CHECK(kv.reserved_for(a) == 0);
+  // Released by unreserve and by teardown.
+  kv.unreserve(b);
+  CHECK(kv.reserved_blocks() == 0);
+  CHECK(kv.reserve_tokens(c, 9, &why)); // 2 blocks
+  CHECK(kv.reserved_blocks() == 2);
+  engine.remove_request(c, chain);
+  CHECK(kv.reserved_blocks() == 0);
+  engine.remove_request(a, chain);
+  engine.remove_request(b, chain);
+  backend.synchronize(chain);
+  CHECK(kv.free_blocks() == 6);
+}
+
+TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain keeps scheduling; every request finishes with the big cache's bytes") {
+  pool_hooks::reset();
+  mstar::host_backend backend{mstar::host_backend_options{.abort_on_violation = false}};
+  SmallKvEngine engine(backend, options());
+  tts_flow flow;
+  SmallKvWorker worker(engine, flow, with_lane(mstar::lane_mode::on));
+  install_forwards<SmallKv>(worker, backend);
+  auto& kv = engine.resource<SmallKv::Kv>();
+  auto& counters = worker.counters();
+  std::atomic<int> decode_steps_while_parked{0};
+  worker.forward<SmallKv::Decode>([&](const auto& ctx) {
+    if (kv.reserve_refusals() > 0 && counters.parked.load() > counters.unparked.load())
+      decode_steps_while_parked.fetch_add(1);
+    enqueue_decode(backend, ctx);
+  });
+  const auto in = block_sized_inputs(48, 5);
+  worker.start();
+  for (std::size_t i = 0; i < in.size(); ++i)
+    worker.submit(i, in[i]);
+  worker.wait_idle();
+  worker.stop();
+  check_all_completed(flow, in); // reference_audio: the bytes of any cache size
+  CHECK(kv.reserve_refusals() > 0); // prefills parked on the KV cache
+  CHECK(counters.unparked.load() == counters.parked.load());
+  CHECK(decode_steps_while_parked.load() > 0);
+  CHECK(counters.refusals.load() == 0); // parked at readiness, never refused at admit
+  CHECK(kv.reserved_blocks() == 0);
+  std::string why;
+  CHECK_MESSAGE(pools_full(engine, &why), why);
+  CHECK(backend.checker().violation_count() == 0);
+}
+
+TEST_CASE("Worker.cancelling requests whose prefill holds a KV reservation or is parked releases the blocks; the rest finish") {
+  pool_hooks::reset();
+  mstar::host_backend backend{mstar::host_backend_options{.abort_on_violation = false}};
+  mstar::engine<tts_model<4>::type, mstar::host_backend> engine(backend, options());
+  tts_flow flow;
+  mstar::threaded_worker<tts_model<4>::type, mstar::host_backend, tts_flow> worker(engine, flow,
+                                                                                   with_lane(mstar::lane_mode::on));
+  install_forwards<tts_model<4>>(worker, backend);
+  auto& kv = engine.resource<tts_model<4>::Kv>();
+  auto& counters = worker.counters();
+  std::atomic<bool> gate{true};
+  std::atomic<int> at_gate{0};
+  struct open_on_exit { // a failed REQUIRE must not leave the GPU thread held (the worker's stop would hang)
+    std::atomic<bool>& g;
+    ~open_on_exit() { g = false; }
+  } opener{gate};
+  // The first decode step holds the GPU thread, so prefills of later requests stay queued (reserved).
+  worker.forward<tts_model<4>::Decode>([&](const auto& ctx) {
+    if (gate.load()) {
+      ++at_gate;
+      while (gate.load())
+        std::this_thread::yield();
+    }
+    enqueue_decode(backend, ctx);
+  });
+  std::vector<tts_input> in(10, tts_input{0, 4, 4}); // 8 tokens: one block each
+  for (std::size_t i = 0; i < in.size(); ++i)
+    in[i].seed = 1000 + i;
+  worker.start();
+  worker.submit(0, in[0]);
+  auto wait_for = [](auto&& cond) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!cond() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return cond();
+  };
+  REQUIRE(wait_for([&] { return at_gate.load() == 1; }));
+  for (std::size_t i = 1; i < in.size(); ++i)
+    worker.submit(i, in[i]);
+  // Request 0 holds 1 block; 3 prefills reserve the other 3; 6 park.
+  REQUIRE(wait_for([&] { return counters.parked.load() == 6; }));
+  CHECK(kv.reserved_blocks() == 3);
+  CHECK(kv.free_blocks() == 3);
+  // Cancel one parked request and one whose prefill is reserved and queued behind the held GPU thread.
+  // The main thread settles requests in submission order: 1, 2, 3 reserved, 4..9 parked.
+  const std::uint64_t reserved_id = 2, parked_id = 7;
+  // (The teardowns themselves wait for the held GPU thread's step: the engine tears down between steps.)
+  worker.cancel(parked_id);
+  REQUIRE(wait_for([&] { return counters.cancel_parked.load() == 1; }));
+  CHECK(kv.reserved_blocks() == 3); // the parked row held no blocks; the others stay parked
+  worker.cancel(reserved_id);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(kv.reserved_blocks() == 3); // its row is still queued on the held GPU thread
+  CHECK(counters.teardowns.load() == 0);
+  gate = false;
+  worker.wait_idle();
+  worker.stop();
+  CHECK(counters.cancel_parked.load() == 1);
+  CHECK(kv.reserved_blocks() == 0);
+  std::string why;
+  CHECK_MESSAGE(pools_full(engine, &why), why);
+  std::lock_guard g(flow.lock);
+  REQUIRE(flow.results.size() == in.size());
+  for (std::uint64_t id = 0; id < in.size(); ++id) {
+    INFO("request " << id);
+    const bool cancelled = id == parked_id || id == reserved_id;
+    CHECK(flow.results.at(id).how == (cancelled ? mstar::request_end::cancelled : mstar::request_end::completed));
+    if (!cancelled) CHECK(flow.results.at(id).audio == reference_audio(in[id]));
+  }
+}

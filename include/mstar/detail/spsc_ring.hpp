@@ -75,6 +75,11 @@ struct backoff_policy {
   std::chrono::nanoseconds idle_before_sleep{0};
   // The most one sleep adds to the wake-up latency once the idle threshold is passed.
   std::chrono::nanoseconds sleep_quantum{std::chrono::microseconds(50)};
+  // A wait whose other side is known to be producing the item right now (pause_expecting(): the GPU
+  // thread waiting for the plan thread's staged step, the plan thread while a chain step runs) spins
+  // this long before yielding, and never sleeps. A yield costs a system call (~1 us) and, when another
+  // thread is runnable on the core, a time slice: the item would then be picked up microseconds late.
+  std::chrono::nanoseconds expect_spin_for{std::chrono::microseconds(50)};
 
   static constexpr backoff_policy dedicated_core() noexcept {
     backoff_policy p;
@@ -90,26 +95,11 @@ class backoff {
 public:
   explicit backoff(const backoff_policy& policy = {}) noexcept : policy_(policy) {}
 
-  void pause() noexcept {
-    const auto now = std::chrono::steady_clock::now();
-    if (rounds_ == 0) start_ = now;
-    const std::uint32_t round = rounds_++;
-    const auto waited = now - start_;
-    if (waited < policy_.spin_for) {
-      const std::uint32_t pauses =
-          std::min<std::uint32_t>(std::uint32_t{1} << std::min<std::uint32_t>(round, 31), policy_.max_pauses_per_round);
-      for (std::uint32_t i = 0; i < pauses; ++i)
-        cpu_relax();
-      return;
-    }
-    if (policy_.idle_before_sleep.count() > 0 && waited >= policy_.idle_before_sleep) {
-      ++sleeps_;
-      std::this_thread::sleep_for(policy_.sleep_quantum);
-      return;
-    }
-    ++yields_;
-    std::this_thread::yield();
-  }
+  void pause() noexcept { pause_for(policy_.spin_for, true); }
+
+  // As pause(), for a wait whose item is on its way: spins for expect_spin_for (at least spin_for),
+  // then yields; never sleeps.
+  void pause_expecting() noexcept { pause_for(std::max(policy_.spin_for, policy_.expect_spin_for), false); }
 
   void reset() noexcept {
     rounds_ = 0;
@@ -123,6 +113,27 @@ public:
   std::uint32_t sleeps() const noexcept { return sleeps_; }
 
 private:
+  void pause_for(std::chrono::nanoseconds spin, bool may_sleep) noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    if (rounds_ == 0) start_ = now;
+    const std::uint32_t round = rounds_++;
+    const auto waited = now - start_;
+    if (waited < spin) {
+      const std::uint32_t pauses =
+          std::min<std::uint32_t>(std::uint32_t{1} << std::min<std::uint32_t>(round, 31), policy_.max_pauses_per_round);
+      for (std::uint32_t i = 0; i < pauses; ++i)
+        cpu_relax();
+      return;
+    }
+    if (may_sleep && policy_.idle_before_sleep.count() > 0 && waited >= policy_.idle_before_sleep) {
+      ++sleeps_;
+      std::this_thread::sleep_for(policy_.sleep_quantum);
+      return;
+    }
+    ++yields_;
+    std::this_thread::yield();
+  }
+
   backoff_policy policy_;
   std::uint32_t rounds_ = 0;
   std::uint32_t yields_ = 0;

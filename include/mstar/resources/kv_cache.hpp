@@ -9,6 +9,14 @@
 // need no zeroing). Plan stages, per padded row, FlashInfer-style page_indptr [bucket + 1],
 // page_indices [pages] and last_page_len [bucket]. Commit advances the request's token count and
 // notes the blocks the step wrote for the ordering checker.
+//
+// Ask/reserve at readiness (the worker's main thread, before a row is queued): reserve_tokens() sets
+// aside the blocks a request's next step needs beyond those it holds, out of the blocks free and not
+// reserved for other requests, or refuses, so that the worker parks the row instead of queueing a step
+// its admit would refuse. The reservation is consumed by the admit (or pre-admit) that allocates those
+// blocks, and released by unreserve() and teardown. Admits count other requests' reservations as taken,
+// so an unreserved row (a predicted row staged before it was ready, or direct use through engine::run,
+// which reserves nothing and sees no difference) never takes blocks promised to a ready row.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +55,7 @@ public:
         max_per_request_(ctx.options->max_blocks_per_request != 0 ? ctx.options->max_blocks_per_request
                                                                   : std::min<std::uint32_t>(blocks_, 1024)),
         tokens_(ctx.options->max_requests, 0), held_(ctx.options->max_requests, 0),
+        reserved_(ctx.options->max_requests, 0),
         table_(std::size_t(ctx.options->max_requests) * max_per_request_, -1), free_(blocks_, 0),
         staged_base_(ctx.options->max_batch, 0),
         written_(std::size_t(ctx.options->max_tokens) + 2u * ctx.options->max_batch, 0) {
@@ -122,7 +131,9 @@ public:
   }
   void remove_request(request_ref r, stream_type) {
     std::lock_guard g(lock_);
-    if (r.index >= held_.size() || (held_[r.index] == 0 && tokens_[r.index] == 0)) return;
+    if (r.index >= held_.size()) return;
+    release_reservation(r.index);
+    if (held_[r.index] == 0 && tokens_[r.index] == 0) return;
     for (std::uint32_t b = held_[r.index]; b-- > 0;)
       free_[top_++] = table_[std::size_t(r.index) * max_per_request_ + b];
     held_[r.index] = 0;
@@ -162,43 +173,95 @@ public:
     std::lock_guard g(lock_);
     return tokens_.at(r.index);
   }
-  // Would `blocks` more blocks fit now? (admission at readiness)
+  // Would `blocks` more blocks fit now, next to the blocks reserved for ready rows?
   bool ask(std::uint32_t blocks) const {
     std::lock_guard g(lock_);
-    return top_ >= blocks;
+    return top_ - reserved_total_ >= blocks;
   }
+  // Reserves, for request r, the blocks a step of `tokens` new tokens needs beyond those it holds (none
+  // when they fit in its last block). Idempotent per request: a second call keeps the larger of the two
+  // needs. False (and the reason in *why) when they exceed the blocks free and not reserved for other
+  // requests; a request that would outgrow max_blocks_per_request is an error, as at admit.
+  bool reserve_tokens(request_ref r, std::uint32_t tokens, refusal* why = nullptr) {
+    std::lock_guard g(lock_);
+    const auto i = r.index;
+    const std::uint32_t want = blocks_for(tokens_.at(i) + tokens);
+    check_fits(i, tokens, want);
+    const std::uint32_t need = want > held_[i] ? want - held_[i] : 0;
+    if (need <= reserved_[i]) return true;
+    const std::uint32_t available = top_ - (reserved_total_ - reserved_[i]);
+    if (need > available) {
+      ++reserve_refusals_;
+      if (why)
+        *why = refusal::make(key_,
+                              "kv cache %.*s is full: request index %u needs %u more block(s) for %u token(s) and %u "
+                              "of %u are free and not reserved; the row parks until requests finish",
+                              int(key_.size()), key_.data(), i, need, tokens, available, blocks_);
+      return false;
+    }
+    reserved_total_ += need - reserved_[i];
+    reserved_[i] = need;
+    return true;
+  }
+  // Gives back request r's reservation (a row parked or cancelled before its admit).
+  void unreserve(request_ref r) {
+    std::lock_guard g(lock_);
+    if (r.index < reserved_.size()) release_reservation(r.index);
+  }
+  // Blocks reserved in all, for r, and reservations refused (rows parked on this cache).
+  std::uint32_t reserved_blocks() const { return locked([&] { return reserved_total_; }); }
+  std::uint32_t reserved_for(request_ref r) const { return locked([&] { return reserved_.at(r.index); }); }
+  std::uint64_t reserve_refusals() const { return locked([&] { return reserve_refusals_; }); }
   std::uint32_t block_tokens() const { return block_tokens_; }
   std::uint32_t max_blocks_per_request() const { return max_per_request_; }
 
 private:
+  template <class F>
+  auto locked(F&& f) const {
+    std::lock_guard g(lock_);
+    return f();
+  }
+
   // A shift when block_tokens is a power of two (the usual 16): this runs several times per row.
   std::uint32_t blocks_for(std::uint32_t tokens) const {
     return shift_ >= 0 ? (tokens + block_tokens_ - 1) >> shift_ : (tokens + block_tokens_ - 1) / block_tokens_;
   }
 
+  void check_fits(std::uint32_t i, std::uint32_t tokens, std::uint32_t want) const {
+    if (want > max_per_request_)
+      throw resource_error("mstar::paged_kv_cache " + std::string(key_) + ": request index " + std::to_string(i) +
+                           " would hold " + std::to_string(tokens_[i] + tokens) + " tokens, " + std::to_string(want) +
+                           " blocks, beyond max_blocks_per_request (" + std::to_string(max_per_request_) +
+                           "); stop the request earlier or raise engine_options.max_blocks_per_request");
+  }
+
+  void release_reservation(std::uint32_t i) {
+    reserved_total_ -= reserved_[i];
+    reserved_[i] = 0;
+  }
+
   std::optional<refusal> admit_locked(const step_view& s) {
-    std::uint32_t need = 0;
+    std::uint32_t need = 0, own = 0; // own: the step's rows' reservations, theirs to take
     for (const auto& r : s.rows) {
       const auto i = r.request.index;
       const std::uint32_t want = blocks_for(tokens_[i] + r.tokens);
-      if (want > max_per_request_)
-        throw resource_error("mstar::paged_kv_cache " + std::string(key_) + ": request index " + std::to_string(i) +
-                             " would hold " + std::to_string(tokens_[i] + r.tokens) + " tokens, " +
-                             std::to_string(want) + " blocks, beyond max_blocks_per_request (" +
-                             std::to_string(max_per_request_) +
-                             "); stop the request earlier or raise engine_options.max_blocks_per_request");
+      check_fits(i, r.tokens, want);
       need += want > held_[i] ? want - held_[i] : 0;
+      own += reserved_[i];
     }
-    if (need > top_)
+    const std::uint32_t available = top_ - (reserved_total_ - own);
+    if (need > available)
       return refusal::make(key_,
-                           "kv cache %.*s is full: the step's %zu row(s) need %u more block(s) and %u of %u are free; "
-                           "the rows wait until requests finish (or give the cache more blocks)",
-                           int(key_.size()), key_.data(), s.rows.size(), need, top_, blocks_);
+                           "kv cache %.*s is full: the step's %zu row(s) need %u more block(s) and %u of %u are free "
+                           "and not reserved for other rows; the rows wait until requests finish (or give the cache "
+                           "more blocks)",
+                           int(key_.size()), key_.data(), s.rows.size(), need, available, blocks_);
     for (const auto& r : s.rows) {
       const auto i = r.request.index;
       const std::uint32_t want = blocks_for(tokens_[i] + r.tokens);
       while (held_[i] < want)
         table_[std::size_t(i) * max_per_request_ + held_[i]++] = free_[--top_];
+      release_reservation(i); // consumed: the blocks are held now
     }
     return std::nullopt;
   }
@@ -247,6 +310,9 @@ private:
   mutable detail::spin_lock lock_;
   std::vector<std::uint32_t> tokens_; // per request index: tokens committed
   std::vector<std::uint32_t> held_;   // per request index: blocks held
+  std::vector<std::uint32_t> reserved_; // per request index: blocks reserved at readiness, not yet allocated
+  std::uint32_t reserved_total_ = 0;    // sum of reserved_ (<= top_)
+  std::uint64_t reserve_refusals_ = 0;
   std::vector<std::int32_t> table_;   // [request index][max_per_request_]
   std::vector<std::int32_t> free_;
   std::uint32_t top_ = 0;

@@ -7,9 +7,11 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mstar/backend/backend.hpp"
+#include "mstar/detail/affinity.hpp"
 #include "mstar/detail/spsc_ring.hpp"
 #include "mstar/worker/lane_policy.hpp"
 
@@ -69,6 +71,27 @@ struct refusal_event {
   std::string_view reason;     // its sentence, with the numbers
 };
 
+// The CPU each worker thread is pinned to when it starts (an OS CPU number from the set the process
+// may use, per sched_getaffinity), or unpinned (-1, the default: the scheduler places it). Pin the GPU
+// and plan threads to cores of their own for the sub-microsecond staged-step handoff (docs/worker.md);
+// the same CPU twice is allowed (a 2-core machine), at the cost of the two threads taking turns.
+struct thread_affinity {
+  static constexpr int unpinned = -1;
+  int main = unpinned;
+  int gpu = unpinned;
+  int plan = unpinned;
+};
+
+// How the GPU thread waits for the plan thread's staged step, and the plan thread for the next step to
+// stage while a chain step runs.
+//   automatic  spin when the two threads can be assumed to have cores of their own: both pinned to
+//              different CPUs, or not both pinned and the process may use at least 4 CPUs (the three
+//              threads and the device's host side); back off otherwise
+//   spin       spin with pause hints for backoff_policy::expect_spin_for (50 us), then yield; never sleep
+//   back_off   the thread's ordinary backoff (spin 5 us, then yield): for threads sharing a core, where a
+//              spinning GPU thread would hold the core the plan thread needs to finish the stage
+enum class handoff_wait : std::uint8_t { automatic, spin, back_off };
+
 struct worker_options {
   lane_mode lane = lane_mode::on;
   stream_priority lane_priority = stream_priority::high; // the lane stream is created on first launch
@@ -102,11 +125,21 @@ struct worker_options {
   detail::backoff_policy main_backoff = idle_policy();
   detail::backoff_policy gpu_backoff = idle_policy();
   detail::backoff_policy plan_backoff = idle_policy();
+  // Where each thread runs; checked at construction against the CPUs the process may use.
+  thread_affinity affinity{};
+  handoff_wait stage_wait = handoff_wait::automatic;
 
   // Sizes preallocated at construction.
   std::uint32_t step_records = 8;            // steps between forming and their return to the main thread
   std::size_t trace_events = std::size_t{1} << 16; // per recording thread; 0: no trace
   std::size_t busy_intervals = std::size_t{1} << 16; // stream intervals kept for the GPU busy fraction
+
+  // Whether stage_wait resolves to spinning, given the CPUs the process may use.
+  bool spins_for_stage(std::size_t allowed_cpus) const noexcept {
+    if (stage_wait != handoff_wait::automatic) return stage_wait == handoff_wait::spin;
+    const bool both = affinity.gpu != thread_affinity::unpinned && affinity.plan != thread_affinity::unpinned;
+    return both ? affinity.gpu != affinity.plan : allowed_cpus >= 4;
+  }
 
   static constexpr detail::backoff_policy idle_policy() noexcept {
     detail::backoff_policy p;
@@ -125,6 +158,14 @@ struct worker_options {
       bad("nodes has " + std::to_string(nodes.size()) + " entries but the model has " + std::to_string(node_count) +
           " nodes; give one entry per node, in the model's node order");
     lane_policy.check();
+    if (affinity.main != thread_affinity::unpinned || affinity.gpu != thread_affinity::unpinned ||
+        affinity.plan != thread_affinity::unpinned) {
+      const auto allowed = detail::allowed_cpus();
+      for (auto [who, cpu] : {std::pair{"affinity.main (the main thread)", affinity.main},
+                              std::pair{"affinity.gpu (the GPU thread)", affinity.gpu},
+                              std::pair{"affinity.plan (the plan thread)", affinity.plan}})
+        if (auto why = detail::check_cpu(who, cpu, allowed); !why.empty()) bad(why);
+    }
   }
 };
 

@@ -68,6 +68,7 @@
 #include <utility>
 #include <vector>
 
+#include "mstar/detail/affinity.hpp"
 #include "mstar/detail/spsc_ring.hpp"
 #include "mstar/detail/type_list.hpp"
 #include "mstar/engine.hpp"
@@ -159,6 +160,7 @@ public:
         gpu_rec_("GPU", layout_), plan_rec_("plan", layout_), trace_(0, "mstar worker") {
     for (auto& w : cancel_word_)
       w.store(0, std::memory_order_relaxed);
+    spin_for_stage_ = options_.spins_for_stage(detail::allowed_cpus().size());
     for (std::size_t n = 0; n < node_count; ++n) {
       node_opts_[n] = n < options_.nodes.size() ? options_.nodes[n] : node_options{};
       if (node_opts_[n].max_batch == 0 || node_opts_[n].max_batch > max_batch_) node_opts_[n].max_batch = max_batch_;
@@ -226,15 +228,44 @@ public:
     std::get<node_index<Node>>(forwards_) = forward_type<Node>(std::forward<F>(f));
   }
 
+  // Starts the three threads, each pinned first where worker_options::affinity says. Returns once all
+  // three are pinned and running; when a pin fails (a CPU taken offline since construction), none
+  // runs and the error names the thread.
   void start() {
     if (started_) throw std::logic_error("mstar::threaded_worker::start: already started");
     check_forwards(std::make_index_sequence<node_count>{});
-    started_ = true;
     t0_ = metrics::now_ns();
-    plan_thread_ = std::thread([this] { plan_loop(); });
-    gpu_thread_ = std::thread([this] { gpu_loop(); });
-    main_thread_ = std::thread([this] { main_loop(); });
+    const auto& a = options_.affinity;
+    plan_thread_ = std::thread([this, cpu = a.plan] {
+      if (thread_begins(2, cpu)) plan_loop();
+    });
+    gpu_thread_ = std::thread([this, cpu = a.gpu] {
+      if (thread_begins(1, cpu)) gpu_loop();
+    });
+    main_thread_ = std::thread([this, cpu = a.main] {
+      if (thread_begins(0, cpu)) main_loop();
+    });
+    std::unique_lock g(start_lock_);
+    start_cv_.wait(g, [&] { return start_reported_ == 3; });
+    const bool ok = start_error_.empty();
+    start_go_ = ok ? 1 : 2;
+    start_cv_.notify_all();
+    g.unlock();
+    if (!ok) {
+      main_thread_.join();
+      gpu_thread_.join();
+      plan_thread_.join();
+      throw std::runtime_error("mstar::threaded_worker::start: " + start_error_ + "; no thread was started");
+    }
+    started_ = true;
   }
+
+  // Whether the GPU thread spins for the plan thread's stage (worker_options::stage_wait resolved).
+  bool spins_for_stage() const noexcept { return spin_for_stage_; }
+
+  // The CPUs a worker thread (0 main, 1 GPU, 2 plan) may run on, as read by that thread once it was
+  // pinned (every CPU of the process when unpinned). Empty before start().
+  const std::vector<int>& thread_cpus(int thread) const { return thread_cpus_.at(static_cast<std::size_t>(thread)); }
 
   // Client side (any thread). False when `id` is already live in this worker.
   bool submit(request_id id, request_input input) {
@@ -404,6 +435,27 @@ private:
     }(std::make_index_sequence<node_count>{});
   }
   static constexpr bool is_side(std::uint8_t n) { return Model::verdict.lanes[n].lane == lane::side; }
+
+  // Each thread's first act: pin itself, report the CPU set it got, and wait for start()'s word (false:
+  // another thread failed to pin, so none runs).
+  bool thread_begins(int thread, int cpu) {
+    static constexpr const char* names[] = {"the main thread", "the GPU thread", "the plan thread"};
+    std::string error;
+    std::vector<int> got;
+    try {
+      if (cpu != thread_affinity::unpinned) detail::pin_this_thread(cpu);
+      got = detail::this_thread_cpus();
+    } catch (const std::exception& e) {
+      error = std::string("pinning ") + names[thread] + " failed: " + e.what();
+    }
+    std::unique_lock g(start_lock_);
+    thread_cpus_[static_cast<std::size_t>(thread)] = std::move(got);
+    if (!error.empty()) start_error_ += (start_error_.empty() ? "" : "; ") + error;
+    ++start_reported_;
+    start_cv_.notify_all();
+    start_cv_.wait(g, [&] { return start_go_ != 0; });
+    return start_go_ == 1;
+  }
 
   // =============================================================================================
   // Main thread
@@ -615,18 +667,29 @@ private:
     ready_ring_.push_wait(ready_row{r, n, continues, p});
   }
 
-  // Ask/reserve at readiness: every recurrent pool of the node reserves the row's slot (idempotent).
-  // False when one is full: the row parks here while the chain keeps scheduling.
+  // Ask/reserve at readiness: every recurrent pool of the node reserves the row's slot, and every KV
+  // cache the blocks the row's tokens need beyond those the request holds (both idempotent). False
+  // when one is full: the row parks here while the chain keeps scheduling. A parked row keeps no KV
+  // reservation (given back here), so rows parked on different resources never wait on each other's
+  // blocks; its pool slot, like any pool reservation, stays with the request until teardown.
   bool reserve(std::uint8_t n, const row& r) {
     auto timer = main_rec_.time(n, metrics::phase::admit);
     bool ok = true;
     with_node(n, [&]<class Node>() {
-      engine_->resources().template for_each_of<Node>([&](auto, auto& res) -> bool {
+      auto& set = engine_->resources();
+      set.template for_each_of<Node>([&](auto, auto& res) -> bool {
         if constexpr (requires { res.reserve(r.request, r.label, static_cast<refusal*>(nullptr)); }) {
           if (!res.reserve(r.request, r.label, nullptr)) ok = false;
+        } else if constexpr (requires { res.reserve_tokens(r.request, r.tokens, static_cast<refusal*>(nullptr)); }) {
+          if (!res.reserve_tokens(r.request, r.tokens, nullptr)) ok = false;
         }
         return ok;
       });
+      if (!ok)
+        set.template for_each_of<Node>([&](auto, auto& res) -> bool {
+          if constexpr (requires { res.unreserve(r.request); }) res.unreserve(r.request);
+          return true;
+        });
     });
     return ok;
   }
@@ -727,6 +790,8 @@ private:
       if (!did && gpu_stop_.load(std::memory_order_acquire) && in_flight_.empty() && staged_ == no_record) break;
       if (did)
         wait.reset();
+      else if (spin_for_stage_ && staged_ != no_record && !staged_acked_)
+        wait.pause_expecting(); // the plan thread is staging: its answer comes within microseconds
       else
         wait.pause();
     }
@@ -916,6 +981,7 @@ private:
     predict_from_ = no_record;
     if (launch(rec_index, chain_, false)) {
       ++chain_in_flight_;
+      if (options_.preplan) chain_busy_.store(true, std::memory_order_relaxed);
       if (options_.predict_next && options_.max_chain_in_flight == 1 && node_opts_[node].batch == batching::every_key)
         predict_from_ = rec_index;
     }
@@ -1317,7 +1383,7 @@ private:
       chooser_.side_step(d);
       if (rec.on_lane) last_lane_ = {b, e};
     } else {
-      --chain_in_flight_;
+      if (--chain_in_flight_ == 0) chain_busy_.store(false, std::memory_order_relaxed);
       // Beside: a lane step ran during this chain step (the one in flight counts once it started).
       bool beside = last_lane_.end > b && last_lane_.begin < e;
       for (auto j : in_flight_) {
@@ -1343,7 +1409,11 @@ private:
       std::uint32_t rec_index;
       if (!to_plan_.try_pop(rec_index)) {
         if (plan_stop_.load(std::memory_order_acquire)) break;
-        wait.pause();
+        // While a chain step runs, the next one to stage arrives as soon as it lands or is formed.
+        if (spin_for_stage_ && chain_busy_.load(std::memory_order_relaxed))
+          wait.pause_expecting();
+        else
+          wait.pause();
         continue;
       }
       wait.reset();
@@ -1397,6 +1467,8 @@ private:
   detail::spsc_ring<plan_ack> from_plan_;               // plan -> GPU
   std::vector<step_record> records_;
   std::atomic<bool> gpu_stop_{false}, plan_stop_{false};
+  bool spin_for_stage_ = false;          // worker_options::stage_wait, resolved at construction
+  std::atomic<bool> chain_busy_{false}; // GPU -> plan: a chain step is in flight (a stage request may come)
   std::atomic<bool> routing_{false}; // the main thread is in a pass that may push ready rows
   std::atomic<std::uint64_t> routed_{0}; // step records the main thread has routed (their ready rows pushed)
   std::uint64_t routed_count_ = 0;       // main thread's copy
@@ -1459,6 +1531,12 @@ private:
 
   std::thread main_thread_, gpu_thread_, plan_thread_;
   bool started_ = false, stopped_ = false;
+  // start()'s handshake with the threads (off the per-step path).
+  std::mutex start_lock_;
+  std::condition_variable start_cv_;
+  int start_reported_ = 0, start_go_ = 0; // go: 1 run, 2 abort
+  std::string start_error_;
+  std::array<std::vector<int>, 3> thread_cpus_{};
   metrics::nanos t0_ = 0, t1_ = 0;
 };
 
