@@ -4,11 +4,22 @@
 // Inputs (lane_measurements), each an exponential moving average over about `window` steps:
 //   chain_alone_ns    device time of a chain step that ran with no lane step beside it
 //   chain_beside_ns   device time of a chain step that overlapped a lane step
-//   side_ns           device time of a side step
-//   gpu_idle_fraction the chain stream's idle share while the chain runs: the gaps between one chain
-//                     step's end and the next one's start, over gaps plus steps
+//   side_ns           device time of a side step run on the chain stream: what it costs there
+//   side_lane_ns      device time of a side step run on the lane (stretched by the chain step beside
+//                     it; reported, not used by the rule)
+//   gpu_idle_fraction the chain stream's idle share: the gaps between one chain step's end and the
+//                     next one's start, less the side steps that ran on the chain stream in them,
+//                     over the whole span
 //   side_host_ns      host time the lane adds on the GPU thread per side step (its launch on the
 //                     lane: admit, plan, forward launch, commit, and its landing poll)
+//
+// Each side step's time goes to side_ns or side_lane_ns by where it ran: side_step(ns, on_lane), or
+// side_step(ns) for the side step of the last decide() (a worker has at most one side step in flight;
+// before any decision, the chain stream). Keeping the two apart matters: a side step beside a chain
+// step takes longer than alone (the two share the device), and counting those times as the inline
+// cost made the rule favour the lane more the more it used it; likewise a side step on the chain
+// stream counted as chain idle time made the rule favour the chain more the more it used it. Either
+// way the chooser could stay on the worse arm (tests/example/lane_policy_test.cpp simulates both).
 //
 // The rule (beside_pays): on the chain stream, a side step delays the chain by the part of it that does
 // not fall into the chain's idle gaps, side_ns * (1 - gpu_idle_fraction). Beside it, it costs the chain
@@ -39,6 +50,8 @@ struct lane_measurements {
   std::uint64_t samples_alone = 0;
   std::uint64_t samples_beside = 0;
   std::uint64_t samples_side = 0;
+  double side_lane_ns = 0;
+  std::uint64_t samples_side_lane = 0;
 };
 
 struct lane_policy_options {
@@ -77,14 +90,27 @@ public:
       add(m_.chain_alone_ns, m_.samples_alone, device_ns);
   }
   // The chain stream's gap before a chain step started (0 when it was queued behind the last one).
+  // Side steps that ran on the chain stream since the previous chain step fill part of it: they are
+  // busy time, not idle.
   void chain_gap(double gap_ns, double step_ns) {
     const double busy = std::max(step_ns, 0.0), gap = std::max(gap_ns, 0.0);
+    const double idle = std::max(0.0, gap - inline_since_chain_);
+    inline_since_chain_ = 0;
     if (busy + gap <= 0) return;
-    const double f = gap / (busy + gap);
+    const double f = idle / (busy + gap);
     idle_samples_ == 0 ? void(m_.gpu_idle_fraction = f) : void(m_.gpu_idle_fraction += (f - m_.gpu_idle_fraction) / weight(idle_samples_));
     ++idle_samples_;
   }
-  void side_step(double device_ns) { add(m_.side_ns, m_.samples_side, device_ns); }
+  void side_step(double device_ns, bool on_lane) {
+    if (on_lane) {
+      add(m_.side_lane_ns, m_.samples_side_lane, device_ns);
+    } else {
+      add(m_.side_ns, m_.samples_side, device_ns);
+      inline_since_chain_ += std::max(device_ns, 0.0);
+    }
+  }
+  // The side step of the last decide() (the chain stream before any decision).
+  void side_step(double device_ns) { side_step(device_ns, last_on_lane_); }
   void side_host(double host_ns) {
     side_host_samples_ == 0 ? void(m_.side_host_ns = host_ns)
                             : void(m_.side_host_ns += (host_ns - m_.side_host_ns) / weight(side_host_samples_));
@@ -108,6 +134,7 @@ public:
       if (o_.explore_every != 0 && decisions_ % o_.explore_every == 0) lane = !lane;
     }
     (lane ? on_lane_ : on_chain_) += 1;
+    last_on_lane_ = lane;
     return lane;
   }
   std::uint64_t decisions_on_lane() const noexcept { return on_lane_; }
@@ -124,6 +151,8 @@ private:
   lane_measurements m_{};
   std::uint64_t idle_samples_ = 0, side_host_samples_ = 0;
   std::uint64_t decisions_ = 0, on_lane_ = 0, on_chain_ = 0;
+  bool last_on_lane_ = false;
+  double inline_since_chain_ = 0; // side steps on the chain stream since the last chain step's gap
 };
 
 } // namespace mstar

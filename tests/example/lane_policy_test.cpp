@@ -1,0 +1,134 @@
+// lane_mode::automatic's chooser (mstar/worker/lane_policy.hpp) fed the way the worker feeds it, by a
+// simulated device whose two arms cost what the test says: the chooser must end on the arm that costs
+// the chain less, whichever arm it used before. A chooser that mixes the side step's time beside the
+// chain (stretched) into its inline cost, or counts a side step on the chain stream as chain idle time,
+// reinforces whichever arm it is on and fails these cases.
+#include <doctest/doctest.h>
+
+#include <mstar/worker/lane_policy.hpp>
+
+namespace {
+
+// One arm's costs, ms. Per side step the chain runs `chain_per_side` steps; beside the lane, one of
+// them overlaps the side step.
+struct device_model {
+  double chain_alone = 2.3, chain_beside = 2.35; // a chain step alone, and beside a lane step
+  double side_alone = 0.3, side_beside = 0.56;   // the side step on the chain stream, and on the lane
+  double host_lane = 0.02;                       // host time the lane adds per side step
+  int chain_per_side = 1;
+  // What each arm costs the chain per side step.
+  double lane_cost() const { return chain_beside - chain_alone + host_lane; }
+  double chain_cost() const { return side_alone; }
+  bool lane_better() const { return lane_cost() < chain_cost(); }
+};
+
+// chain step alone / beside, side step on the chain / on the lane, host time of the lane (ms), and
+// chain steps per side step.
+device_model costs(double alone, double beside, double side, double side_beside, double host, int chain_per_side) {
+  return {alone, beside, side, side_beside, host, chain_per_side};
+}
+
+// `decisions` side steps, fed as the worker does: the decision, the side step's device time when it
+// lands, the chain steps' device times (beside or not) and the chain stream's gap before each (the
+// side step's time when it ran on the chain stream right before). Returns the share on the lane over
+// the last `tail` decisions.
+double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, int tail) {
+  int lane_tail = 0;
+  for (int i = 0; i < decisions; ++i) {
+    const bool lane = c.decide();
+    if (i >= decisions - tail) lane_tail += lane;
+    if (lane) {
+      c.side_host(d.host_lane * 1e6);
+      c.side_step(d.side_beside * 1e6);
+      for (int k = 0; k < d.chain_per_side; ++k) {
+        const bool beside = k == 0;
+        const double t = (beside ? d.chain_beside : d.chain_alone) * 1e6;
+        c.chain_step(t, beside);
+        c.chain_gap(0, t);
+      }
+    } else {
+      c.side_step(d.side_alone * 1e6);
+      for (int k = 0; k < d.chain_per_side; ++k) {
+        c.chain_step(d.chain_alone * 1e6, false);
+        c.chain_gap(k == 0 ? d.side_alone * 1e6 : 0.0, d.chain_alone * 1e6);
+      }
+    }
+  }
+  return double(lane_tail) / double(tail);
+}
+
+} // namespace
+
+TEST_CASE("LaneChooser.a side step's time goes to the arm it ran on, and a side step on the chain stream is not idle "
+          "time") {
+  mstar::lane_chooser c;
+  c.side_step(300.0); // before any decision: the chain stream
+  CHECK(c.measurements().samples_side == 1);
+  CHECK(c.measurements().samples_side_lane == 0);
+  c.side_step(900.0, true);
+  CHECK(c.measurements().side_ns == doctest::Approx(300.0));
+  CHECK(c.measurements().side_lane_ns == doctest::Approx(900.0));
+  // The side step on the chain stream fills 300 of the 500 ns gap before the next chain step.
+  c.chain_gap(500.0, 1500.0);
+  CHECK(c.measurements().gpu_idle_fraction == doctest::Approx(200.0 / 2000.0));
+  // Only once: the next gap has no side step in it.
+  mstar::lane_chooser d;
+  d.side_step(300.0, false);
+  d.chain_gap(500.0, 1500.0);
+  d.chain_gap(500.0, 1500.0);
+  CHECK(d.measurements().gpu_idle_fraction == doctest::Approx((0.1 + 0.25) / 2));
+  // side_step(ns) follows the last decision.
+  mstar::lane_policy_options o;
+  o.min_samples = 100; // stays cold: alternates, first decision on the lane
+  mstar::lane_chooser e(o);
+  const bool first = e.decide();
+  e.side_step(700.0);
+  CHECK(first);
+  CHECK(e.measurements().samples_side_lane == 1);
+  CHECK_FALSE(e.decide());
+  e.side_step(200.0);
+  CHECK(e.measurements().samples_side == 1);
+  CHECK(e.measurements().side_ns == doctest::Approx(200.0));
+}
+
+TEST_CASE("LaneChooser.ends on the better arm: H200-like costs, the lane pays") {
+  const device_model h200; // the example's decode with a codec window beside it (docs/example.md)
+  REQUIRE(h200.lane_better());
+  mstar::lane_chooser c;
+  CHECK(simulate(c, h200, 2000, 1000) > 0.95);
+}
+
+TEST_CASE("LaneChooser.ends on the chain when the overlap costs more than the side step alone, though the side step "
+          "beside the chain takes twice as long") {
+  // GPU-bound (the seed's regime): beside the lane, the chain step slows by more than the whole side
+  // step costs on the chain stream.
+  const device_model gpu_bound = costs(4.8, 7.4, 2.2, 4.6, 0.004, 2);
+  REQUIRE_FALSE(gpu_bound.lane_better()); // 2.6 ms beside against 2.2 ms on the chain
+  mstar::lane_chooser c;
+  CHECK(simulate(c, gpu_bound, 3000, 1000) < 0.05);
+}
+
+TEST_CASE("LaneChooser.moves to the lane when it becomes the better arm after a spell on the chain") {
+  // First the overlap is expensive (the chain is better); then it becomes cheap while each side step on
+  // the chain stream stays long (the lane is better by 0.8 ms a step, 19% of a 4.3 ms cycle).
+  const device_model before = costs(2.3, 5.3, 2.0, 2.4, 0.02, 1);
+  device_model after = before;
+  after.chain_beside = 3.5;
+  REQUIRE_FALSE(before.lane_better());
+  REQUIRE(after.lane_better());
+  mstar::lane_chooser c;
+  CHECK(simulate(c, before, 2000, 1000) < 0.05);
+  // The beside arm is measured only on explored steps (1 in 32), so its average takes a few thousand
+  // decisions to follow; afterwards the lane holds.
+  CHECK(simulate(c, after, 6000, 1000) > 0.95);
+}
+
+TEST_CASE("LaneChooser.moves back to the chain when the overlap becomes expensive after a spell on the lane") {
+  device_model before; // H200-like: the lane pays
+  const device_model after = costs(2.3, 3.0, 0.5, 1.2, 0.02, 1);
+  REQUIRE(before.lane_better());
+  REQUIRE_FALSE(after.lane_better()); // 0.72 ms beside against 0.5 ms on the chain
+  mstar::lane_chooser c;
+  CHECK(simulate(c, before, 2000, 1000) > 0.95);
+  CHECK(simulate(c, after, 6000, 1000) < 0.05);
+}
