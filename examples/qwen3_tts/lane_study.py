@@ -1,28 +1,59 @@
 #!/usr/bin/env python3
-"""The lane study's table and plot, from qwen3tts --json files (study_h200.sh writes one per concurrency).
+"""The lane study's table and plot, from qwen3tts --json files (study_h200.sh writes one per concurrency
+and packs them, with its log and table, into study.tar; a .tar argument is read for its study_c*.json).
 
     python3 lane_study.py table study_c*.json            # markdown: the lane table and the targets
-    python3 lane_study.py plot study_c*.json out.png     # audio throughput and first-audio p50 vs c
-    python3 lane_study.py plot-log study.log out.png     # the same plot from qwen3tts's printed tables
+    python3 lane_study.py table study.tar                # the same, from study_h200.sh's tar
+    python3 lane_study.py plot study.tar out.png         # steady audio throughput and first-audio p50 vs c
+    python3 lane_study.py plot-log study.log out.png     # the plot from qwen3tts's printed tables
                                                          # (when only the log came back from the device)
 
-Figures of an arm are the mean of its runs (study_h200.sh: two alternating runs per arm). The table
-needs only the standard library; the plot needs matplotlib.
+Figures of an arm are the median of its runs (study_h200.sh: three alternating runs per arm; the
+median of two is their mean). Throughput is shown twice: over the whole run (from the first measured
+submit to the last measured end) and in the steady state (all c slots busy: from the warmup's end to
+the last submit; loadgen.hpp); the "auto / best" target uses the steady figure, and "spread" is the
+steady figure's (max - min) / median over the arm's runs, the run-to-run noise. The table needs only
+the standard library; the plot needs matplotlib.
 """
 import json
 import sys
+import tarfile
 from collections import defaultdict
 
 LANES = ["off", "on", "auto"]
 BATCHINGS = ["per-width", "all"]
 
 
+def documents(paths):
+    """The qwen3tts JSON documents in paths: .json files, or tar files holding study_c*.json."""
+    docs = []
+    for p in paths:
+        if p.endswith((".tar", ".tar.gz", ".tgz")):
+            with tarfile.open(p) as t:
+                names = sorted(m.name for m in t.getmembers()
+                               if m.isfile() and m.name.split("/")[-1].startswith("study_c") and m.name.endswith(".json"))
+                if not names:
+                    sys.exit(f"lane_study.py: {p} holds no study_c*.json (made by study_h200.sh?)")
+                for n in names:
+                    docs.append((f"{p}:{n}", t.extractfile(n).read()))
+        else:
+            with open(p, "rb") as f:
+                docs.append((p, f.read()))
+    out = []
+    for name, raw in docs:
+        try:
+            out.append(json.loads(raw))
+        except ValueError as e:
+            sys.exit(f"lane_study.py: {name} is not qwen3tts JSON ({e}); a run cut short leaves it incomplete")
+    if not out:
+        sys.exit("lane_study.py: no input; give qwen3tts --json files or study_h200.sh's study.tar")
+    return out
+
+
 def load(paths):
     arms = defaultdict(list)  # (c, batching, lane) -> [arm, ...]
     meta, identity = None, {}
-    for p in paths:
-        with open(p) as f:
-            d = json.load(f)
+    for d in documents(paths):
         meta = meta or d
         for a in d["arms"]:
             arms[(a["c"], a["codec_batching"], a["lane"])].append(a)
@@ -35,6 +66,25 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    n = len(xs)
+    if not n:
+        return float("nan")
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def steady(a):
+    """The steady-state audio s/s of a run (None when its window was empty, or from an older qwen3tts)."""
+    return a.get("steady_audio_per_s")
+
+
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    m = median(xs)
+    return (max(xs) - min(xs)) / m if len(xs) > 1 and m else float("nan")
+
+
 def pass_p50(a):
     for p in a["host_phases"]:
         if p["thread"] == "GPU" and p["node"] == "talker_decode" and p["phase"] == "pass":
@@ -43,7 +93,7 @@ def pass_p50(a):
 
 
 def fig(arms, key, f):
-    return mean([f(a) for a in arms.get(key, [])])
+    return median([f(a) for a in arms.get(key, [])])
 
 
 def beside_ratio(arms, c, batching):
@@ -78,9 +128,10 @@ def table(paths):
                f"(Talker hidden {meta['talker']['hidden']} x {meta['talker']['layers']} layers); ramp {meta['ramp']}; "
                f"sentences {meta['frames'][0]}-{meta['frames'][1]} frames; date {meta.get('date')}.")
     out.append("")
-    out.append("| c | codec batching | lane | audio s/s | first audio p50 / p95 / p99 ms | gap p50 / p95 ms "
-               "| codec steps per Talker step | GPU busy | pass p50 us | decode alone / beside ms | on lane |")
-    out.append("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out.append("| c | codec batching | lane | runs | audio s/s, whole run | audio s/s, steady (spread) "
+               "| first audio p50 / p95 / p99 ms | gap p50 / p95 ms | codec steps per Talker step | GPU busy "
+               "| pass p50 us | decode alone / beside ms | on lane |")
+    out.append("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in cs:
         for b in BATCHINGS:
             for l in LANES:
@@ -88,34 +139,42 @@ def table(paths):
                 if k not in arms:
                     continue
                 A = arms[k]
-                dev = lambda f: mean([f(a["device"]) if a.get("device") else None for a in A])
-                on_lane = mean([a["steps"]["codec_on_lane"] / max(a["steps"]["codec"], 1) for a in A])
+                m = lambda f: median([f(a) for a in A])
+                dev = lambda f: median([f(a["device"]) if a.get("device") else None for a in A])
+                on_lane = m(lambda a: a["steps"]["codec_on_lane"] / max(a["steps"]["codec"], 1))
+                st = [steady(a) for a in A]
                 out.append(
-                    f"| {c} | {b} | {l} | {mean([a['audio_per_s'] for a in A]):.1f} | "
-                    f"{mean([a['first_audio']['p50_ms'] for a in A]):.1f} / {mean([a['first_audio']['p95_ms'] for a in A]):.1f}"
-                    f" / {mean([a['first_audio']['p99_ms'] for a in A]):.1f} | "
-                    f"{mean([a['gap']['p50_ms'] for a in A]):.1f} / {mean([a['gap']['p95_ms'] for a in A]):.1f} | "
-                    f"{mean([a['codec_steps_per_talker_step'] for a in A]):.2f} | "
-                    f"{100 * mean([a['gpu_busy_fraction'] for a in A]):.1f}% | {mean([pass_p50(a) for a in A]):.1f} | "
+                    f"| {c} | {b} | {l} | {len(A)} | {m(lambda a: a['audio_per_s']):.1f} | "
+                    f"{median(st):.1f} ({100 * spread(st):.1f}%) | "
+                    f"{m(lambda a: a['first_audio']['p50_ms']):.1f} / {m(lambda a: a['first_audio']['p95_ms']):.1f}"
+                    f" / {m(lambda a: a['first_audio']['p99_ms']):.1f} | "
+                    f"{m(lambda a: a['gap']['p50_ms']):.1f} / {m(lambda a: a['gap']['p95_ms']):.1f} | "
+                    f"{m(lambda a: a['codec_steps_per_talker_step']):.2f} | "
+                    f"{100 * m(lambda a: a['gpu_busy_fraction']):.1f}% | {m(pass_p50):.1f} | "
                     f"{dev(lambda d: d['decode_alone_p50_ms']):.2f} / {dev(lambda d: d['decode_beside_p50_ms']):.2f} | "
                     f"{100 * on_lane:.0f}% |")
     out.append("")
     out.append("Targets (per concurrency and codec batching):")
     out.append("")
-    out.append("| c | codec batching | auto / best of off, on (>= 0.98) | on / off first-audio p50 (<= 1.5) "
-               "| decode beside / alone (<= 1.15) | byte-identical |")
-    out.append("| ---: | --- | ---: | ---: | ---: | --- |")
+    out.append("| c | codec batching | auto / best of off, on, steady (>= 0.98) | the same, whole run "
+               "| on / off first-audio p50 (<= 1.5) | decode beside / alone (<= 1.15) | byte-identical |")
+    out.append("| ---: | --- | ---: | ---: | ---: | ---: | --- |")
     for c in cs:
         for b in BATCHINGS:
-            t = {l: fig(arms, (c, b, l), lambda a: a["audio_per_s"]) for l in LANES}
+            if not any((c, b, l) in arms for l in LANES):
+                continue
+            w = {l: fig(arms, (c, b, l), lambda a: a["audio_per_s"]) for l in LANES}
+            t = {l: fig(arms, (c, b, l), steady) for l in LANES}
             f = {l: fig(arms, (c, b, l), lambda a: a["first_audio"]["p50_ms"]) for l in LANES}
             best = max(t["off"], t["on"])
             r1 = t["auto"] / best if best else float("nan")
+            best_w = max(w["off"], w["on"])
+            r1w = w["auto"] / best_w if best_w else float("nan")
             r2 = f["on"] / f["off"] if f["off"] else float("nan")
             r3 = beside_ratio(arms, c, b)
             ok = lambda v, lim, ge: "" if v != v else (" (met)" if (v >= lim if ge else v <= lim) else " (NOT met)")
             ident = identity.get(c, {})
-            out.append(f"| {c} | {b} | {r1:.3f}{ok(r1, 0.98, True)} | {r2:.2f}{ok(r2, 1.5, False)} | "
+            out.append(f"| {c} | {b} | {r1:.3f}{ok(r1, 0.98, True)} | {r1w:.3f} | {r2:.2f}{ok(r2, 1.5, False)} | "
                        f"{r3:.3f}{ok(r3, 1.15, False)} | {'yes' if ident.get('identical') else 'NO'} "
                        f"(digest {ident.get('digest')}) |")
     if 128 in cs:
@@ -137,9 +196,13 @@ def load_log(path):
             cells = [x.strip() for x in line.strip().strip("|").split("|")]
             if len(cells) < 5 or not cells[0].isdigit() or cells[1] not in LANES:
                 continue
+            # Since the steady-state column (after audio s/s; "-" when its window was empty).
+            has_steady = "ms" not in cells[4]
+            first = cells[5] if has_steady else cells[4]
             arms[(int(cells[0]), cells[2], cells[1])].append({
                 "audio_per_s": float(cells[3]),
-                "first_audio": {"p50_ms": float(cells[4].split("/")[0])},
+                "steady_audio_per_s": float(cells[4]) if has_steady and cells[4] != "-" else None,
+                "first_audio": {"p50_ms": float(first.split("/")[0])},
             })
     return arms
 
@@ -162,11 +225,12 @@ def plot(paths, png, arms=None, meta=None):
             if not xs:
                 continue
             label = f"lane {l}, codec {b}"
-            ax[0].plot(xs, [fig(arms, (c, b, l), lambda a: a["audio_per_s"]) for c in xs], styles[l], marker="o",
-                       color=colors[b], label=label)
+            thr = lambda a: steady(a) if steady(a) is not None else a["audio_per_s"]
+            ax[0].plot(xs, [fig(arms, (c, b, l), thr) for c in xs], styles[l], marker="o", color=colors[b],
+                       label=label)
             ax[1].plot(xs, [fig(arms, (c, b, l), lambda a: a["first_audio"]["p50_ms"]) for c in xs], styles[l],
                        marker="o", color=colors[b], label=label)
-    for a, title, y in ((ax[0], "audio throughput", "audio seconds per second"),
+    for a, title, y in ((ax[0], "audio throughput, steady state (all c slots busy)", "audio seconds per second"),
                         (ax[1], "time to first audio, p50", "ms")):
         a.set_xscale("log", base=2)
         a.set_xticks(cs)

@@ -7,7 +7,15 @@
 //   qwen3_tts::load_options lo{.requests = 64, .concurrency = 8, .warmup = 8};
 //   auto arm = qwen3_tts::run_arm(backend, talker, codec, engine_options, forward_options, lo);
 //   arm.digests        // completed requests' audio digests: equal across lane modes and batchings
-//   arm.audio_per_s    // audio seconds per wall second over the measured requests
+//   arm.audio_per_s    // audio seconds per wall second over the measured requests (whole run)
+//   arm.steady_audio_per_s  // audio seconds per second while all c slots are busy (steady state)
+//
+// The steady-state window runs from the end of the warmup (the last warmup request's end; the first
+// submit without warmup) to the last submit (the generator has no request left to issue). Inside it
+// every one of the c slots holds a live request (an ending request is replaced at once), so it leaves
+// out the ramp (the warmup's requests all starting together) and the drain (the last requests
+// finishing at lower concurrency), which dominate the whole-run figure's noise in short runs. Its
+// audio is every chunk that landed in the window, whichever request it belongs to (warmup included).
 //
 // Client-side latencies are taken at the flow's landed hook (the worker's main thread), the point
 // where a real server would hand the chunk to the client.
@@ -123,6 +131,9 @@ struct arm_result {
   // Measured requests only.
   std::uint64_t completed = 0, cancelled = 0, failed = 0;
   double wall_s = 0, audio_s = 0, audio_per_s = 0;
+  // The steady-state window (see the top of the file); steady_s 0 when it is empty (too few requests
+  // after the warmup: every request was submitted before the warmup ended).
+  double steady_s = 0, steady_audio_s = 0, steady_audio_per_s = 0;
   spread first_audio, gap;
   // The whole run (warmup included): steps launched by the forwards, the worker's counters.
   std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0, codec_rows = 0, decode_rows = 0,
@@ -135,6 +146,33 @@ struct arm_result {
   bool pools_full = false, buffers_free = false;
   std::string pools_why;
 };
+
+// The steady-state window of a run and the audio that landed in it: from the last warmup request's
+// end (`first_submit` without warmup) to `last_submit`; empty (0 s) when it does not begin before it ends.
+struct steady_figures {
+  double seconds = 0, audio_s = 0;
+};
+inline steady_figures steady_window(const std::map<mstar::request_id, tts_result>& results,
+                                    const std::vector<planned_request>& plan,
+                                    const std::map<mstar::request_id, std::size_t>& index,
+                                    mstar::metrics::nanos first_submit, mstar::metrics::nanos last_submit) {
+  mstar::metrics::nanos begin = first_submit;
+  bool warmup = false;
+  for (const auto& [id, r] : results)
+    if (plan[index.at(id)].warmup) {
+      begin = warmup ? std::max(begin, r.ended) : r.ended;
+      warmup = true;
+    }
+  steady_figures f;
+  if (first_submit < 0 || last_submit <= begin) return f;
+  std::uint64_t frames = 0;
+  for (const auto& [id, r] : results)
+    for (const auto& ch : r.chunk_log)
+      if (ch.at > begin && ch.at <= last_submit) frames += ch.frames;
+  f.seconds = double(last_submit - begin) * 1e-9;
+  f.audio_s = double(frames) / frames_per_second;
+  return f;
+}
 
 // One arm. `timeline` (optional) is armed from the first measured submit to the end.
 template <class Backend>
@@ -188,7 +226,7 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   worker.start();
   std::size_t next = 0, done = 0;
   std::uint32_t live = 0;
-  mstar::metrics::nanos measure_begin = -1;
+  mstar::metrics::nanos measure_begin = -1, first_submit = -1, last_submit = -1;
   auto last_bar = std::chrono::steady_clock::now();
   auto bar = [&](bool final) {
     if (!lo.progress) return;
@@ -207,6 +245,8 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
       while (live < lo.concurrency && next < plan.size()) {
         auto in = plan[next].in;
         in.submitted = mstar::metrics::now_ns();
+        if (first_submit < 0) first_submit = in.submitted;
+        last_submit = in.submitted;
         if (!plan[next].warmup && measure_begin < 0) {
           measure_begin = in.submitted;
           if (timeline) timeline->arm(true);
@@ -258,6 +298,10 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   }
   out.wall_s = measure_begin < 0 ? 0.0 : double(measure_end - measure_begin) * 1e-9;
   out.audio_per_s = out.wall_s > 0 ? out.audio_s / out.wall_s : 0.0;
+  const auto steady = steady_window(out.results, plan, index, first_submit, last_submit);
+  out.steady_s = steady.seconds;
+  out.steady_audio_s = steady.audio_s;
+  out.steady_audio_per_s = steady.seconds > 0 ? steady.audio_s / steady.seconds : 0.0;
   out.first_audio = spread_of(std::move(first));
   out.gap = spread_of(std::move(gaps));
   out.prefill_steps = fwd.prefill_steps;

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -56,6 +57,7 @@ struct cli_options {
   std::uint64_t seed = 1;
   std::vector<std::string> lanes{"auto"}, batchings{"per-width"};
   std::uint32_t repeats = 1;
+  double time_budget_s = 0; // per concurrency: repetitions after the first start only within it (0: no limit)
   std::uint32_t frames_min = 0, frames_max = 0;
   bool check_identity = false;
   std::string json, trace;
@@ -258,11 +260,11 @@ double codec_per_talker(const arm_result& r) {
 }
 
 void print_header() {
-  std::printf("| %4s | %4s | %-9s | %9s | %22s | %15s | %11s | %6s | %9s | %15s | %7s |\n", "c", "lane", "codec",
-              "audio s/s", "first audio p50/95/99", "gap p50/95", "codec/talk", "busy", "pass p50", "decode alone/bes",
-              "on lane");
-  std::printf("| ---: | ---- | --------- | --------: | ---------------------: | --------------: | ----------: | -----: | "
-              "--------: | --------------: | ------: |\n");
+  std::printf("| %4s | %4s | %-9s | %9s | %9s | %22s | %15s | %11s | %6s | %9s | %15s | %7s |\n", "c", "lane",
+              "codec", "audio s/s", "steady", "first audio p50/95/99", "gap p50/95", "codec/talk", "busy", "pass p50",
+              "decode alone/bes", "on lane");
+  std::printf("| ---: | ---- | --------- | --------: | --------: | ---------------------: | --------------: | "
+              "----------: | -----: | --------: | --------------: | ------: |\n");
 }
 
 void print_row(const arm_report& a) {
@@ -271,11 +273,13 @@ void print_row(const arm_report& a) {
   if (a.dev.valid)
     std::snprintf(dec, sizeof dec, "%.2f/%.2f ms", a.dev.decode_alone_p50_ms, a.dev.decode_beside_p50_ms);
   const double on_lane = r.side_steps ? 100.0 * double(r.side_steps_on_lane) / double(r.side_steps) : 0.0;
-  std::printf("| %4u | %4s | %-9s | %9.2f | %6.1f/%6.1f/%6.1f ms | %5.1f/%5.1f ms | %11.2f | %5.1f%% | %6.1f us | %15s "
-              "| %6.1f%% |\n",
+  char steady[32] = "-";
+  if (r.steady_s > 0) std::snprintf(steady, sizeof steady, "%.2f", r.steady_audio_per_s);
+  std::printf("| %4u | %4s | %-9s | %9.2f | %9s | %6.1f/%6.1f/%6.1f ms | %5.1f/%5.1f ms | %11.2f | %5.1f%% | "
+              "%6.1f us | %15s | %6.1f%% |\n",
               a.spec.c, std::string(mstar::name_of(a.spec.lane)).c_str(), a.spec.per_width ? "per-width" : "all",
-              r.audio_per_s, r.first_audio.p50 / 1e6, r.first_audio.p95 / 1e6, r.first_audio.p99 / 1e6, r.gap.p50 / 1e6,
-              r.gap.p95 / 1e6, codec_per_talker(r), 100.0 * busy_of(a),
+              r.audio_per_s, steady, r.first_audio.p50 / 1e6, r.first_audio.p95 / 1e6, r.first_audio.p99 / 1e6,
+              r.gap.p50 / 1e6, r.gap.p95 / 1e6, codec_per_talker(r), 100.0 * busy_of(a),
               p50_us(r.summary, "GPU", "talker_decode", "pass"), dec, on_lane);
 }
 
@@ -316,9 +320,10 @@ void print_phases(const arm_result& r) {
               static_cast<unsigned long long>(r.side_steps_on_lane), static_cast<unsigned long long>(r.side_steps),
               static_cast<unsigned long long>(r.refusals), static_cast<unsigned long long>(r.parked),
               static_cast<unsigned long long>(r.failed_steps));
-  std::printf("requests (measured): %llu completed, %llu cancelled, %llu failed; %.1f s of audio in %.2f s\n",
+  std::printf("requests (measured): %llu completed, %llu cancelled, %llu failed; %.1f s of audio in %.2f s; steady "
+              "state (all slots busy): %.1f s of audio in %.2f s\n",
               static_cast<unsigned long long>(r.completed), static_cast<unsigned long long>(r.cancelled),
-              static_cast<unsigned long long>(r.failed), r.audio_s, r.wall_s);
+              static_cast<unsigned long long>(r.failed), r.audio_s, r.wall_s, r.steady_audio_s, r.steady_s);
 }
 
 // ---- JSON ----
@@ -353,7 +358,10 @@ std::string arm_json(const arm_report& a) {
     << ", \"codec_batching\": " << jstr(a.spec.per_width ? "per-width" : "all") << ", \"repeat\": " << a.spec.repeat
     << ", \"requests\": {\"completed\": " << r.completed << ", \"cancelled\": " << r.cancelled
     << ", \"failed\": " << r.failed << "}, \"audio_s\": " << jnum(r.audio_s) << ", \"wall_s\": " << jnum(r.wall_s)
-    << ", \"audio_per_s\": " << jnum(r.audio_per_s) << ", \"first_audio\": " << jspread(r.first_audio)
+    << ", \"audio_per_s\": " << jnum(r.audio_per_s) << ", \"steady_s\": " << jnum(r.steady_s)
+    << ", \"steady_audio_s\": " << jnum(r.steady_audio_s) << ", \"steady_audio_per_s\": "
+    << (r.steady_s > 0 ? jnum(r.steady_audio_per_s) : std::string("null"))
+    << ", \"first_audio\": " << jspread(r.first_audio)
     << ", \"gap\": " << jspread(r.gap) << ", \"codec_steps_per_talker_step\": " << jnum(codec_per_talker(r))
     << ", \"gpu_busy_fraction\": " << jnum(busy_of(a)) << ", \"steps\": {\"prefill\": " << r.prefill_steps
     << ", \"decode\": " << r.decode_steps << ", \"codec\": " << r.codec_steps << ", \"codec_on_lane\": "
@@ -362,6 +370,7 @@ std::string arm_json(const arm_report& a) {
     << ", \"lane_decisions\": {\"lane\": " << r.lane_on << ", \"chain\": " << r.lane_chain
     << ", \"chain_alone_ms\": " << jnum(r.lane.chain_alone_ns / 1e6) << ", \"chain_beside_ms\": "
     << jnum(r.lane.chain_beside_ns / 1e6) << ", \"side_ms\": " << jnum(r.lane.side_ns / 1e6)
+    << ", \"side_lane_ms\": " << jnum(r.lane.side_lane_ns / 1e6)
     << ", \"gpu_idle_fraction\": " << jnum(r.lane.gpu_idle_fraction) << "}";
   o << ", \"device\": ";
   if (a.dev.valid) {
@@ -434,7 +443,33 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
   const bool tty = isatty(STDOUT_FILENO) && !cli.no_progress;
   std::vector<arm_report> reports;
   print_header();
+  // --time-budget: a repetition (every arm of one concurrency once) after the first starts only when
+  // the time spent on that concurrency plus its longest repetition so far stays within the budget.
+  using clock = std::chrono::steady_clock;
+  auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  std::uint32_t cur_c = 0, cur_rep = 0;
+  bool skip = false;
+  clock::time_point c_begin{}, rep_begin{};
+  double longest_rep = 0;
   for (const auto& spec : specs) {
+    if (reports.empty() || spec.c != cur_c) {
+      cur_c = spec.c;
+      cur_rep = spec.repeat;
+      skip = false;
+      c_begin = rep_begin = clock::now();
+      longest_rep = 0;
+    } else if (spec.repeat != cur_rep) {
+      const auto now = clock::now();
+      longest_rep = std::max(longest_rep, secs(now - rep_begin));
+      cur_rep = spec.repeat;
+      rep_begin = now;
+      if (!skip && cli.time_budget_s > 0 && secs(now - c_begin) + longest_rep > cli.time_budget_s) {
+        skip = true;
+        std::printf("c=%u: repetitions %u.. skipped: %.1f s spent + %.1f s for one more > the time budget %.1f s\n",
+                    spec.c, spec.repeat + 1, secs(now - c_begin), longest_rep, cli.time_budget_s);
+      }
+    }
+    if (skip) continue;
     auto lo = st.lo;
     lo.concurrency = spec.c;
     lo.lane = st.side_lane ? spec.lane : mstar::lane_mode::off;
@@ -594,6 +629,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"per-width", "all"}))
       ->capture_default_str();
   app.add_option("--repeats", cli.repeats, "runs of every arm, alternating the arms")->check(CLI::Range(1u, 100u));
+  app.add_option("--time-budget", cli.time_budget_s,
+                 "seconds per concurrency: a repetition after the first starts only when the time spent on that "
+                 "concurrency plus its longest repetition so far stays within it (0: no limit)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--frames-min", cli.frames_min, "shortest sentence in frames (12.5 per second; default by backend)");
   app.add_option("--frames-max", cli.frames_max, "longest sentence in frames");
   app.add_flag("--check-identity", cli.check_identity,

@@ -1,22 +1,54 @@
 #!/bin/bash
 # The lane study on the GPU machine: qwen3tts at c in {8, 16, 32, 64, 128}, lane off / on / auto, both
-# codec batchings (one step per window width, one step for every width), two alternating runs per
-# arm (all arms of a concurrency run once, then all again, in one process). Writes under $OUT the
-# raw JSON of each concurrency (study_c<N>.json), the log, and the lane table (lane_table.md, made
-# by lane_study.py, which needs no matplotlib). The plot is made elsewhere from the JSON:
-#   python3 examples/qwen3_tts/lane_study.py plot OUT/study_c*.json docs/lane_study.png
+# codec batchings (one step per window width, one step for every width), three alternating runs per
+# arm (all arms of a concurrency run once, then all again, in one process per concurrency). Every
+# output (the JSON of each concurrency, study_c<N>.json; the log, study.log; the lane table,
+# lane_table.md, made by lane_study.py, which needs no matplotlib; gpu.txt and any build log) goes
+# into ONE file, $OUT/study.tar, rewritten after each concurrency, so that a run cut short still
+# returns what it measured. The table is printed last. The plot is made elsewhere from the tar:
+#   python3 examples/qwen3_tts/lane_study.py plot OUT/study.tar docs/lane_study.png
 #
 #   bash examples/qwen3_tts/study_h200.sh [DIR]
 #
 # DIR holds a prebuilt qwen3tts (built with -Dgpu=enabled on the CI machine, CUDA 13.0, sm_90) and
 # DIR/lib its yaml-cpp and fmt libraries; without it, or when it does not start, it builds qwen3tts
-# with meson -Dgpu=enabled in /tmp/qwen3tts_study. Sizes: 6 x c measured requests per run (warmup c),
-# sentences of 25-150 frames (2-12 s), about 2 s a run: the whole study fits in about 300 s.
+# with meson -Dgpu=enabled in /tmp/qwen3tts_study.
+#
+# Sizes: c=8 runs 64 measured requests (8 x c; its runs are the shortest), every other c 6 x c;
+# warmup c; sentences of 25-150 frames (2-12 s). The figures of an arm are the median of its runs.
+# Time: the whole study must fit one device call of 520 s. STUDY_BUDGET_S (default 470) is shared
+# among the concurrencies in proportion to their expected run time (the unspent part of one passes to
+# the next), and qwen3tts --time-budget starts a second or third repetition of a concurrency only
+# when it fits its share; the first repetition always runs. The table's "runs" column says how many
+# ran. Expected: about 450 s (3 x the 2-run study's 300 s / 2, plus the longer c=8 runs).
+#
+# STUDY_SMOKE=1: the same commands on the host backend at tiny sizes (c = 2, 4; seconds), to check
+# the script, the tar and lane_study.py end to end on a machine without a GPU.
 set -uo pipefail
 OUT=${OUT:-/tmp/qwen3tts_study_out}
 mkdir -p "$OUT"
 DIR=${1:-}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv 2>&1 | tee "$OUT/gpu.txt"
+SMOKE=${STUDY_SMOKE:-0}
+BUDGET=${STUDY_BUDGET_S:-470}
+REPEATS=${STUDY_REPEATS:-3}
+W=$(mktemp -d /tmp/qwen3tts_study.XXXXXX) # the tar's contents, outside $OUT
+pack() { tar -cf "$W.tar" -C "$W" . && mv -f "$W.tar" "$OUT/study.tar"; }
+
+if [ "$SMOKE" = 1 ]; then
+  BACKEND=host; CS="2 4"; BUDGET=${STUDY_BUDGET_S:-60}
+  SIZES=(--frames-max 16)
+  weight() { echo 1; }
+  requests() { echo $((8 * $1)); }
+  echo "smoke mode: host backend, c in $CS" | tee "$W/gpu.txt"
+else
+  BACKEND=cuda; CS="8 16 32 64 128"
+  SIZES=()
+  # Expected seconds of one run of one arm (H200, 2-run study of 2026-12-03), as relative weights.
+  weight() { case $1 in 8) echo 58;; 16) echo 55;; 32) echo 56;; 64) echo 65;; *) echo 72;; esac; }
+  requests() { if [ "$1" -le 8 ]; then echo $((8 * $1)); else echo $((6 * $1)); fi; }
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv 2>&1 | tee "$W/gpu.txt"
+fi
+
 Q=""
 if [ -n "$DIR" ] && [ -x "$DIR/qwen3tts" ]; then
   export LD_LIBRARY_PATH="$DIR/lib:${LD_LIBRARY_PATH:-}"
@@ -24,21 +56,44 @@ if [ -n "$DIR" ] && [ -x "$DIR/qwen3tts" ]; then
 fi
 if [ -z "$Q" ]; then
   echo "building qwen3tts with meson -Dgpu=enabled in /tmp/qwen3tts_study"
-  meson setup /tmp/qwen3tts_study -Dgpu=enabled -Dtests=false >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 1; }
-  ninja -C /tmp/qwen3tts_study examples/qwen3tts >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  meson setup /tmp/qwen3tts_study -Dgpu=enabled -Dtests=false >"$W/setup.log" 2>&1 || { tail -30 "$W/setup.log"; pack; exit 1; }
+  ninja -C /tmp/qwen3tts_study examples/qwen3tts >"$W/build.log" 2>&1 || { tail -40 "$W/build.log"; pack; exit 1; }
   Q=/tmp/qwen3tts_study/examples/qwen3tts
 fi
+
+START=$SECONDS
+STARTUP=8 # seconds a qwen3tts process spends outside its arms (CUDA context, cuBLAS, graph capture)
 rc=0
-for c in 8 16 32 64 128; do
-  echo "== c=$c"
-  "$Q" --backend cuda --config configs/qwen3tts.yaml -c "$c" -n $((6 * c)) --warmup "$c" \
-    --lane off,on,auto --codec-batching per-width,all --repeats 2 --no-progress \
-    --json "$OUT/study_c$c.json" 2>&1 | tee -a "$OUT/study.log"
+left=""
+for c in $CS; do left="$left $c"; done
+for c in $CS; do
+  rest=0
+  for d in $left; do rest=$((rest + $(weight "$d"))); done
+  left=${left/ $c/}
+  share=$(( (BUDGET - (SECONDS - START)) * $(weight "$c") / rest - STARTUP ))
+  [ "$share" -lt 1 ] && share=1
+  echo "== c=$c: $(requests "$c") measured requests per run, up to $REPEATS runs per arm, time budget ${share} s" \
+    | tee -a "$W/study.log"
+  "$Q" --backend "$BACKEND" --config configs/qwen3tts.yaml -c "$c" -n "$(requests "$c")" --warmup "$c" \
+    --lane off,on,auto --codec-batching per-width,all --repeats "$REPEATS" --time-budget "$share" --no-progress \
+    "${SIZES[@]}" --json "$W/study_c$c.json" 2>&1 | tee -a "$W/study.log"
   r=${PIPESTATUS[0]}
-  echo "c=$c rc=$r"
+  echo "c=$c rc=$r after $((SECONDS - START)) s" | tee -a "$W/study.log"
   [ "$r" -ne 0 ] && rc=$r
+  pack
 done
-python3 examples/qwen3_tts/lane_study.py table "$OUT"/study_c*.json > "$OUT/lane_table.md" 2>&1
-cat "$OUT/lane_table.md"
-echo "study rc=$rc"
+python3 examples/qwen3_tts/lane_study.py table "$W"/study_c*.json > "$W/lane_table.md" 2>&1 || rc=1
+echo "study rc=$rc, $((SECONDS - START)) s of runs" >> "$W/lane_table.md"
+pack
+rm -rf "$W"
+echo "== outputs: $OUT/study.tar ($(tar -tf "$OUT/study.tar" | tr '\n' ' '))"
+# The tar must hold every concurrency's JSON and the table, and lane_study.py must read it.
+for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log; do
+  tar -tf "$OUT/study.tar" | grep -qx "./$f" || { echo "study.tar lacks $f"; rc=1; }
+done
+python3 examples/qwen3_tts/lane_study.py table "$OUT/study.tar" >/dev/null || { echo "lane_study.py cannot read study.tar"; rc=1; }
+if [ "$SMOKE" = 1 ] && python3 -c "import matplotlib" 2>/dev/null; then
+  python3 examples/qwen3_tts/lane_study.py plot "$OUT/study.tar" "$OUT/lane_study_smoke.png" || { echo "the plot failed"; rc=1; }
+fi
+tar -xOf "$OUT/study.tar" ./lane_table.md
 exit $rc

@@ -67,6 +67,11 @@ struct tts_result {
   std::uint32_t frames = 0, chunks = 0;
   mstar::metrics::nanos submitted = 0, first_audio = -1, ended = 0;
   std::vector<mstar::metrics::nanos> gaps; // between consecutive audio chunks, at the flow's landed hook
+  struct chunk {
+    mstar::metrics::nanos at = 0; // when it landed (the flow's landed hook)
+    std::uint32_t frames = 0;     // its width
+  };
+  std::vector<chunk> chunk_log; // every audio chunk, in order (the load generator's steady-state window)
 };
 
 namespace detail {
@@ -239,6 +244,7 @@ public:
     else
       r.result.gaps.push_back(now - r.last_chunk);
     r.last_chunk = now;
+    r.result.chunk_log.push_back({now, p.width});
     if (r.chunks == r.in.cancel_after_chunks && on_cancel_point) on_cancel_point(r.id);
     return true;
   }

@@ -164,3 +164,65 @@ TEST_CASE("Qwen3TtsWorker.cancelling requests mid-stream leaves the other reques
         CHECK(res.digest.samples < std::uint64_t(res.frames) * 1920);
   }
 }
+
+TEST_CASE("Qwen3TtsLoad.the steady-state window runs from the last warmup end to the last submit and counts the audio "
+          "that landed in it, whichever request it belongs to") {
+  using qwen3_tts::tts_result;
+  std::vector<qwen3_tts::planned_request> plan(4);
+  std::map<mstar::request_id, std::size_t> index;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    plan[i].id = 10 + i;
+    plan[i].warmup = i < 2;
+    index[plan[i].id] = i;
+  }
+  // Times in ms. Warmup requests end at 300 and 500: the window begins at 500 (not at the first, 300).
+  auto at = [](double ms) { return static_cast<mstar::metrics::nanos>(ms * 1e6); };
+  std::map<mstar::request_id, tts_result> results;
+  results[10].ended = at(300);
+  results[10].chunk_log = {{at(100), 2}, {at(290), 4}};
+  results[11].ended = at(500);
+  results[11].chunk_log = {{at(450), 4}, {at(500), 8}}; // at the window's start: outside (begin, end]
+  results[12].ended = at(1200);
+  results[12].chunk_log = {{at(520), 2}, {at(900), 4}, {at(1100), 8}}; // the last after the window
+  results[13].ended = at(1300);
+  results[13].chunk_log = {{at(1000), 2}}; // the window ends at the last submit, 1000: inside
+  const auto f = qwen3_tts::steady_window(results, plan, index, at(0), at(1000));
+  CHECK(f.seconds == doctest::Approx(0.5));
+  CHECK(f.audio_s == doctest::Approx((2 + 4 + 2) / qwen3_tts::frames_per_second));
+  // Without warmup the window starts at the first submit.
+  for (auto& p : plan)
+    p.warmup = false;
+  const auto g = qwen3_tts::steady_window(results, plan, index, at(50), at(1000));
+  CHECK(g.seconds == doctest::Approx(0.95));
+  CHECK(g.audio_s == doctest::Approx((2 + 4 + 4 + 8 + 2 + 4 + 2) / qwen3_tts::frames_per_second));
+  // Every request submitted before the warmup ended: no window.
+  plan[1].warmup = true;
+  CHECK(qwen3_tts::steady_window(results, plan, index, at(0), at(400)).seconds == 0);
+}
+
+TEST_CASE("Qwen3TtsLoad.a run's steady-state window lies inside it and holds the run at full concurrency") {
+  host_rig r;
+  auto lo = load();
+  lo.requests = 40;
+  lo.warmup = 8;
+  lo.lane = mstar::lane_mode::on;
+  const auto a = qwen3_tts::run_arm(r.backend, r.talker, r.codec, engine_options(), forward_options(8), lo);
+  check_clean(a, r);
+  CHECK(a.steady_s > 0);
+  CHECK(a.steady_s < a.wall_s);
+  // Audio landed in the window, all of it from requests that ran: no more than the whole run's.
+  double all = 0;
+  for (const auto& [id, res] : a.results)
+    for (const auto& ch : res.chunk_log)
+      all += ch.frames / qwen3_tts::frames_per_second;
+  CHECK(a.steady_audio_s > 0);
+  CHECK(a.steady_audio_s < all);
+  CHECK(a.steady_audio_per_s == doctest::Approx(a.steady_audio_s / a.steady_s));
+  // Each request's chunk log adds up to its frames.
+  for (const auto& [id, res] : a.results) {
+    std::uint32_t frames = 0;
+    for (const auto& ch : res.chunk_log)
+      frames += ch.frames;
+    if (res.how == mstar::request_end::completed) CHECK(frames == res.frames);
+  }
+}
