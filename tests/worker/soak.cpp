@@ -6,6 +6,10 @@
 // identical to the run without cancellations (and to the single-threaded reference). Per lane mode one
 // of the two runs uses the flow with the continues() hook and the other the flow without it, so the
 // staged prediction of the next decode step misses both on cancels and on requests that finish.
+// Then the same pair once more (lane on) over a KV cache of 12 blocks, too small for the live
+// requests, so prefills park at readiness on the KV cache (requests sized to the blocks their prefill
+// takes, prompt + frames = 8k tokens, so decode rows never need a block and nothing can stall): at
+// the end no KV reservation is left and no KV admit was refused.
 //
 //   mstar_worker_soak [--requests N] [--seed S] [--lane off|on|auto|all]
 //
@@ -20,6 +24,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 using namespace worker_test;
 
@@ -41,10 +46,13 @@ struct run_result {
   std::vector<bool> cancelled;
 };
 
-template <class Flow>
+using SmallKv = tts_model<12>;
+constexpr bool big_kv = true, small_kv = false;
+
+template <class Flow, bool BigKv = big_kv, class M = std::conditional_t<BigKv, tts_model<512>, SmallKv>>
 run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool cancel, std::uint64_t seed) {
   mstar::host_backend backend;
-  Engine engine(backend, options(/*max_requests=*/8));
+  mstar::engine<typename M::type, mstar::host_backend> engine(backend, options(/*max_requests=*/8));
   Flow flow;
   mstar::worker_options o;
   o.lane = lane;
@@ -54,8 +62,8 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
   run_result out;
   out.cancelled.assign(in.size(), false);
   {
-    mstar::threaded_worker<Model, mstar::host_backend, Flow> w(engine, flow, o);
-    install_forwards(w, backend);
+    mstar::threaded_worker<typename M::type, mstar::host_backend, Flow> w(engine, flow, o);
+    install_forwards<M>(w, backend);
     w.start();
     std::mt19937_64 rng(seed);
     const auto t0 = std::chrono::steady_clock::now();
@@ -80,10 +88,10 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     w.stop();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = w.counters();
-    std::printf("lane %-4s %-9s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu of them predicted, %llu "
+    std::printf("%slane %-4s %-9s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu of them predicted, %llu "
                 "promoted, %llu dropped), %llu side steps (%llu on the lane), %llu parked, %llu refusals; cancels: %llu "
                 "backlog, %llu parked, %llu side, %llu chain, %llu idle, %llu ended\n",
-                std::string(mstar::name_of(lane)).c_str(), cancel ? "cancels" : "no-cancel",
+                BigKv ? "" : "small KV: ", std::string(mstar::name_of(lane)).c_str(), cancel ? "cancels" : "no-cancel",
                 mstar::predicts_continuation<Flow> ? "hook" : "no-hook", in.size(), s,
                 (unsigned long long)c.chain_steps.load(), (unsigned long long)c.staged.load(),
                 (unsigned long long)c.speculative_stages.load(), (unsigned long long)c.promoted.load(),
@@ -99,6 +107,20 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     if (c.promoted.load() + c.stage_drops.load() != c.staged.load())
       fail("every published stage is promoted or dropped: " + std::to_string(c.staged.load()) + " staged, " +
            std::to_string(c.promoted.load()) + " promoted, " + std::to_string(c.stage_drops.load()) + " dropped");
+    if constexpr (!BigKv) {
+      const auto& kv = engine.template resource<typename M::Kv>();
+      // The KV cache's own refusal count includes the plan thread's pre-admits of mispredicted stages
+      // (without the continues() hook a request's last decode row is predicted to continue and would
+      // need a block): those cost a stage, never a step. A step's admit is never refused.
+      std::printf("  small KV: %llu readiness refusals (rows parked on the KV cache), %llu KV refusals (stages)\n",
+                  (unsigned long long)kv.reserve_refusals(), (unsigned long long)kv.stats().refusals);
+      if (!cancel && kv.reserve_refusals() == 0) fail("small KV: no row parked on the KV cache");
+      if (c.refusals.load() != 0)
+        fail("small KV: " + std::to_string(c.refusals.load()) +
+             " step admits were refused (rows should park at readiness instead)");
+      if (kv.reserved_blocks() != 0)
+        fail("small KV: " + std::to_string(kv.reserved_blocks()) + " blocks still reserved after the run");
+    }
   }
   std::string why;
   if (!pools_full(engine, &why)) fail("a pool is not full after the run: " + why);
@@ -145,16 +167,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::mt19937_64 rng(seed);
-  std::vector<tts_input> in(requests);
-  for (auto& r : in)
+  std::vector<tts_input> in_all(requests);
+  for (auto& r : in_all)
     r = {rng(), 4 + static_cast<std::uint32_t>(rng() % 20), 1 + static_cast<std::uint32_t>(rng() % 24)};
+
+  // The small-KV pair's requests: 1 to 3 blocks of 8 tokens each, whole lives included.
+  std::vector<tts_input> block_sized(std::max<std::size_t>(requests / 3, 1));
+  for (auto& r : block_sized) {
+    const auto k = 1 + static_cast<std::uint32_t>(rng() % 3), frames = 1 + static_cast<std::uint32_t>(rng() % 7);
+    r = {rng(), 8 * k - frames, frames};
+  }
+  if (lane == "on" || lane == "all") modes.push_back(mstar::lane_mode::on); // the small-KV pair, last
 
   for (std::size_t m = 0; m < modes.size(); ++m) {
     const auto mode = modes[m];
+    const bool kv_pair = m + 1 == modes.size() && (lane == "on" || lane == "all");
+    const auto& in = kv_pair ? block_sized : in_all;
     const bool hook_when_noisy = (static_cast<std::size_t>(mode) % 2) == 1;
-    const auto clean = hook_when_noisy ? run<tts_flow>(in, mode, false, seed) : run<tts_flow_predicting>(in, mode, false, seed);
-    const auto noisy =
-        hook_when_noisy ? run<tts_flow_predicting>(in, mode, true, seed + 1) : run<tts_flow>(in, mode, true, seed + 1);
+    const auto clean = kv_pair           ? run<tts_flow, small_kv>(in, mode, false, seed)
+                       : hook_when_noisy ? run<tts_flow>(in, mode, false, seed)
+                                         : run<tts_flow_predicting>(in, mode, false, seed);
+    const auto noisy = kv_pair           ? run<tts_flow_predicting, small_kv>(in, mode, true, seed + 1)
+                       : hook_when_noisy ? run<tts_flow_predicting>(in, mode, true, seed + 1)
+                                         : run<tts_flow>(in, mode, true, seed + 1);
     std::size_t compared = 0, cancelled = 0;
     for (std::size_t i = 0; i < in.size(); ++i) {
       const auto& a = clean.results.at(i);
@@ -172,7 +207,7 @@ int main(int argc, char** argv) {
         if (b.audio != a.audio) fail("request " + std::to_string(i) + ": bytes differ from the run without cancels");
       }
     }
-    std::printf("lane %-4s %zu requests completed with identical bytes, %zu cancelled\n",
+    std::printf("%slane %-4s %zu requests completed with identical bytes, %zu cancelled\n", kv_pair ? "small KV: " : "",
                 std::string(mstar::name_of(mode)).c_str(), compared, cancelled);
   }
   if (failures != 0) {
