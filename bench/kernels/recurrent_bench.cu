@@ -307,8 +307,12 @@ int main() {
   }
 
   std::printf("\n== bandwidth, several layers or pools, HBM-resident (memcpy: one copy of the same bytes) ==\n");
-  std::printf("%-30s %5s %10s | %9s %9s %9s | %6s %6s %5s\n", "pools: layers x row", "rows", "moved", "gather_us",
-              "scatter", "memcpy", "g/cpy", "s/cpy", "lnch");
+  // General tables (pools of different shapes or at unrelated addresses) are also timed through each
+  // general kernel forced: the 2-D grid, the tiles kernel (block-uniform search) and the per-thread
+  // search kernel the first two replace (columns: gather and scatter us, then g/cpy and s/cpy).
+  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s\n", "pools: layers x row", "rows",
+              "moved", "gather_us", "scatter", "memcpy", "g/cpy", "s/cpy", "lnch", "grid g s g/c s/c",
+              "tiles g s g/c s/c", "srch g s g/c s/c");
   struct multi_case {
     const char* name;
     std::vector<pool_shape> shapes;
@@ -320,8 +324,14 @@ int main() {
       {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 512},
       {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 64},
       {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 256},
-      {"3: 100 x 512 B each (table)", {{100, 512}, {100, 512}, {100, 512}}, 32}};
-  for (const multi_case& mc : multi) {
+      {"3: 100 x 512 B each (table)", {{100, 512}, {100, 512}, {100, 512}}, 32},
+      {"8: 1 x 4 KiB, 1 x 12 KiB alt. (table)",
+       {{1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}},
+       64},
+      {"96: 1 x 1|2|3|4 KiB (table)", std::vector<pool_shape>(), 20}};
+  for (multi_case mc : multi) {
+    if (mc.shapes.empty())  // 96 pools of one layer, rows of 1 to 4 KiB in turn: 96 groups
+      for (int p = 0; p < 96; ++p) mc.shapes.push_back({1, std::size_t(1 + p % 4) << 10});
     auto sets = make_sets_of(mc.shapes, mc.rows);
     const std::size_t k = sets.size();
     const std::size_t moved = 2 * sets[0]->moved_one_way;
@@ -339,8 +349,25 @@ int main() {
     const double rg = m / g, rs = m / sc;
     const bool ok = (moved < (std::size_t(8) << 20) || std::min(rg, rs) >= 0.90) && gnodes == 1 && snodes == 1;
     fails += ok ? 0 : 1;
-    std::printf("%-30s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu %s\n", mc.name, mc.rows,
-                double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes, ok ? "" : "<- below target");
+    std::printf("%-34s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu", mc.name, mc.rows,
+                double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes);
+    for (const auto kind : {mk::detail::general_kernel::grid, mk::detail::general_kernel::tiles,
+                            mk::detail::general_kernel::search}) {
+      if (mc.shapes.size() < 2) break;  // one pool: the strided kernel
+      const mk::detail::launch_policy saved = mk::detail::tuning();
+      mk::detail::tuning().general = kind;
+      const double og = time_per_call_us(stream, calls, [&](int i) {
+        step& s = *sets[std::size_t(i) % k];
+        mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+      });
+      const double os = time_per_call_us(stream, calls, [&](int i) {
+        step& s = *sets[std::size_t(i) % k];
+        mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+      });
+      mk::detail::tuning() = saved;
+      std::printf(" | %5.2f %5.2f %5.2f %5.2f", og, os, m / og, m / os);
+    }
+    std::printf(" %s\n", ok ? "" : "<- below target");
   }
 
   std::printf("\n== node steps: several pools and layers, small rows (GPU time per call) ==\n");

@@ -10,6 +10,7 @@
 #   MSTAR_PREBUILT=DIR bash bench/kernels/run_h200.sh
 #       use mstar_gpu_tests, mstar_recurrent_bench and mstar_copy_floor_bench from DIR (built elsewhere
 #       with the same nvcc for sm_90) when they start there; otherwise build as above.
+#   MSTAR_SKIP_FLOOR=1 leaves out mstar_copy_floor_bench (the floors do not depend on the library).
 #   MSTAR_BENCH_POLICY=auto runs the tables under the sweep's best policy, =<index> under that swept
 #       policy; unset or 'default', under the launcher's default.
 set -uo pipefail
@@ -62,8 +63,12 @@ fi
 [ -x "$TESTS" ] && [ -x "$BENCH" ] && [ -x "$FLOOR" ] || { echo "== build failed"; exit 1; }
 command -v cuobjdump >/dev/null && cuobjdump -sass "$BENCH" >"$LOG/sass.txt" 2>&1
 
-echo "== floors"
-"$FLOOR" 2>&1 | tee "$LOG/floor.txt" || status=1
+if [ "${MSTAR_SKIP_FLOOR:-0}" = 1 ]; then
+  echo "== floors skipped (MSTAR_SKIP_FLOOR=1)"
+else
+  echo "== floors"
+  "$FLOOR" 2>&1 | tee "$LOG/floor.txt" || status=1
+fi
 echo "== benchmark"
 "$BENCH" >"$LOG/bench.txt" 2>&1 || status=1
 
@@ -82,8 +87,18 @@ for tool in memcheck racecheck; do
   [ $rc = 0 ] || { echo "   $tool exit code $rc"; status=1; }
 done
 
-echo "== benchmark (also in bench.txt)"
-cat "$LOG/bench.txt"
 echo "== machine after: $(nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null)"
+# Summary: the sweep's worst ratios, the several-segment table (2-D grid against the search kernel),
+# the small steps, and the checks. Every log goes into one archive when $OUT is set.
+echo "== summary"
+grep -E "^(worst|slowest|tables below)" "$LOG/bench.txt"
+sed -n '/several layers or pools/,/^$/p' "$LOG/bench.txt"
+sed -n '/node steps/,/^$/p' "$LOG/bench.txt"
+grep -E "^targets" "$LOG/bench.txt"
+grep -E "^\[doctest\] (test cases|assertions)" "$LOG/gpu_tests.log" | head -2
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG"/sanitizer_*.log
+if [ -n "${OUT:-}" ]; then
+  (cd "$OUT" && tar czf kernels_logs.tgz -- *.txt *.log 2>/dev/null && rm -f -- *.txt *.log)
+fi
 echo "== overall status: $status"
 exit $status

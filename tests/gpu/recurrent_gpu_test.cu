@@ -160,6 +160,41 @@ TEST_CASE("hundreds of (pool, layer) segments move in one call and match the hos
   }
 }
 
+// Tables that are not strided: merged into groups (runs of one pool's layers); the 2-D grid cuts groups
+// into entries of gridDim.x tiles (blocks past an entry's items exit), the tiles kernel lays whole
+// groups on a 1-D grid. Each table below takes a different corner of those plans, under each general
+// kernel (automatic, 2-D grid, tiles, per-thread search).
+TEST_CASE("tables of many segments of mixed sizes on the 2-D grid match the host reference" *
+          doctest::skip(!mt::has_gpu())) {
+  std::mt19937_64 rng(91);
+  stream_guard stream;
+  const mk::detail::launch_policy saved = mk::detail::tuning();
+  for (const auto kind : {mk::detail::general_kernel::automatic, mk::detail::general_kernel::grid,
+                          mk::detail::general_kernel::tiles, mk::detail::general_kernel::search}) {
+    CAPTURE(int(kind));
+    mk::detail::tuning().general = kind;
+    for (const std::int32_t rows : quick() ? std::vector<std::int32_t>{1, 33} : std::vector<std::int32_t>{1, 33, 300}) {
+      // one large group and two small ones: the large one is cut into many entries, the last one partial
+      check_case<float>(rng, mt::make_case(rng, rows, {{1, 8192}, {1, 4}, {1, 5}}, 0), stream.s);
+      // 16-byte pools of 1 to 4 KiB rows at unrelated addresses: one group each, every entry partial
+      std::vector<mt::pool_shape> mixed;
+      for (int p = 0; p < 40; ++p) mixed.push_back({1, std::int64_t(256) * (1 + p % 4) + (p % 5 == 0 ? 4 : 0)});
+      check_case<float>(rng, mt::make_case(rng, rows, mixed, 0), stream.s);
+      // the same misaligned (every access width, no 16-byte variant), with layers of two pools merged in groups
+      mixed.push_back({7, 300});
+      mixed.push_back({3, 1});
+      check_case<mstar::bf16>(rng, mt::make_case(rng, rows, mixed, 1), stream.s);
+      // max_segments groups of one segment each: the largest grid table
+      std::vector<mt::pool_shape> singles;
+      for (std::size_t p = 0; p < mk::max_segments; ++p) singles.push_back({1, 1 + std::int64_t(rng() % 40)});
+      check_case<std::uint8_t>(rng, mt::make_case(rng, rows, singles, 0), stream.s);
+      // groups whose items fill whole tiles exactly (256 items of 16 bytes a tile)
+      check_case<float>(rng, mt::make_case(rng, 256, {{2, 4}, {3, 1024}, {1, 8}}, 0), stream.s);
+    }
+  }
+  mk::detail::tuning() = saved;
+}
+
 TEST_CASE("rows of a MiB and more, aligned or not, match the host reference" * doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(31);
   stream_guard stream;
@@ -176,11 +211,15 @@ TEST_CASE("every launch policy the benchmark sweeps matches the host reference, 
           doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(55);
   stream_guard stream;
-  // The swept variants, plus two units a thread from the first item, with and without the strided kernel.
+  // The swept variants, plus two units a thread from the first item through every kernel.
   std::vector<mk::detail::launch_policy> policies(std::begin(mk::detail::swept_policies),
                                                   std::end(mk::detail::swept_policies));
   policies.push_back({0, 1, 2, true});
+  policies.push_back({0, 1, 2, true, mk::detail::general_kernel::automatic, 2});
   policies.push_back({0, 1, 2, false});
+  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::grid});
+  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::tiles});
+  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::search});
   const mk::detail::launch_policy saved = mk::detail::tuning();
   for (std::size_t v = 0; v < policies.size(); ++v) {
     CAPTURE(v);

@@ -7,10 +7,13 @@
 // one after another. g is chosen per segment: 16 bytes when the pool, the batch block and the row
 // size allow, else the largest of 8, 4, 2, 1 bytes that they allow. A block of 256 threads takes a
 // tile of 256 items, one a thread, so many short rows and a few huge rows both spread over the whole
-// grid. Two kernels locate items: recurrent_strided_kernel for tables whose segments have one shape
-// and are evenly spaced (one segment, or one pool's layers: an 80-byte parameter and two divisions),
-// recurrent_table_kernel for any other table (by value, __grid_constant__, up to max_segments = 512
-// segments of 40 bytes, binary search over their first items).
+// grid. Kernels locate items: recurrent_strided_kernel for tables whose segments have one shape and
+// are evenly spaced (one segment, or one pool's layers: an 80-byte parameter and two divisions); for
+// any other table the host merges segments into groups of that kind (one pool's layers) and either
+// recurrent_grid_kernel (2-D grid, blockIdx.y = group: groups of about one size) or
+// recurrent_tiles_kernel (1-D grid, each group on whole tiles, block-uniform search) moves them (by
+// value, __grid_constant__, up to max_segments = 512 groups); recurrent_table_kernel, the per-thread
+// search over segments they replaced, stays for the benchmark's comparison.
 //
 // What the time of a call is made of (bench/kernels/copy_floor_bench.cu measures each part): a call is
 // one round of loads and stores, so its length is the chain of dependent accesses in a thread. A
@@ -25,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <iterator>
@@ -104,6 +108,52 @@ struct strided_params {
   fast_divisor units_per_row;
   std::uint32_t log2_unit;
 };
+
+// Tables that are not strided. The host merges the table into groups (runs of segments of one
+// shape, evenly spaced in the pool and in the batch: one pool's layers), one grid_entry a group, and
+// lays the groups on the grid in one of two ways, both block-uniform (a block's group is the same for
+// all its threads, so its parameter reads are warp-uniform and shared by the blocks of an SM):
+//  - 2-D grid (recurrent_grid_kernel): blockIdx.y is the group, blockIdx.x the tile in it; no search,
+//    every field read at an address fixed before the first load, as in the strided kernel; blocks
+//    past their group's tiles exit at once, so it is taken when groups have about the same size.
+//  - 1-D grid of tiles (recurrent_tiles_kernel): each group starts on a tile; a block finds its group
+//    by a binary search over tile_begin (log2(groups) dependent reads, the same for all its threads
+//    and hot in the constant cache). No block is empty.
+// Measured (docs/kernels.md): cutting groups into many entries to fill the 2-D grid was slower (every
+// SM then reads many distinct entries; each is a constant-cache miss in the chain).
+struct grid_entry {
+  char* pool;                 // the group's first segment in the pool
+  std::int64_t batch_offset;  // bytes from the batch start to the group's first segment block
+  std::uint32_t pool_stride;  // bytes from one segment of the group to the next, in the pool
+  std::uint32_t batch_stride; // ... and in the batch
+  std::uint32_t items;        // items in the group, < 2^31
+  std::uint32_t segment_div;  // rows * units_per_row: the items of one segment of the group
+  std::uint32_t segment_mul;
+  std::uint32_t unit_div;     // units_per_row
+  std::uint32_t unit_mul;
+  std::uint32_t shifts;       // segment_div's shift | unit_div's shift << 8 | log2_unit << 16
+};
+static_assert(sizeof(grid_entry) == 48, "grid_entry is sized for the kernel parameter budget");
+
+template <int Cap>
+struct grid_params {
+  char* batch;
+  const std::int32_t* slots;
+  grid_entry e[Cap];
+};
+static_assert(sizeof(grid_params<max_segments>) <= 32764,
+              "the group table no longer fits a kernel parameter; lower max_segments in recurrent.hpp");
+
+template <int Cap>
+struct tiles_params {
+  char* batch;
+  const std::int32_t* slots;
+  std::int32_t ngroups;
+  std::uint32_t tile_begin[Cap + 1];  // each group's first tile; tile_begin[ngroups] is the grid size
+  grid_entry e[Cap];
+};
+static_assert(sizeof(tiles_params<max_segments>) <= 32764,
+              "the group table no longer fits a kernel parameter; lower max_segments in recurrent.hpp");
 
 // The slot table is loaded with an L2 evict_last policy (createpolicy, sm_80+): it is a few KiB,
 // gather and then scatter of the same step read it, and every pool address waits on it, so a miss to
@@ -305,6 +355,47 @@ __global__ void __launch_bounds__(Threads) recurrent_table_kernel(const __grid_c
   });
 }
 
+// One group of a grid_entry table: the items of block tile `tile` of it (the block's threads).
+template <copy_op Op, int Threads, int Unroll, bool Wide>
+__device__ __forceinline__ void copy_entry(const grid_entry& e, std::uint32_t tile, char* batch,
+                                           const std::int32_t* slots) {
+  const std::uint32_t first = tile * std::uint32_t(Threads * Unroll) + threadIdx.x;
+  if (first >= e.items) return;
+  copy_items<Op, Threads, Unroll, Wide>(first, e.items, slots, [&](std::uint64_t i, located_unit& u) {
+    const std::uint32_t n = std::uint32_t(i);  // item within the group, < 2^31
+    const std::uint32_t s = fast_div(n, fast_divisor{e.segment_div, e.segment_mul, e.shifts & 0xffu});
+    const std::uint32_t local = n - s * e.segment_div;
+    const std::uint32_t row = fast_div(local, fast_divisor{e.unit_div, e.unit_mul, (e.shifts >> 8) & 0xffu});
+    const std::uint32_t in_row = local - row * e.unit_div;
+    u.log2_unit = Wide ? 4u : (e.shifts >> 16);
+    u.row_bytes = std::uint64_t(e.unit_div) << u.log2_unit;
+    const std::uint64_t at = std::uint64_t(in_row) << u.log2_unit;
+    u.batch_at = batch + e.batch_offset + std::uint64_t(s) * e.batch_stride + row * u.row_bytes + at;
+    u.pool_at = e.pool + std::uint64_t(s) * e.pool_stride + at;
+    return row;
+  });
+}
+
+// 2-D grid over a table's entries (see grid_entry): blockIdx.y is the entry, blockIdx.x the tile in it.
+template <copy_op Op, int Threads, int Unroll, int Cap, bool Wide>
+__global__ void __launch_bounds__(Threads) recurrent_grid_kernel(const __grid_constant__ grid_params<Cap> p) {
+  copy_entry<Op, Threads, Unroll, Wide>(p.e[blockIdx.y], blockIdx.x, p.batch, p.slots);
+}
+
+// 1-D grid of tiles over whole groups (see tiles_params): the block's group by a uniform search.
+template <copy_op Op, int Threads, int Unroll, int Cap, bool Wide>
+__global__ void __launch_bounds__(Threads) recurrent_tiles_kernel(const __grid_constant__ tiles_params<Cap> p) {
+  int g = 0;
+  for (int hi = p.ngroups - 1; g < hi;) {  // last group whose first tile is <= blockIdx.x
+    const int mid = (g + hi + 1) >> 1;
+    if (p.tile_begin[mid] <= blockIdx.x)
+      g = mid;
+    else
+      hi = mid - 1;
+  }
+  copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
+}
+
 inline int sm_count() {
   static std::atomic<int> cache[64] = {};
   int device = 0;
@@ -332,17 +423,27 @@ inline int sm_count() {
 // grids walking the tiles, 4 units a thread, evicting the state from L2 first and bulk copies through
 // shared memory (cp.async.bulk) were all measured slower. The benchmark changes the policy through
 // tuning() to run its sweep.
+// The kernel of tables that are not strided: automatic (the 2-D grid when it leaves at most 1/16 of
+// its blocks empty, else the tiles kernel), or one of the three forced (the benchmark and the tests;
+// search is recurrent_table_kernel, the per-thread search the other two replaced).
+enum class general_kernel : std::int32_t { automatic, grid, tiles, search };
 struct launch_policy {
   int unroll_from_waves = 8;
   int small_unroll = 1;
   int unroll = 1;
-  bool strided = true;
+  bool strided = true;  // strided tables take recurrent_strided_kernel
+  general_kernel general = general_kernel::automatic;
+  int gather_small_unroll = 1;  // small_unroll for gather (scatter and zero take small_unroll)
 };
 // The variants bench/kernels sweeps (and tests/gpu checks byte for byte), in the order it prints them:
-//   dflt   the launcher's default (one unit a thread)     u1u2  one unit up to 8 waves, 2 beyond
-//   u2     2 units a thread throughout                     table dflt with every table through the general kernel
-inline constexpr launch_policy swept_policies[] = {{8, 1, 1, true}, {8, 1, 2, true}, {8, 2, 2, true}, {8, 1, 1, false}};
-inline constexpr const char* swept_policy_names[] = {"dflt", "u1u2", "u2", "table"};
+//   dflt   the launcher's default (one unit a thread)       g2    gather 2 units a thread up to 8 waves
+//   u2     2 units a thread throughout                      grid  dflt, every table through recurrent_grid_kernel
+//   tiles  dflt, every table through recurrent_tiles_kernel srch  dflt, every table through recurrent_table_kernel
+inline constexpr launch_policy swept_policies[] = {
+    {8, 1, 1, true, general_kernel::automatic, 1}, {8, 1, 1, true, general_kernel::automatic, 2},
+    {8, 2, 2, true, general_kernel::automatic, 2}, {8, 1, 1, false, general_kernel::grid, 1},
+    {8, 1, 1, false, general_kernel::tiles, 1},    {8, 1, 1, false, general_kernel::search, 1}};
+inline constexpr const char* swept_policy_names[] = {"dflt", "g2", "u2", "grid", "tiles", "srch"};
 static_assert(std::size(swept_policies) == std::size(swept_policy_names));
 
 inline launch_policy& tuning() {
@@ -352,9 +453,10 @@ inline launch_policy& tuning() {
 
 constexpr int copy_threads = 256;
 
-inline int unroll_for(std::uint64_t total_items) {
+inline int unroll_for(std::uint64_t total_items, copy_op op) {
   const launch_policy policy = tuning();
-  return total_items <= std::uint64_t(policy.unroll_from_waves) * std::uint64_t(sm_count()) * 2048 ? policy.small_unroll
+  const int small = op == copy_op::gather ? policy.gather_small_unroll : policy.small_unroll;
+  return total_items <= std::uint64_t(policy.unroll_from_waves) * std::uint64_t(sm_count()) * 2048 ? small
                                                                                                  : policy.unroll;
 }
 
@@ -462,9 +564,143 @@ void launch_general(copy_op op, const resolved_segment* seg, std::size_t n, char
   }
   p.item_begin[n] = items;
   p.total_items = items;
-  dispatch(op, unroll_for(items), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+  dispatch(op, unroll_for(items, op), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
     launch_table<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(p, stream);
   });
+}
+
+// A group (see grid_entry): segments [first, first + count) of one shape, evenly spaced.
+struct segment_group {
+  std::size_t first;
+  std::uint64_t count;
+  std::uint64_t items;  // count * rows * units_per_row, < 2^31
+  std::uint64_t tiles;
+};
+
+// Merges the table into groups: a segment joins the group before it when it has the group's row size
+// and unit, sits one pool stride and one batch stride after the group's last segment (strides of 0 to
+// 2^32 - 1 bytes), and the group stays under 2^31 items. Returns the number of groups.
+inline std::size_t group_segments(const resolved_segment* seg, std::size_t n, std::int32_t rows, std::uint64_t tile,
+                                  segment_group* out) {
+  std::size_t g = 0;
+  for (std::size_t i = 0; i < n;) {
+    const std::uint64_t seg_items = seg[i].units_per_row * std::uint64_t(rows);
+    std::size_t j = i + 1;
+    if (j < n) {
+      const std::int64_t ps = seg[j].pool - seg[i].pool, bs = seg[j].batch_offset - seg[i].batch_offset;
+      const bool fits = ps >= 0 && ps < (std::int64_t(1) << 32) && bs >= 0 && bs < (std::int64_t(1) << 32);
+      while (fits && j < n && seg[j].units_per_row == seg[i].units_per_row && seg[j].log2_unit == seg[i].log2_unit &&
+             seg[j].pool - seg[i].pool == std::int64_t(j - i) * ps &&
+             seg[j].batch_offset - seg[i].batch_offset == std::int64_t(j - i) * bs &&
+             seg_items * (j - i + 1) < (std::uint64_t(1) << 31))
+        ++j;
+    }
+    const std::uint64_t items = seg_items * (j - i);
+    out[g++] = {i, j - i, items, (items + tile - 1) / tile};
+    i = j;
+  }
+  return g;
+}
+
+// One entry a group.
+inline void fill_group_entries(const resolved_segment* seg, const segment_group* grp, std::size_t ng,
+                               std::int32_t rows, grid_entry* out) {
+  for (std::size_t g = 0; g < ng; ++g) {
+    const resolved_segment& s0 = seg[grp[g].first];
+    const resolved_segment& s1 = seg[grp[g].first + (grp[g].count > 1 ? 1 : 0)];
+    const fast_divisor sd = make_fast_divisor(std::uint32_t(s0.units_per_row * std::uint64_t(rows)));
+    const fast_divisor ud = make_fast_divisor(std::uint32_t(s0.units_per_row));
+    out[g] = {s0.pool,
+              s0.batch_offset,
+              std::uint32_t(s1.pool - s0.pool),
+              std::uint32_t(s1.batch_offset - s0.batch_offset),
+              std::uint32_t(grp[g].items),
+              sd.divisor,
+              sd.multiplier,
+              ud.divisor,
+              ud.multiplier,
+              sd.shift | (ud.shift << 8) | (s0.log2_unit << 16)};
+  }
+}
+
+template <copy_op Op, int Unroll, int Cap, bool Wide>
+void launch_grid_kernel(const grid_params<Cap>& p, dim3 grid, cudaStream_t stream) {
+  recurrent_grid_kernel<Op, copy_threads, Unroll, Cap, Wide><<<grid, copy_threads, 0, stream>>>(p);
+}
+
+template <int Cap>
+void launch_grid(copy_op op, const resolved_segment* seg, const segment_group* grp, std::size_t ng,
+                 std::uint64_t most_tiles, std::int32_t rows, char* batch, const std::int32_t* slots, int unroll,
+                 bool wide, cudaStream_t stream) {
+  grid_params<Cap> p;
+  p.batch = batch;
+  p.slots = slots;
+  fill_group_entries(seg, grp, ng, rows, p.e);
+  const dim3 grid{unsigned(most_tiles), unsigned(ng), 1u};
+  dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    launch_grid_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(p, grid,
+                                                                                                            stream);
+  });
+}
+
+template <copy_op Op, int Unroll, int Cap, bool Wide>
+void launch_tiles_kernel(const tiles_params<Cap>& p, unsigned blocks, cudaStream_t stream) {
+  recurrent_tiles_kernel<Op, copy_threads, Unroll, Cap, Wide><<<blocks, copy_threads, 0, stream>>>(p);
+}
+
+template <int Cap>
+void launch_tiles(copy_op op, const resolved_segment* seg, const segment_group* grp, std::size_t ng,
+                  std::int32_t rows, char* batch, const std::int32_t* slots, int unroll, bool wide,
+                  cudaStream_t stream) {
+  tiles_params<Cap> p;
+  p.batch = batch;
+  p.slots = slots;
+  p.ngroups = std::int32_t(ng);
+  std::uint64_t at = 0;
+  for (std::size_t g = 0; g < ng; ++g) {
+    p.tile_begin[g] = std::uint32_t(at);
+    at += grp[g].tiles;
+  }
+  p.tile_begin[ng] = std::uint32_t(at);
+  fill_group_entries(seg, grp, ng, rows, p.e);
+  dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    launch_tiles_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(
+        p, unsigned(at), stream);
+  });
+}
+
+// A table that is not strided: merged into groups, then the 2-D grid or the tiles kernel (see
+// grid_entry). automatic: the 2-D grid when at most 1/16 of its blocks would be empty.
+inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segment* seg, std::size_t n, char* batch,
+                           const std::int32_t* slots, std::int32_t rows, bool wide, cudaStream_t stream) {
+  thread_local segment_group grp[max_segments];
+  std::uint64_t total_units = 0;
+  for (std::size_t i = 0; i < n; ++i) total_units += seg[i].units_per_row * std::uint64_t(rows);
+  const int unroll = unroll_for(total_units, op);
+  const std::uint64_t tile = std::uint64_t(copy_threads) * std::uint64_t(unroll);
+  const std::size_t ng = group_segments(seg, n, rows, tile, grp);
+  std::uint64_t tiles = 0, most = 1;
+  for (std::size_t g = 0; g < ng; ++g) {
+    tiles += grp[g].tiles;
+    most = std::max(most, grp[g].tiles);
+  }
+  const std::uint64_t idle = most * ng - tiles;
+  const bool grid = kind == general_kernel::grid || (kind == general_kernel::automatic && idle * 16 <= tiles) ||
+                    tiles >= (std::uint64_t(1) << 31);  // the tiles kernel's grid is 1-D, tile_begin 32-bit
+  if (grid) {
+    if (ng <= 8)
+      launch_grid<8>(op, seg, grp, ng, most, rows, batch, slots, unroll, wide, stream);
+    else if (ng <= 64)
+      launch_grid<64>(op, seg, grp, ng, most, rows, batch, slots, unroll, wide, stream);
+    else
+      launch_grid<int(max_segments)>(op, seg, grp, ng, most, rows, batch, slots, unroll, wide, stream);
+  } else if (ng <= 8) {
+    launch_tiles<8>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
+  } else if (ng <= 64) {
+    launch_tiles<64>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
+  } else {
+    launch_tiles<int(max_segments)>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
+  }
 }
 
 template <class T>
@@ -480,9 +716,11 @@ void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slo
   sp.batch = batch;
   sp.slots = slots;
   if (tuning().strided && fill_strided(seg, table.size(), rows, sp)) {
-    dispatch(op, unroll_for(sp.total_items), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    dispatch(op, unroll_for(sp.total_items, op), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
       launch_strided<decltype(op_tag)::value, decltype(unroll_tag)::value, decltype(wide_tag)::value>(sp, stream);
     });
+  } else if (tuning().general != general_kernel::search) {
+    launch_grouped(op, tuning().general, seg, table.size(), batch, slots, rows, wide, stream);
   } else if (table.size() <= 8) {
     launch_general<8>(op, seg, table.size(), batch, slots, rows, wide, stream);
   } else if (table.size() <= 64) {
