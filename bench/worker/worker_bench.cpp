@@ -106,7 +106,7 @@ struct arm {
   bool spun = false;
   double wall_s = 0;
   std::uint64_t chain_steps = 0, decode_steps = 0, promoted = 0, staged = 0, predicted = 0, drops = 0;
-  mstar::metrics::summary sum;
+  mstar::metrics::summary sum{};
   mstar::metrics::distribution find(const char* thread, const char* node, const char* phase) const {
     for (const auto& r : sum.per_thread)
       if (r.thread == thread && r.node == node && r.phase == phase) return r.time;

@@ -86,10 +86,13 @@ python3 examples/qwen3_tts/lane_study.py table "$W"/study_c*.json > "$W/lane_tab
 echo "study rc=$rc, $((SECONDS - START)) s of runs" >> "$W/lane_table.md"
 pack
 rm -rf "$W"
-echo "== outputs: $OUT/study.tar ($(tar -tf "$OUT/study.tar" | tr '\n' ' '))"
+# The listing is read once into a variable: `tar -tf | grep -q` under pipefail fails whenever
+# grep exits on its match before tar has written the rest (tar gets SIGPIPE), which CI hit.
+listing=$(tar -tf "$OUT/study.tar") || { echo "study.tar cannot be read"; rc=1; }
+echo "== outputs: $OUT/study.tar ($(echo "$listing" | tr '\n' ' '))"
 # The tar must hold every concurrency's JSON and the table, and lane_study.py must read it.
 for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log; do
-  tar -tf "$OUT/study.tar" | grep -qx "./$f" || { echo "study.tar lacks $f"; rc=1; }
+  grep -qx "./$f" <<<"$listing" || { echo "study.tar lacks $f"; rc=1; }
 done
 python3 examples/qwen3_tts/lane_study.py table "$OUT/study.tar" >/dev/null || { echo "lane_study.py cannot read study.tar"; rc=1; }
 if [ "$SMOKE" = 1 ] && python3 -c "import matplotlib" 2>/dev/null; then

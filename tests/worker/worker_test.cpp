@@ -94,6 +94,11 @@ TEST_CASE_TEMPLATE("Worker.every request's bytes equal the single-threaded refer
     CHECK(c.side_steps.load() > 0);
     CHECK(c.promoted.load() + c.stage_drops.load() == c.staged.load()); // every stage promoted or dropped
     CHECK_FALSE(s.engine.runner().stage().staged());                     // none left behind
+    // Each side step's device time is kept for the stream it ran on, in every lane mode (lane on
+    // once filed its steps under the chain stream, as no decide() had set the arm).
+    const auto& m = s.worker.lane_decisions().measurements();
+    CHECK(m.samples_side_lane == c.side_steps_on_lane.load());
+    CHECK(m.samples_side == c.side_steps.load() - c.side_steps_on_lane.load());
     if (mode == mstar::lane_mode::off) {
       CHECK(c.side_steps_on_lane.load() == 0);
       CHECK(!s.worker.lane_stream());

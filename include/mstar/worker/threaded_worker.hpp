@@ -1380,7 +1380,7 @@ private:
     const double d = double(e - b);
     if (rec.side) {
       side_in_flight_ = false;
-      chooser_.side_step(d);
+      chooser_.side_step(d, rec.on_lane);  // where it ran, whatever the lane mode
       if (rec.on_lane) last_lane_ = {b, e};
     } else {
       if (--chain_in_flight_ == 0) chain_busy_.store(false, std::memory_order_relaxed);
