@@ -22,6 +22,9 @@
 # when it fits its share; the first repetition always runs. The table's "runs" column says how many
 # ran. Expected: about 450 s (3 x the 2-run study's 300 s / 2, plus the longer c=8 runs).
 #
+# STUDY_SCALE_PCT=150 runs 1.5 x those requests per run (longer steady windows, less spread; the
+# runs take about that much longer).
+#
 # STUDY_SMOKE=1: the same commands on the host backend at tiny sizes (c = 2, 4; seconds), to check
 # the script, the tar and lane_study.py end to end on a machine without a GPU.
 set -uo pipefail
@@ -31,6 +34,7 @@ DIR=${1:-}
 SMOKE=${STUDY_SMOKE:-0}
 BUDGET=${STUDY_BUDGET_S:-470}
 REPEATS=${STUDY_REPEATS:-3}
+SCALE=${STUDY_SCALE_PCT:-100} # measured requests per run, percent of the sizes below
 W=$(mktemp -d /tmp/qwen3tts_study.XXXXXX) # the tar's contents, outside $OUT
 pack() { tar -cf "$W.tar" -C "$W" . && mv -f "$W.tar" "$OUT/study.tar"; }
 
@@ -45,7 +49,7 @@ else
   SIZES=()
   # Expected seconds of one run of one arm (H200, 2-run study of 2026-12-03), as relative weights.
   weight() { case $1 in 8) echo 58;; 16) echo 55;; 32) echo 56;; 64) echo 65;; *) echo 72;; esac; }
-  requests() { if [ "$1" -le 8 ]; then echo $((8 * $1)); else echo $((6 * $1)); fi; }
+  requests() { if [ "$1" -le 8 ]; then echo $((8 * $1 * SCALE / 100)); else echo $((6 * $1 * SCALE / 100)); fi; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv 2>&1 | tee "$W/gpu.txt"
 fi
 

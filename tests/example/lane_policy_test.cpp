@@ -16,6 +16,10 @@ struct device_model {
   double side_alone = 0.3, side_beside = 0.56;   // the side step on the chain stream, and on the lane
   double host_lane = 0.02;                       // host time the lane adds per side step
   int chain_per_side = 1;
+  // Every prefill_every-th side step a prefill (another chain node, prefill ms) runs alone first.
+  int prefill_every = 0;
+  double prefill = 15.0;
+  bool kinds = true; // feed the chain steps' kinds (false: every chain step of one kind)
   // What each arm costs the chain per side step.
   double lane_cost() const { return chain_beside - chain_alone + host_lane; }
   double chain_cost() const { return side_alone; }
@@ -34,7 +38,12 @@ device_model costs(double alone, double beside, double side, double side_beside,
 // the last `tail` decisions.
 double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, int tail) {
   int lane_tail = 0;
+  const std::uint64_t decode_kind = d.kinds ? 1 : 0, prefill_kind = d.kinds ? 2 : 0;
   for (int i = 0; i < decisions; ++i) {
+    if (d.prefill_every != 0 && i % d.prefill_every == 0) {
+      c.chain_step(d.prefill * 1e6, false, prefill_kind);
+      c.chain_gap(0, d.prefill * 1e6);
+    }
     const bool lane = c.decide();
     if (i >= decisions - tail) lane_tail += lane;
     if (lane) {
@@ -43,13 +52,13 @@ double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, in
       for (int k = 0; k < d.chain_per_side; ++k) {
         const bool beside = k == 0;
         const double t = (beside ? d.chain_beside : d.chain_alone) * 1e6;
-        c.chain_step(t, beside);
+        c.chain_step(t, beside, decode_kind);
         c.chain_gap(0, t);
       }
     } else {
       c.side_step(d.side_alone * 1e6);
       for (int k = 0; k < d.chain_per_side; ++k) {
-        c.chain_step(d.chain_alone * 1e6, false);
+        c.chain_step(d.chain_alone * 1e6, false, decode_kind);
         c.chain_gap(k == 0 ? d.side_alone * 1e6 : 0.0, d.chain_alone * 1e6);
       }
     }
@@ -131,4 +140,38 @@ TEST_CASE("LaneChooser.moves back to the chain when the overlap becomes expensiv
   mstar::lane_chooser c;
   CHECK(simulate(c, before, 2000, 1000) > 0.95);
   CHECK(simulate(c, after, 6000, 1000) < 0.05);
+}
+
+TEST_CASE("LaneChooser.compares a chain step alone and beside within its kind: prefills running alone do not make the "
+          "lane look free") {
+  // The chain is better (0.62 ms beside against 0.4 ms on the chain stream), and a 15 ms prefill runs
+  // alone before every third side step, as a worker's prefills run when no codec window is in flight.
+  device_model d = costs(2.3, 2.9, 0.4, 0.8, 0.02, 1);
+  d.prefill_every = 3;
+  REQUIRE_FALSE(d.lane_better());
+  mstar::lane_chooser c;
+  CHECK(simulate(c, d, 3000, 1000) < 0.05);
+  // Fed as one kind, the prefills raise "alone" above "beside" and the chooser ends on the lane.
+  d.kinds = false;
+  mstar::lane_chooser mixed;
+  CHECK(simulate(mixed, d, 3000, 1000) > 0.5);
+  // Per kind, the averages are the decode's: alone 2.3 ms, beside 2.9 ms.
+  CHECK(c.measurements().chain_alone_ns == doctest::Approx(2.3e6));
+  CHECK(c.measurements().chain_beside_ns == doctest::Approx(2.9e6));
+}
+
+TEST_CASE("LaneChooser.keeps a bounded table of chain-step kinds; a kind seen only one way does not count") {
+  mstar::lane_policy_options o;
+  o.min_samples = 1;
+  mstar::lane_chooser c(o);
+  for (std::uint64_t k = 0; k < 40; ++k) // more kinds than the table holds, each seen alone only
+    c.chain_step(1000.0 + double(k), false, 100 + k);
+  CHECK(c.measurements().samples_alone == 0); // no kind seen both ways: still cold
+  CHECK(c.measurements().samples_beside == 0);
+  c.chain_step(2000.0, false, 7);
+  c.chain_step(2500.0, true, 7);
+  CHECK(c.measurements().samples_alone == 1);
+  CHECK(c.measurements().samples_beside == 1);
+  CHECK(c.measurements().chain_alone_ns == doctest::Approx(2000.0));
+  CHECK(c.measurements().chain_beside_ns == doctest::Approx(2500.0));
 }

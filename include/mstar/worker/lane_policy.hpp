@@ -28,6 +28,11 @@
 // side_ns. So a GPU-bound worker (no idle gaps, and a slowdown close to side_ns: nothing to overlap)
 // keeps the codec on the chain, and a worker with idle device time or a cheap overlap runs it beside.
 //
+// Chain steps are compared within a kind (chain_step's third argument: the worker passes the node
+// and its padding bucket): chain_alone_ns and chain_beside_ns are the per-kind averages, weighted by
+// how often each kind ran beside, over the kinds seen both ways. Mixing kinds compared prefills
+// (long, and mostly alone) with decodes (short, and mostly beside), which made beside look faster.
+//
 // The chooser (lane_chooser) needs both arms measured: until each of "chain step alone", "chain step
 // beside" and "side step" has min_samples samples it alternates lane and chain; afterwards it follows
 // the rule, and every explore_every-th decision takes the other arm once so that the arm it is not
@@ -35,6 +40,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -83,11 +89,18 @@ class lane_chooser {
 public:
   explicit lane_chooser(lane_policy_options o = {}) : o_(o) { o_.check(); }
 
-  void chain_step(double device_ns, bool beside) {
+  // A chain step landed: its device time, whether a lane step overlapped it, and its kind (the
+  // worker passes its node and padding bucket). Alone and beside are compared within a kind: a
+  // prefill is not a slower decode, and counting the prefills that happen to run alone against the
+  // decodes that run beside once made every beside step look faster than alone (the H200 study of
+  // 2026-12-04: alone 3.5 ms, beside 2.6 ms), so the lane always won.
+  void chain_step(double device_ns, bool beside, std::uint64_t kind = 0) {
+    auto& k = kind_slot(kind);
     if (beside)
-      add(m_.chain_beside_ns, m_.samples_beside, device_ns);
+      add(k.beside_ns, k.samples_beside, device_ns);
     else
-      add(m_.chain_alone_ns, m_.samples_alone, device_ns);
+      add(k.alone_ns, k.samples_alone, device_ns);
+    combine_kinds();
   }
   // The chain stream's gap before a chain step started (0 when it was queued behind the last one).
   // Side steps that ran on the chain stream since the previous chain step fill part of it: they are
@@ -147,8 +160,57 @@ private:
     ++n;
   }
 
+  // Alone and beside averages per chain-step kind, in a fixed table (no allocation on the GPU
+  // thread); when it is full the kind with the fewest samples gives way.
+  struct kind_stats {
+    std::uint64_t kind = 0;
+    double alone_ns = 0, beside_ns = 0;
+    std::uint64_t samples_alone = 0, samples_beside = 0;
+  };
+  static constexpr std::size_t max_kinds = 16;
+
+  kind_stats& kind_slot(std::uint64_t kind) {
+    for (std::size_t i = 0; i < n_kinds_; ++i)
+      if (kinds_[i].kind == kind) return kinds_[i];
+    std::size_t i = n_kinds_;
+    if (n_kinds_ < max_kinds) {
+      ++n_kinds_;
+    } else {
+      i = 0;
+      for (std::size_t j = 1; j < max_kinds; ++j)
+        if (kinds_[j].samples_alone + kinds_[j].samples_beside < kinds_[i].samples_alone + kinds_[i].samples_beside) i = j;
+    }
+    kinds_[i] = kind_stats{.kind = kind};
+    return kinds_[i];
+  }
+  // chain_alone_ns and chain_beside_ns over the kinds measured both ways, each kind weighted by how
+  // often it ran beside (capped at the window): the slowdown the lane causes where it overlaps.
+  // Samples count only those kinds, so the rule waits until some kind was seen both ways.
+  void combine_kinds() {
+    double w = 0, alone = 0, beside = 0;
+    std::uint64_t na = 0, nb = 0;
+    for (std::size_t i = 0; i < n_kinds_; ++i) {
+      const auto& k = kinds_[i];
+      if (k.samples_alone == 0 || k.samples_beside == 0) continue;
+      const double wk = double(std::min<std::uint64_t>(k.samples_beside, o_.window));
+      w += wk;
+      alone += wk * k.alone_ns;
+      beside += wk * k.beside_ns;
+      na += k.samples_alone;
+      nb += k.samples_beside;
+    }
+    if (w > 0) {
+      m_.chain_alone_ns = alone / w;
+      m_.chain_beside_ns = beside / w;
+    }
+    m_.samples_alone = na;
+    m_.samples_beside = nb;
+  }
+
   lane_policy_options o_;
   lane_measurements m_{};
+  std::array<kind_stats, max_kinds> kinds_{};
+  std::size_t n_kinds_ = 0;
   std::uint64_t idle_samples_ = 0, side_host_samples_ = 0;
   std::uint64_t decisions_ = 0, on_lane_ = 0, on_chain_ = 0;
   bool last_on_lane_ = false;

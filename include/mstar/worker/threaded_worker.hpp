@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -1393,7 +1394,9 @@ private:
           if (ob != 0 && ob < e) beside = true;
         }
       }
-      chooser_.chain_step(d, beside);
+      // Compared within a kind: the node and its bucket (without buckets, the row count's power of 2).
+      const std::uint32_t bucket = bucket_of(rec.node, rec.count);
+      chooser_.chain_step(d, beside, (std::uint64_t(rec.node) << 32) | (bucket != 0 ? bucket : std::bit_ceil(rec.count)));
       if (last_chain_end_ != 0) chooser_.chain_gap(double(b - last_chain_end_), d);
       last_chain_end_ = e;
     }
