@@ -196,6 +196,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mstar_worker_bench: --requests %u; use 1 to 1024 (128: one group of 128 rows)\n", requests);
     return 2;
   }
+  // Every request lives its whole length at once: its KV blocks must fit beside the others', or the
+  // requests stall (the worker then fails some to go on) and the figures mean nothing.
+  for (const auto& r : Model::descriptor.resources) {
+    if (r.kind != mstar::resource_kind::kv_cache) continue;
+    const std::uint64_t per_request = (16ull + frames + r.block_tokens - 1) / r.block_tokens;
+    if (per_request * requests > r.blocks) {
+      std::fprintf(stderr,
+                   "mstar_worker_bench: --requests %u x --frames %u needs %llu KV blocks of %u tokens at once, "
+                   "the model's %.*s has %u; use --frames %llu or fewer, or fewer requests\n",
+                   requests, frames, static_cast<unsigned long long>(per_request * requests), r.block_tokens,
+                   static_cast<int>(r.key.size()), r.key.data(), r.blocks,
+                   static_cast<unsigned long long>(r.blocks / requests * r.block_tokens - 16));
+      return 2;
+    }
+  }
 
   // ---- the worker, three ways ----
   const auto device = std::chrono::microseconds(device_us);

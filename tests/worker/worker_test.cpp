@@ -944,6 +944,64 @@ TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain ke
   CHECK(backend.checker().violation_count() == 0);
 }
 
+TEST_CASE("Worker.a KV cache too small for the live requests' growth stalls every request; the worker fails the youngest "
+          "holder, the others go on, and every request ends") {
+  pool_hooks::reset();
+  mstar::host_backend backend{mstar::host_backend_options{.abort_on_violation = false}};
+  SmallKvEngine engine(backend, options());
+  tts_flow flow;
+  SmallKvWorker worker(engine, flow, with_lane(mstar::lane_mode::on));
+  install_forwards<SmallKv>(worker, backend);
+  auto& kv = engine.resource<SmallKv::Kv>();
+  // 8-token prompts fill one block each; 24 to 32 frames need 4 or 5 of the 6 blocks over a life, so
+  // once six requests have prefilled, every decode row crosses into a block that is not there.
+  std::mt19937_64 rng(11);
+  std::vector<tts_input> in(12);
+  for (auto& x : in)
+    x = {rng(), 8, 24 + static_cast<std::uint32_t>(rng() % 9)};
+  std::atomic<bool> done{false}, watchdog_fired{false};
+  std::thread watchdog([&] { // without the stall breaker, wait_idle() would never return
+    for (int i = 0; i < 3000 && !done.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (done.load()) return;
+    watchdog_fired = true;
+    for (std::size_t i = 0; i < in.size(); ++i)
+      worker.cancel(i);
+  });
+  worker.start();
+  for (std::size_t i = 0; i < in.size(); ++i)
+    worker.submit(i, in[i]);
+  worker.wait_idle();
+  done = true;
+  watchdog.join();
+  worker.stop();
+  CHECK_FALSE(watchdog_fired.load());
+  const auto& c = worker.counters();
+  CHECK(c.stall_failures.load() > 0);
+  std::size_t completed = 0, failed = 0;
+  {
+    std::lock_guard g(flow.lock);
+    REQUIRE(flow.results.size() == in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const auto& r = flow.results.at(i);
+      INFO("request " << i);
+      if (r.how == mstar::request_end::completed) {
+        ++completed;
+        CHECK(r.audio == reference_audio(in[i])); // the stall and the failures change no one else's bytes
+      } else {
+        CHECK(r.how == mstar::request_end::failed);
+        ++failed;
+      }
+    }
+  }
+  CHECK(completed > 0);
+  CHECK(failed == c.stall_failures.load()); // the only failures are the stall's
+  CHECK(kv.reserved_blocks() == 0);
+  std::string why;
+  CHECK_MESSAGE(pools_full(engine, &why), why);
+  CHECK(backend.checker().violation_count() == 0);
+}
+
 TEST_CASE("Worker.cancelling requests whose prefill holds a KV reservation or is parked releases the blocks; the rest finish") {
   pool_hooks::reset();
   mstar::host_backend backend{mstar::host_backend_options{.abort_on_violation = false}};

@@ -132,6 +132,9 @@ struct worker_counters {
   // node, a row out on the chain only, nothing out, or already ended (a cancel during or after teardown).
   std::atomic<std::uint64_t> cancel_backlog{0}, cancel_parked{0}, cancel_side{0}, cancel_chain{0}, cancel_idle{0},
       cancel_ended{0};
+  // Requests failed to break a stall: every live request parked, none with a row out (a KV cache too
+  // small for the live requests' growth); see threaded_worker::break_stall.
+  std::atomic<std::uint64_t> stall_failures{0};
 };
 
 template <class Model, device_backend Backend, worker_flow Flow>
@@ -387,6 +390,7 @@ private:
     std::array<bool, node_count> out_node{};
     std::array<bool, node_count> parked{};
     bool live = false, cancelled = false, failed = false;
+    bool stepped = false; // a step of it landed: it holds what its admits gave it
   };
   struct parked_row {
     std::uint32_t index = 0;
@@ -470,6 +474,7 @@ private:
         if (inbox_flag_.load(std::memory_order_acquire)) did |= take_inbox();
         did |= drain_done();
         did |= admit_backlog();
+        if (!did) did = break_stall();
         routing_.store(false, std::memory_order_release);
         if (stopping_.load(std::memory_order_acquire) && live_ == 0 && backlog_.empty()) break;
         if (did)
@@ -569,7 +574,7 @@ private:
       s.out_node.fill(false);
       s.parked.fill(false);
       s.live = true;
-      s.cancelled = s.failed = false;
+      s.cancelled = s.failed = s.stepped = false;
       metrics::request_recorder::on_submit(s.timing, sub.at);
       by_id_[sub.id] = ref->index;
       ++live_;
@@ -601,6 +606,7 @@ private:
           continue;
         }
         if (s.cancelled || s.failed) continue;
+        s.stepped = true;
         if (flow_->landed(s.state, rec.node, rec.payloads[i])) requests_rec_.on_output(s.timing, now);
       }
       for (std::uint32_t i = 0; i < rec.count; ++i)
@@ -619,6 +625,7 @@ private:
       throw std::logic_error("mstar::threaded_worker: a row came back for a request that has none out (a worker bug)");
     s.out_node[node] = false;
     --s.outstanding;
+    --rows_out_;
   }
 
   // Decides what happens to a request after something changed: teardown, or readiness.
@@ -665,6 +672,7 @@ private:
     }
     s.out_node[n] = true;
     ++s.outstanding;
+    ++rows_out_;
     ready_ring_.push_wait(ready_row{r, n, continues, p});
   }
 
@@ -693,6 +701,54 @@ private:
         });
     });
     return ok;
+  }
+
+  // A stall: rows are parked, no row of any live request is out (queued, in a step, held), and the
+  // inbox is empty, so no step will land and no request will end: nothing frees what the parked rows
+  // wait for. It happens when a KV cache is too small for the live requests' growth (decode rows
+  // crossing a block boundary park, every live request among them; there is no preemption). After
+  // stall_grace of it the youngest parked request that ran a step (so holds blocks; else the youngest
+  // parked) fails, with the reason on stderr and counters().stall_failures; its teardown frees what
+  // it held and retries the parked rows. Repeats while the stall lasts.
+  static constexpr metrics::nanos stall_grace = 10'000'000; // 10 ms
+  bool break_stall() {
+    std::size_t parked = 0;
+    for (const auto& q : parked_)
+      parked += q.size();
+    if (parked == 0 || rows_out_ != 0 || live_ == 0 || inbox_flag_.load(std::memory_order_acquire)) {
+      stall_since_ = 0;
+      return false;
+    }
+    const auto now = metrics::now_ns();
+    if (stall_since_ == 0) stall_since_ = now;
+    if (now - stall_since_ < stall_grace) return false;
+    stall_since_ = 0;
+    std::uint32_t victim = no_index32, youngest = no_index32;
+    std::string nodes;
+    for (std::uint8_t n = 0; n < node_count; ++n) {
+      if (!parked_[n].empty()) nodes += (nodes.empty() ? "" : ", ") + std::string(Model::descriptor.nodes[n].name);
+      for (const auto& e : parked_[n]) {
+        const auto& s = slots_[e.index];
+        if (!s.live || !(s.ref == e.ref) || s.cancelled || s.failed) continue;
+        auto younger = [&](std::uint32_t than) { return than == no_index32 || s.timing.submitted > slots_[than].timing.submitted; };
+        if (younger(youngest)) youngest = e.index;
+        if (s.stepped && younger(victim)) victim = e.index;
+      }
+    }
+    if (victim == no_index32) victim = youngest;
+    if (victim == no_index32) return false;
+    auto& s = slots_[victim];
+    std::fprintf(stderr,
+                 "mstar::threaded_worker: request %llu failed to break a stall: all %u live requests wait for "
+                 "capacity (rows parked on %s) and none has a step in flight, so none can finish and free it; a KV "
+                 "cache too small for the live requests' growth does this (there is no preemption). The youngest "
+                 "request holding capacity failed so that the others go on. Size the KV cache for the live "
+                 "requests' full length (max_requests x the longest request's tokens) or admit fewer requests.\n",
+                 static_cast<unsigned long long>(s.id), static_cast<unsigned>(live_), nodes.c_str());
+    counters_.stall_failures.fetch_add(1, std::memory_order_relaxed);
+    s.failed = true;
+    settle(victim); // unparks, then tears down (nothing of it is out)
+    return true;
   }
 
   void unpark(std::uint32_t index) {
@@ -1458,6 +1514,9 @@ private:
   std::unordered_map<request_id, std::uint32_t> by_id_;
   std::deque<submission> backlog_;
   std::array<std::deque<parked_row>, node_count> parked_;
+  std::size_t rows_out_ = 0;        // rows of live requests out of the main thread (sum of outstanding)
+  metrics::nanos stall_since_ = 0;  // break_stall: since when the stall condition has held
+  static constexpr std::uint32_t no_index32 = ~std::uint32_t{0};
   std::uint32_t live_ = 0;
 
   // shared
