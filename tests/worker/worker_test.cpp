@@ -912,13 +912,24 @@ TEST_CASE("KvCache.a reservation at readiness keeps its blocks from other reques
   CHECK(kv.free_blocks() == 6);
 }
 
-TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain keeps scheduling; every request finishes with the big cache's bytes") {
-  pool_hooks::reset();
+namespace {
+// The 6-block KV cache's worker, lane on, with the test forwards installed.
+struct small_kv_setup {
+  small_kv_setup() { install_forwards<SmallKv>(worker, backend); }
+  int reset = (pool_hooks::reset(), 0);
   mstar::host_backend backend{mstar::host_backend_options{.abort_on_violation = false}};
-  SmallKvEngine engine(backend, options());
+  SmallKvEngine engine{backend, options()};
   tts_flow flow;
-  SmallKvWorker worker(engine, flow, with_lane(mstar::lane_mode::on));
-  install_forwards<SmallKv>(worker, backend);
+  SmallKvWorker worker{engine, flow, with_lane(mstar::lane_mode::on)};
+};
+} // namespace
+
+TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain keeps scheduling; every request finishes with the big cache's bytes") {
+  small_kv_setup k;
+  auto& backend = k.backend;
+  auto& flow = k.flow;
+  auto& engine = k.engine;
+  auto& worker = k.worker;
   auto& kv = engine.resource<SmallKv::Kv>();
   auto& counters = worker.counters();
   std::atomic<int> decode_steps_while_parked{0};
@@ -946,12 +957,11 @@ TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain ke
 
 TEST_CASE("Worker.a KV cache too small for the live requests' growth stalls every request; the worker fails the youngest "
           "holder, the others go on, and every request ends") {
-  pool_hooks::reset();
-  mstar::host_backend backend{mstar::host_backend_options{.abort_on_violation = false}};
-  SmallKvEngine engine(backend, options());
-  tts_flow flow;
-  SmallKvWorker worker(engine, flow, with_lane(mstar::lane_mode::on));
-  install_forwards<SmallKv>(worker, backend);
+  small_kv_setup k;
+  auto& backend = k.backend;
+  auto& flow = k.flow;
+  auto& engine = k.engine;
+  auto& worker = k.worker;
   auto& kv = engine.resource<SmallKv::Kv>();
   // 8-token prompts fill one block each; 24 to 32 frames need 4 or 5 of the 6 blocks over a life, so
   // once six requests have prefilled, every decode row crosses into a block that is not there.
