@@ -20,10 +20,11 @@
 # among the concurrencies in proportion to their expected run time (the unspent part of one passes to
 # the next), and qwen3tts --time-budget starts a second or third repetition of a concurrency only
 # when it fits its share; the first repetition always runs. The table's "runs" column says how many
-# ran. Expected: about 450 s (3 x the 2-run study's 300 s / 2, plus the longer c=8 runs).
+# ran. Measured on 2026-12-04: 265 s of runs at the default sizes, about 390 s at STUDY_SCALE_PCT=150.
 #
-# STUDY_SCALE_PCT=150 runs 1.5 x those requests per run (longer steady windows, less spread; the
-# runs take about that much longer).
+# STUDY_CS="64 128" runs only those concurrencies (to finish a study cut short; lane_study.py table
+# takes the JSONs of several runs). STUDY_SCALE_PCT=150 runs 1.5 x those requests per run (longer
+# steady windows, less spread; the runs take about that much longer).
 #
 # STUDY_SMOKE=1: the same commands on the host backend at tiny sizes (c = 2, 4; seconds), to check
 # the script, the tar and lane_study.py end to end on a machine without a GPU.
@@ -45,7 +46,7 @@ if [ "$SMOKE" = 1 ]; then
   requests() { echo $((8 * $1)); }
   echo "smoke mode: host backend, c in $CS" | tee "$W/gpu.txt"
 else
-  BACKEND=cuda; CS="8 16 32 64 128"
+  BACKEND=cuda; CS=${STUDY_CS:-8 16 32 64 128}
   SIZES=()
   # Expected seconds of one run of one arm (H200, 2-run study of 2026-12-03), as relative weights.
   weight() { case $1 in 8) echo 58;; 16) echo 55;; 32) echo 56;; 64) echo 65;; *) echo 72;; esac; }
