@@ -433,17 +433,23 @@ struct launch_policy {
   int unroll = 1;
   bool strided = true;  // strided tables take recurrent_strided_kernel
   general_kernel general = general_kernel::automatic;
-  int gather_small_unroll = 1;  // small_unroll for gather (scatter and zero take small_unroll)
+  // small_unroll for gather through the strided kernel (scatter, zero and the other kernels take
+  // small_unroll). 2: in the same H200 call (2026-12-04, two alternated runs each) it took one pool's
+  // gather at 8 MiB from 0.85-0.90 of memcpy to 0.90-0.92 (8 x 4 KiB layers: 0.85 to 0.91), while two
+  // units a thread in the grid and tiles kernels lost 0.02-0.03 (2 pools 0.87 to 0.85, 3 x 100 x 512 B
+  // 0.90 to 0.88): so only the strided kernel takes it.
+  int gather_small_unroll = 2;
 };
 // The variants bench/kernels sweeps (and tests/gpu checks byte for byte), in the order it prints them:
-//   dflt   the launcher's default (one unit a thread)       g2    gather 2 units a thread up to 8 waves
+//   dflt   the launcher's default (strided gather 2 units   g1    one unit a thread everywhere (the
+//          a thread up to 8 waves, else one unit a thread)        default before 2026-12-04)
 //   u2     2 units a thread throughout                      grid  dflt, every table through recurrent_grid_kernel
 //   tiles  dflt, every table through recurrent_tiles_kernel srch  dflt, every table through recurrent_table_kernel
 inline constexpr launch_policy swept_policies[] = {
-    {8, 1, 1, true, general_kernel::automatic, 1}, {8, 1, 1, true, general_kernel::automatic, 2},
+    {8, 1, 1, true, general_kernel::automatic, 2}, {8, 1, 1, true, general_kernel::automatic, 1},
     {8, 2, 2, true, general_kernel::automatic, 2}, {8, 1, 1, false, general_kernel::grid, 1},
     {8, 1, 1, false, general_kernel::tiles, 1},    {8, 1, 1, false, general_kernel::search, 1}};
-inline constexpr const char* swept_policy_names[] = {"dflt", "g2", "u2", "grid", "tiles", "srch"};
+inline constexpr const char* swept_policy_names[] = {"dflt", "g1", "u2", "grid", "tiles", "srch"};
 static_assert(std::size(swept_policies) == std::size(swept_policy_names));
 
 inline launch_policy& tuning() {
@@ -453,9 +459,9 @@ inline launch_policy& tuning() {
 
 constexpr int copy_threads = 256;
 
-inline int unroll_for(std::uint64_t total_items, copy_op op) {
+inline int unroll_for(std::uint64_t total_items, copy_op op, bool strided_kernel = false) {
   const launch_policy policy = tuning();
-  const int small = op == copy_op::gather ? policy.gather_small_unroll : policy.small_unroll;
+  const int small = op == copy_op::gather && strided_kernel ? policy.gather_small_unroll : policy.small_unroll;
   return total_items <= std::uint64_t(policy.unroll_from_waves) * std::uint64_t(sm_count()) * 2048 ? small
                                                                                                  : policy.unroll;
 }
@@ -716,7 +722,7 @@ void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slo
   sp.batch = batch;
   sp.slots = slots;
   if (tuning().strided && fill_strided(seg, table.size(), rows, sp)) {
-    dispatch(op, unroll_for(sp.total_items, op), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    dispatch(op, unroll_for(sp.total_items, op, true), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
       launch_strided<decltype(op_tag)::value, decltype(unroll_tag)::value, decltype(wide_tag)::value>(sp, stream);
     });
   } else if (tuning().general != general_kernel::search) {
