@@ -168,10 +168,43 @@ TEST_CASE("LaneChooser.keeps a bounded table of chain-step kinds; a kind seen on
     c.chain_step(1000.0 + double(k), false, 100 + k);
   CHECK(c.measurements().samples_alone == 0); // no kind seen both ways: still cold
   CHECK(c.measurements().samples_beside == 0);
+  CHECK(c.measurements().chain_alone_ns == 0);
   c.chain_step(2000.0, false, 7);
   c.chain_step(2500.0, true, 7);
   CHECK(c.measurements().samples_alone == 1);
   CHECK(c.measurements().samples_beside == 1);
   CHECK(c.measurements().chain_alone_ns == doctest::Approx(2000.0));
   CHECK(c.measurements().chain_beside_ns == doctest::Approx(2500.0));
+}
+
+TEST_CASE("LaneChooser.after the load changes, new chain-step kinds replace the least recently seen ones and take over "
+          "the averages") {
+  mstar::lane_chooser c;
+  // The table fills with 16 kinds, each seen alone and beside many times (slowdown 0.1 us).
+  for (int round = 0; round < 50; ++round)
+    for (std::uint64_t k = 0; k < 16; ++k) {
+      c.chain_step(1000.0, false, k);
+      c.chain_step(1100.0, true, k);
+    }
+  CHECK(c.measurements().chain_beside_ns - c.measurements().chain_alone_ns == doctest::Approx(100.0));
+  // Then only two new kinds run, taking turns, with a 2 us slowdown beside the lane. Evicting the
+  // kind with the fewest samples would have them evict each other for ever; by recency they stay.
+  for (int i = 0; i < 4000; ++i) {
+    const std::uint64_t k = 100 + std::uint64_t(i % 2);
+    c.chain_step(1000.0, false, k);
+    c.chain_step(3000.0, true, k);
+  }
+  CHECK(c.measurements().chain_beside_ns - c.measurements().chain_alone_ns > 1500.0);
+}
+
+TEST_CASE("LaneChooser.set() measurements stand until some chain-step kind has been seen both alone and beside") {
+  mstar::lane_chooser c;
+  c.set({.chain_alone_ns = 1000, .chain_beside_ns = 1200, .side_ns = 800, .samples_alone = 50, .samples_beside = 50,
+         .samples_side = 50});
+  c.chain_step(5000.0, false, 3); // a kind seen one way only: nothing to compare yet
+  CHECK(c.measurements().samples_alone == 50);
+  CHECK(c.measurements().chain_alone_ns == doctest::Approx(1000.0));
+  c.chain_step(5500.0, true, 3);
+  CHECK(c.measurements().samples_alone == 1);
+  CHECK(c.measurements().chain_beside_ns - c.measurements().chain_alone_ns == doctest::Approx(500.0));
 }

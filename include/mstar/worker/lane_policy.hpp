@@ -96,6 +96,10 @@ public:
   // 2026-12-04: alone 3.5 ms, beside 2.6 ms), so the lane always won.
   void chain_step(double device_ns, bool beside, std::uint64_t kind = 0) {
     auto& k = kind_slot(kind);
+    const double keep = 1.0 - 1.0 / double(o_.window);
+    for (std::size_t i = 0; i < n_kinds_; ++i)
+      kinds_[i].recent_beside *= keep;
+    if (beside) k.recent_beside += 1.0;
     if (beside)
       add(k.beside_ns, k.samples_beside, device_ns);
     else
@@ -161,48 +165,60 @@ private:
   }
 
   // Alone and beside averages per chain-step kind, in a fixed table (no allocation on the GPU
-  // thread); when it is full the kind with the fewest samples gives way.
+  // thread); when it is full the kind seen least recently gives way (not the one with the fewest
+  // samples: those counts never decay, so after a change of load two new kinds taking turns would
+  // evict each other and never be seen both ways, leaving the old kinds' figures in charge).
   struct kind_stats {
     std::uint64_t kind = 0;
     double alone_ns = 0, beside_ns = 0;
     std::uint64_t samples_alone = 0, samples_beside = 0;
+    std::uint64_t last_seen = 0;
+    double recent_beside = 0; // beside steps of this kind, decayed by 1/window per chain step
   };
   static constexpr std::size_t max_kinds = 16;
 
   kind_stats& kind_slot(std::uint64_t kind) {
+    ++chain_steps_;
     for (std::size_t i = 0; i < n_kinds_; ++i)
-      if (kinds_[i].kind == kind) return kinds_[i];
+      if (kinds_[i].kind == kind) {
+        kinds_[i].last_seen = chain_steps_;
+        return kinds_[i];
+      }
     std::size_t i = n_kinds_;
     if (n_kinds_ < max_kinds) {
       ++n_kinds_;
     } else {
       i = 0;
       for (std::size_t j = 1; j < max_kinds; ++j)
-        if (kinds_[j].samples_alone + kinds_[j].samples_beside < kinds_[i].samples_alone + kinds_[i].samples_beside) i = j;
+        if (kinds_[j].last_seen < kinds_[i].last_seen) i = j;
     }
-    kinds_[i] = kind_stats{.kind = kind};
+    kinds_[i] = kind_stats{.kind = kind, .last_seen = chain_steps_};
     return kinds_[i];
   }
   // chain_alone_ns and chain_beside_ns over the kinds measured both ways, each kind weighted by how
-  // often it ran beside (capped at the window): the slowdown the lane causes where it overlaps.
-  // Samples count only those kinds, so the rule waits until some kind was seen both ways.
+  // often it ran beside lately (decayed over the window; by lifetime counts when none did): the
+  // slowdown the lane causes where it overlaps now, not where it overlapped before the load changed.
+  // Samples count only those kinds, so the rule waits until some kind was seen both ways. Until one
+  // is, the measurements stay as they are (those of set(), or of kinds since evicted).
   void combine_kinds() {
-    double w = 0, alone = 0, beside = 0;
+    double w = 0, alone = 0, beside = 0, recent = 0;
     std::uint64_t na = 0, nb = 0;
+    for (std::size_t i = 0; i < n_kinds_; ++i)
+      if (kinds_[i].samples_alone != 0 && kinds_[i].samples_beside != 0) recent += kinds_[i].recent_beside;
+    const bool by_recent = recent > 1e-3;
     for (std::size_t i = 0; i < n_kinds_; ++i) {
       const auto& k = kinds_[i];
       if (k.samples_alone == 0 || k.samples_beside == 0) continue;
-      const double wk = double(std::min<std::uint64_t>(k.samples_beside, o_.window));
+      const double wk = by_recent ? k.recent_beside : double(std::min<std::uint64_t>(k.samples_beside, o_.window));
       w += wk;
       alone += wk * k.alone_ns;
       beside += wk * k.beside_ns;
       na += k.samples_alone;
       nb += k.samples_beside;
     }
-    if (w > 0) {
-      m_.chain_alone_ns = alone / w;
-      m_.chain_beside_ns = beside / w;
-    }
+    if (w <= 0) return;
+    m_.chain_alone_ns = alone / w;
+    m_.chain_beside_ns = beside / w;
     m_.samples_alone = na;
     m_.samples_beside = nb;
   }
@@ -211,6 +227,7 @@ private:
   lane_measurements m_{};
   std::array<kind_stats, max_kinds> kinds_{};
   std::size_t n_kinds_ = 0;
+  std::uint64_t chain_steps_ = 0; // chain_step calls: the kinds' recency
   std::uint64_t idle_samples_ = 0, side_host_samples_ = 0;
   std::uint64_t decisions_ = 0, on_lane_ = 0, on_chain_ = 0;
   bool last_on_lane_ = false;
