@@ -189,10 +189,11 @@ TEST_CASE("LaneChooser.after the load changes, new chain-step kinds replace the 
   CHECK(c.measurements().chain_beside_ns - c.measurements().chain_alone_ns == doctest::Approx(100.0));
   // Then only two new kinds run, taking turns, with a 2 us slowdown beside the lane. Evicting the
   // kind with the fewest samples would have them evict each other for ever; by recency they stay.
-  for (int i = 0; i < 4000; ++i) {
+  // The order: 100 alone, 101 alone, 100 beside, 101 beside, ...
+  for (int i = 0; i < 8000; ++i) {
     const std::uint64_t k = 100 + std::uint64_t(i % 2);
-    c.chain_step(1000.0, false, k);
-    c.chain_step(3000.0, true, k);
+    const bool beside = (i / 2) % 2 == 1;
+    c.chain_step(beside ? 3000.0 : 1000.0, beside, k);
   }
   CHECK(c.measurements().chain_beside_ns - c.measurements().chain_alone_ns > 1500.0);
 }
