@@ -26,6 +26,7 @@
 
 #include "qwen3_tts/model.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <cstdio>
@@ -198,16 +199,21 @@ int main(int argc, char** argv) {
   }
   // Every request lives its whole length at once: its KV blocks must fit beside the others', or the
   // requests stall (the worker then fails some to go on) and the figures mean nothing.
+  // One request may hold at most min(blocks, 1024) blocks (engine_options::max_blocks_per_request).
   for (const auto& r : Model::descriptor.resources) {
     if (r.kind != mstar::resource_kind::kv_cache) continue;
     const std::uint64_t per_request = (16ull + frames + r.block_tokens - 1) / r.block_tokens;
-    if (per_request * requests > r.blocks) {
+    const std::uint64_t per_request_max = std::min<std::uint64_t>({r.blocks / requests, r.blocks, 1024});
+    if (per_request > per_request_max) {
+      const std::uint64_t tokens = per_request_max * r.block_tokens;
       std::fprintf(stderr,
-                   "mstar_worker_bench: --requests %u x --frames %u needs %llu KV blocks of %u tokens at once, "
-                   "the model's %.*s has %u; use --frames %llu or fewer, or fewer requests\n",
-                   requests, frames, static_cast<unsigned long long>(per_request * requests), r.block_tokens,
+                   "mstar_worker_bench: --requests %u x --frames %u needs %llu KV blocks of %u tokens per request at "
+                   "once; the model's %.*s (%u blocks, at most 1024 per request) gives each %llu; use --frames %llu "
+                   "or fewer, or fewer requests\n",
+                   requests, frames, static_cast<unsigned long long>(per_request), r.block_tokens,
                    static_cast<int>(r.key.size()), r.key.data(), r.blocks,
-                   static_cast<unsigned long long>(r.blocks / requests * r.block_tokens - 16));
+                   static_cast<unsigned long long>(per_request_max),
+                   static_cast<unsigned long long>(tokens > 16 ? tokens - 16 : 0));
       return 2;
     }
   }

@@ -1004,7 +1004,11 @@ TEST_CASE("Worker.a KV cache too small for the live requests' growth stalls ever
       }
     }
   }
-  CHECK(completed > 0);
+  // 6 blocks hold about one request's whole life, so each stall costs a request whatever the order.
+  // Freed blocks go to running requests before new prefills, so a failure lets a running request go
+  // on rather than feeding a new prefill that becomes the next victim: 2 of 12 complete here (5 runs
+  // of 5); giving the blocks to prefills first completed 1.
+  CHECK(completed >= 2);
   CHECK(failed == c.stall_failures.load()); // the only failures are the stall's
   CHECK(kv.reserved_blocks() == 0);
   std::string why;

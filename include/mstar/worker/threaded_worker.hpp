@@ -723,6 +723,10 @@ private:
     if (stall_since_ == 0) stall_since_ = now;
     if (now - stall_since_ < stall_grace) return false;
     stall_since_ = 0;
+    // Capacity freed without a teardown (a reservation given back) is only retried at teardowns:
+    // retry first, and fail no one if that moved a row.
+    retry_parked();
+    if (rows_out_ != 0) return true;
     std::uint32_t victim = no_index32, youngest = no_index32;
     std::string nodes;
     for (std::uint8_t n = 0; n < node_count; ++n) {
@@ -765,25 +769,34 @@ private:
     }
   }
 
-  // Parked rows, oldest first, once a teardown freed capacity.
+  // Parked rows once a teardown freed capacity: first the rows of requests that have run a step
+  // (a decode row crossing into a new block: running requests finish, and free what they hold,
+  // before new ones start), then the others; oldest first within each node, stopping at a node's
+  // first row that still does not fit. Giving freed blocks to new prefills first made a stall
+  // (break_stall) fail nearly every request in turn: each prefill took the victim's blocks, parked
+  // on its first decode row and became the next victim.
   void retry_parked() {
-    for (std::uint8_t n = 0; n < node_count; ++n) {
-      auto& q = parked_[n];
-      while (!q.empty()) {
-        auto& e = q.front();
-        auto& s = slots_[e.index];
-        if (!s.live || !(s.ref == e.ref) || !s.parked[n]) {
-          q.pop_front();
-          continue;
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::uint8_t n = 0; n < node_count; ++n) {
+        auto& q = parked_[n];
+        for (auto it = q.begin(); it != q.end();) {
+          auto& s = slots_[it->index];
+          if (!s.live || !(s.ref == it->ref) || !s.parked[n]) {
+            it = q.erase(it);
+            continue;
+          }
+          if (pass == 0 && !s.stepped) {
+            ++it;
+            continue;
+          }
+          if (!reserve(n, it->r)) break;
+          s.parked[n] = false;
+          const auto entry = *it;
+          it = q.erase(it);
+          counters_.unparked.fetch_add(1, std::memory_order_relaxed);
+          push_ready(entry.index, n, entry.r, entry.payload);
         }
-        if (!reserve(n, e.r)) break;
-        s.parked[n] = false;
-        const auto entry = e;
-        q.pop_front();
-        counters_.unparked.fetch_add(1, std::memory_order_relaxed);
-        push_ready(entry.index, n, entry.r, entry.payload);
       }
-    }
   }
 
   void teardown(std::uint32_t index, request_end how) {
