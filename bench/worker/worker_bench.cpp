@@ -42,6 +42,8 @@ constexpr std::uint8_t prefill = mstar::detail::named_index(Model::descriptor.no
 constexpr std::uint8_t decode = mstar::detail::named_index(Model::descriptor.nodes, "talker_decode");
 constexpr std::uint8_t codec = mstar::detail::named_index(Model::descriptor.nodes, "codec_chunk");
 
+constexpr std::uint32_t prompt_tokens = 16; // a prefill's tokens
+
 // Prefill, `frames` decode steps, a codec window every 8 frames; nothing is computed.
 struct bench_flow {
   struct request_state {
@@ -55,7 +57,7 @@ struct bench_flow {
   void start(request_state& s, mstar::request_id, std::uint32_t frames) { s.frames = frames; }
   bool ready(request_state& s, std::uint8_t node, mstar::row& r, payload& p) {
     if (node == prefill) {
-      r.tokens = 16;
+      r.tokens = prompt_tokens;
       return !s.prefilled;
     }
     if (node == decode) return s.prefilled && s.decoded < s.frames;
@@ -199,21 +201,22 @@ int main(int argc, char** argv) {
   }
   // Every request lives its whole length at once: its KV blocks must fit beside the others', or the
   // requests stall (the worker then fails some to go on) and the figures mean nothing.
-  // One request may hold at most min(blocks, 1024) blocks (engine_options::max_blocks_per_request).
+  // One request may hold at most engine_options::blocks_per_request blocks.
   for (const auto& r : Model::descriptor.resources) {
     if (r.kind != mstar::resource_kind::kv_cache) continue;
-    const std::uint64_t per_request = (16ull + frames + r.block_tokens - 1) / r.block_tokens;
-    const std::uint64_t per_request_max = std::min<std::uint64_t>({r.blocks / requests, r.blocks, 1024});
+    const std::uint64_t per_request = (std::uint64_t{prompt_tokens} + frames + r.block_tokens - 1) / r.block_tokens;
+    const std::uint64_t per_request_max =
+        std::min<std::uint64_t>(r.blocks / requests, options(requests).blocks_per_request(r.blocks));
     if (per_request > per_request_max) {
       const std::uint64_t tokens = per_request_max * r.block_tokens;
       std::fprintf(stderr,
                    "mstar_worker_bench: --requests %u x --frames %u needs %llu KV blocks of %u tokens per request at "
-                   "once; the model's %.*s (%u blocks, at most 1024 per request) gives each %llu; use --frames %llu "
-                   "or fewer, or fewer requests\n",
+                   "once; the model's %.*s (%u blocks) gives each %llu; use --frames %llu or fewer, or fewer "
+                   "requests\n",
                    requests, frames, static_cast<unsigned long long>(per_request), r.block_tokens,
                    static_cast<int>(r.key.size()), r.key.data(), r.blocks,
                    static_cast<unsigned long long>(per_request_max),
-                   static_cast<unsigned long long>(tokens > 16 ? tokens - 16 : 0));
+                   static_cast<unsigned long long>(tokens > prompt_tokens ? tokens - prompt_tokens : 0));
       return 2;
     }
   }

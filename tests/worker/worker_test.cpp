@@ -913,7 +913,8 @@ TEST_CASE("KvCache.a reservation at readiness keeps its blocks from other reques
 }
 
 namespace {
-// The 6-block KV cache's worker, lane on, with the test forwards installed.
+// The 6-block KV cache's worker, lane on, with the test forwards installed (a doctest fixture: its
+// members are the test case's).
 struct small_kv_setup {
   small_kv_setup() { install_forwards<SmallKv>(worker, backend); }
   int reset = (pool_hooks::reset(), 0);
@@ -924,12 +925,7 @@ struct small_kv_setup {
 };
 } // namespace
 
-TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain keeps scheduling; every request finishes with the big cache's bytes") {
-  small_kv_setup k;
-  auto& backend = k.backend;
-  auto& flow = k.flow;
-  auto& engine = k.engine;
-  auto& worker = k.worker;
+TEST_CASE_FIXTURE(small_kv_setup, "Worker.a full KV cache parks prefills at readiness while the chain keeps scheduling; every request finishes with the big cache's bytes") {
   auto& kv = engine.resource<SmallKv::Kv>();
   auto& counters = worker.counters();
   std::atomic<int> decode_steps_while_parked{0};
@@ -955,13 +951,8 @@ TEST_CASE("Worker.a full KV cache parks prefills at readiness while the chain ke
   CHECK(backend.checker().violation_count() == 0);
 }
 
-TEST_CASE("Worker.a KV cache too small for the live requests' growth stalls every request; the worker fails the youngest "
+TEST_CASE_FIXTURE(small_kv_setup, "Worker.a KV cache too small for the live requests' growth stalls every request; the worker fails the youngest "
           "holder, the others go on, and every request ends") {
-  small_kv_setup k;
-  auto& backend = k.backend;
-  auto& flow = k.flow;
-  auto& engine = k.engine;
-  auto& worker = k.worker;
   auto& kv = engine.resource<SmallKv::Kv>();
   // 8-token prompts fill one block each; 24 to 32 frames need 4 or 5 of the 6 blocks over a life, so
   // once six requests have prefilled, every decode row crosses into a block that is not there.

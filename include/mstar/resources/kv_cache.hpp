@@ -52,8 +52,7 @@ public:
 
   explicit paged_kv_cache(const resource_context<Backend>& ctx)
       : backend_(ctx.backend), key_(ctx.desc->key), blocks_(ctx.desc->blocks), block_tokens_(ctx.desc->block_tokens),
-        max_per_request_(ctx.options->max_blocks_per_request != 0 ? ctx.options->max_blocks_per_request
-                                                                  : std::min<std::uint32_t>(blocks_, 1024)),
+        max_per_request_(ctx.options->blocks_per_request(blocks_)),
         tokens_(ctx.options->max_requests, 0), held_(ctx.options->max_requests, 0),
         reserved_(ctx.options->max_requests, 0),
         table_(std::size_t(ctx.options->max_requests) * max_per_request_, -1), free_(blocks_, 0),

@@ -45,7 +45,14 @@ struct engine_options {
   std::uint32_t max_tokens = 8192;          // new tokens per step over all rows (prefill chunks)
   std::uint32_t max_requests = 1024;        // live requests
   std::uint32_t max_labels = 4;             // states per request in one recurrent pool
-  std::uint32_t max_blocks_per_request = 0; // KV blocks one request may hold; 0: min(blocks, 1024)
+  std::uint32_t max_blocks_per_request = 0; // KV blocks one request may hold; 0: the default below
+  // max_blocks_per_request when it is 0: a KV cache's blocks, at most 1024.
+  static constexpr std::uint32_t default_max_blocks_per_request(std::uint32_t blocks) {
+    return blocks < 1024 ? blocks : 1024;
+  }
+  std::uint32_t blocks_per_request(std::uint32_t blocks) const {
+    return max_blocks_per_request != 0 ? max_blocks_per_request : default_max_blocks_per_request(blocks);
+  }
   std::uint32_t staging_depth = 8;          // plan buffers per node: how many steps a stream may lag
                                             // behind the host before a plan waits for its copy
   std::uint64_t sampler_seed = 0;           // mixed with each request's id into its default seed

@@ -99,11 +99,12 @@ public:
     const double keep = 1.0 - 1.0 / double(o_.window);
     for (std::size_t i = 0; i < n_kinds_; ++i)
       kinds_[i].recent_beside *= keep;
-    if (beside) k.recent_beside += 1.0;
-    if (beside)
+    if (beside) {
+      k.recent_beside += 1.0;
       add(k.beside_ns, k.samples_beside, device_ns);
-    else
+    } else {
       add(k.alone_ns, k.samples_alone, device_ns);
+    }
     combine_kinds();
   }
   // The chain stream's gap before a chain step started (0 when it was queued behind the last one).
