@@ -139,7 +139,7 @@ struct arm_result {
   std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0, codec_rows = 0, decode_rows = 0,
                 decode_padded_rows = 0;
   std::uint64_t side_steps = 0, side_steps_on_lane = 0, refusals = 0, failed_steps = 0, parked = 0;
-  std::uint64_t lane_on = 0, lane_chain = 0;
+  std::uint64_t lane_on = 0, lane_chain = 0, lane_explored = 0;
   mstar::lane_measurements lane{};
   mstar::metrics::summary summary;
   // After the run: every pool full again, no request left, every output buffer back.
@@ -318,6 +318,7 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   out.parked = k.parked.load();
   out.lane_on = worker.lane_decisions().decisions_on_lane();
   out.lane_chain = worker.lane_decisions().decisions_on_chain();
+  out.lane_explored = worker.lane_decisions().decisions_explored();
   out.lane = worker.lane_decisions().measurements();
   out.summary = worker.summary();
   if (!lo.trace.empty()) worker.write_trace(lo.trace);

@@ -367,7 +367,7 @@ std::string arm_json(const arm_report& a) {
     << ", \"decode\": " << r.decode_steps << ", \"codec\": " << r.codec_steps << ", \"codec_on_lane\": "
     << r.side_steps_on_lane << ", \"decode_rows\": " << r.decode_rows << ", \"codec_rows\": " << r.codec_rows
     << ", \"refusals\": " << r.refusals << ", \"parked\": " << r.parked << ", \"failed\": " << r.failed_steps << "}"
-    << ", \"lane_decisions\": {\"lane\": " << r.lane_on << ", \"chain\": " << r.lane_chain
+    << ", \"lane_decisions\": {\"lane\": " << r.lane_on << ", \"chain\": " << r.lane_chain << ", \"explored\": " << r.lane_explored
     << ", \"chain_alone_ms\": " << jnum(r.lane.chain_alone_ns / 1e6) << ", \"chain_beside_ms\": "
     << jnum(r.lane.chain_beside_ns / 1e6) << ", \"side_ms\": " << jnum(r.lane.side_ns / 1e6)
     << ", \"side_lane_ms\": " << jnum(r.lane.side_lane_ns / 1e6)

@@ -209,3 +209,43 @@ TEST_CASE("LaneChooser.set() measurements stand until some chain-step kind has b
   CHECK(c.measurements().samples_alone == 1);
   CHECK(c.measurements().chain_beside_ns - c.measurements().chain_alone_ns == doctest::Approx(500.0));
 }
+
+TEST_CASE("LaneChooser.explores explore_stretch times less often while the rule is clear, and as often as before near "
+          "the line") {
+  // The H200's case (docs/example.md): a codec step costs 2 ms on the chain stream and nearly nothing
+  // beside the decode. Exploring 1 decision in 32 there cost auto 3-4 % of its throughput next to `on`.
+  const device_model clear = costs(2.5, 2.51, 2.0, 1.0, 0.01, 1);
+  REQUIRE(clear.lane_better());
+  mstar::lane_chooser c;
+  simulate(c, clear, 200, 1); // warm
+  const auto chain0 = c.decisions_on_chain(), explored0 = c.decisions_explored();
+  CHECK(simulate(c, clear, 4096, 4096) > 0.99);
+  // 1 in 32 x 8 = 256: 16 explorations in 4096 decisions (32 x 4096 / 32 = 128 at the old rate).
+  CHECK(c.decisions_explored() - explored0 == 16);
+  CHECK(c.decisions_on_chain() - chain0 == 16);
+  // Near the line (lane better by 0.15 of the side step: under clear_margin) it explores 1 in 32.
+  const device_model close = costs(2.5, 2.76, 0.32, 0.5, 0.01, 1);
+  REQUIRE(close.lane_better());
+  mstar::lane_chooser n;
+  simulate(n, close, 200, 1);
+  const auto near0 = n.decisions_explored();
+  CHECK(simulate(n, close, 4096, 4096) > 0.9);
+  CHECK(n.decisions_explored() - near0 == 128);
+  // explore_stretch 1: the old rate everywhere.
+  mstar::lane_policy_options o;
+  o.explore_stretch = 1;
+  mstar::lane_chooser old(o);
+  simulate(old, clear, 200, 1);
+  const auto old0 = old.decisions_explored();
+  simulate(old, clear, 4096, 4096);
+  CHECK(old.decisions_explored() - old0 == 128);
+}
+
+TEST_CASE("LaneChooser.options that cannot work are refused with the reason") {
+  mstar::lane_policy_options o;
+  o.explore_stretch = 0;
+  CHECK_THROWS_WITH_AS(mstar::lane_chooser{o}, doctest::Contains("explore_stretch is 0"), std::invalid_argument);
+  o = {};
+  o.clear_margin = -0.1;
+  CHECK_THROWS_WITH_AS(mstar::lane_chooser{o}, doctest::Contains("clear_margin"), std::invalid_argument);
+}

@@ -36,11 +36,19 @@
 // The chooser (lane_chooser) needs both arms measured: until each of "chain step alone", "chain step
 // beside" and "side step" has min_samples samples it alternates lane and chain; afterwards it follows
 // the rule, and every explore_every-th decision takes the other arm once so that the arm it is not
-// using keeps being measured (the GPU's load changes).
+// using keeps being measured (the GPU's load changes). Exploring costs what the other arm costs more:
+// on the H200 (docs/example.md) a codec step explored on the chain stream took 2 ms of chain time
+// against about nothing on the lane, and 1 step in 32 took 3-4 % off auto's throughput next to `on`.
+// So when the rule is clear (the arms differ by at least clear_margin of side_ns) the chooser explores
+// explore_stretch times less often, and a sample of the arm it measures only by exploring (side_ns
+// while the rule picks the lane; a chain step beside a lane step while it picks the chain) then counts
+// explore_stretch times as much in its average: the averages still span about `window` decisions, so
+// a change of load is followed about as fast as before, with fewer, weightier samples.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -65,9 +73,17 @@ struct lane_policy_options {
   std::uint32_t min_samples = 8;    // per arm, before the rule is trusted
   std::uint32_t explore_every = 32; // decisions between two forced picks of the other arm; 0: never
   double margin = 0.05;             // of side_ns: the lane must win by this much
+  double clear_margin = 0.25;       // of side_ns: the arms differ by this much: the rule is clear
+  std::uint32_t explore_stretch = 8; // while the rule is clear, explore this many times less often
 
   void check() const {
     if (window == 0) throw std::invalid_argument("mstar::lane_policy_options: window is 0; average over >= 1 step");
+    if (explore_stretch == 0)
+      throw std::invalid_argument("mstar::lane_policy_options: explore_stretch is 0; use 1 to explore at the same "
+                                  "rate whatever the arms' difference");
+    if (!(clear_margin >= 0.0))
+      throw std::invalid_argument("mstar::lane_policy_options: clear_margin is " + std::to_string(clear_margin) +
+                                  "; use a fraction of the side step's time >= 0");
     if (!(margin >= 0.0 && margin < 1.0))
       throw std::invalid_argument("mstar::lane_policy_options: margin is " + std::to_string(margin) +
                                   "; use a fraction of the side step's time in [0, 1)");
@@ -76,12 +92,17 @@ struct lane_policy_options {
 
 // The rule alone: true when running the side step beside the chain is expected to cost the chain
 // less than running it on the chain stream.
-constexpr bool beside_pays(const lane_measurements& m, const lane_policy_options& o) {
+// What running the side step on the chain stream costs the chain more than running it beside (ns;
+// negative when beside costs more).
+constexpr double beside_advantage(const lane_measurements& m) {
   const double idle = std::clamp(m.gpu_idle_fraction, 0.0, 1.0);
   const double inline_cost = m.side_ns * (1.0 - idle);
   const double slowdown = std::max(0.0, m.chain_beside_ns - m.chain_alone_ns);
   const double beside_cost = slowdown + m.side_host_ns;
-  return inline_cost - beside_cost > o.margin * m.side_ns;
+  return inline_cost - beside_cost;
+}
+constexpr bool beside_pays(const lane_measurements& m, const lane_policy_options& o) {
+  return beside_advantage(m) > o.margin * m.side_ns;
 }
 
 // The measurements, fed by the GPU thread as steps land, and the per-step decision.
@@ -101,7 +122,7 @@ public:
       kinds_[i].recent_beside *= keep;
     if (beside) {
       k.recent_beside += 1.0;
-      add(k.beside_ns, k.samples_beside, device_ns);
+      add(k.beside_ns, k.samples_beside, device_ns, rule_lane_ ? 1.0 : boost_);
     } else {
       add(k.alone_ns, k.samples_alone, device_ns);
     }
@@ -123,7 +144,7 @@ public:
     if (on_lane) {
       add(m_.side_lane_ns, m_.samples_side_lane, device_ns);
     } else {
-      add(m_.side_ns, m_.samples_side, device_ns);
+      add(m_.side_ns, m_.samples_side, device_ns, rule_lane_ ? boost_ : 1.0);
       inline_since_chain_ += std::max(device_ns, 0.0);
     }
   }
@@ -148,8 +169,15 @@ public:
     if (!warm) {
       lane = (decisions_ & 1u) == 1u; // alternate until both arms are measured
     } else {
-      lane = beside_pays(m_, o_);
-      if (o_.explore_every != 0 && decisions_ % o_.explore_every == 0) lane = !lane;
+      lane = rule_lane_ = beside_pays(m_, o_);
+      const bool clear = std::abs(beside_advantage(m_)) >= o_.clear_margin * m_.side_ns;
+      const std::uint64_t every = std::uint64_t(o_.explore_every) * (clear ? o_.explore_stretch : 1u);
+      boost_ = clear ? double(o_.explore_stretch) : 1.0;
+      if (o_.explore_every != 0 && ++since_explore_ >= every) {
+        since_explore_ = 0;
+        lane = !lane;
+        ++explored_;
+      }
     }
     (lane ? on_lane_ : on_chain_) += 1;
     last_on_lane_ = lane;
@@ -157,11 +185,14 @@ public:
   }
   std::uint64_t decisions_on_lane() const noexcept { return on_lane_; }
   std::uint64_t decisions_on_chain() const noexcept { return on_chain_; }
+  // Decisions that took the other arm than the rule's, to keep it measured.
+  std::uint64_t decisions_explored() const noexcept { return explored_; }
 
 private:
   double weight(std::uint64_t samples) const { return double(std::min<std::uint64_t>(samples + 1, o_.window)); }
-  void add(double& avg, std::uint64_t& n, double v) {
-    avg = n == 0 ? v : avg + (v - avg) / weight(n);
+  // boost: the sample stands for that many (one of an arm measured only by rarer exploration).
+  void add(double& avg, std::uint64_t& n, double v, double boost = 1.0) {
+    avg = n == 0 ? v : avg + (v - avg) * std::min(1.0, boost / weight(n));
     ++n;
   }
 
@@ -232,6 +263,9 @@ private:
   std::uint64_t idle_samples_ = 0, side_host_samples_ = 0;
   std::uint64_t decisions_ = 0, on_lane_ = 0, on_chain_ = 0;
   bool last_on_lane_ = false;
+  bool rule_lane_ = false;      // the rule's last answer (exploration aside)
+  double boost_ = 1.0;          // weight of a sample of the arm the rule is not on (see the top)
+  std::uint64_t since_explore_ = 0, explored_ = 0;
   double inline_since_chain_ = 0; // side steps on the chain stream since the last chain step's gap
 };
 
