@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 echo "binaries: $(cat $D/COMMIT 2>/dev/null || echo unknown); CPUs: $(nproc)"
 echo "== worker bench pinned ($((SECONDS-S)) s)"
 timeout 90 $D/mstar_worker_bench --requests 128 --frames 1000 --pin 2,3,4 > $OUT/worker128.txt 2>&1; echo "rc $?"
-timeout 60 $D/mstar_worker_bench --requests 256 --frames 500 --pin 2,3,4 > $OUT/worker256.txt 2>&1; echo "rc $?"
+timeout 60 $D/mstar_worker_bench --requests 256 --frames 496 --pin 2,3,4 > $OUT/worker256.txt 2>&1; echo "rc $?"
 timeout 40 $D/mstar_handoff_bench > $OUT/handoff.txt 2>&1; echo "rc $?"
 pk; echo "== engine + example GPU tests ($((SECONDS-S)) s)"
 timeout 60 $D/mstar_engine_gpu_tests --no-intro > $OUT/engine_gpu.log 2>&1; echo "engine rc $?"

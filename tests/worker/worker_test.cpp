@@ -825,6 +825,39 @@ TEST_CASE("Worker.each thread is pinned to the CPU its affinity names, reports t
   CHECK_FALSE(apart.spins_for_stage(64));
 }
 
+TEST_CASE("Worker.a GPU thread spinning for the stage, watching the plan ring or going through its loop, gives the "
+          "reference's bytes, promotes stages and files each handoff") {
+  pool_hooks::reset();
+  for (const auto watch : {std::chrono::nanoseconds(std::chrono::microseconds(2)), std::chrono::nanoseconds(0)}) {
+    INFO("stage_watch " << watch.count() << " ns");
+    auto o = with_lane(mstar::lane_mode::on);
+    o.stage_wait = mstar::handoff_wait::spin; // the watch runs only while spinning (a 2-core CI backs off)
+    o.stage_watch = watch;
+    run_setup s(o);
+    REQUIRE(s.worker.spins_for_stage());
+    const auto in = inputs(40, 13);
+    s.worker.start();
+    for (std::size_t i = 0; i < in.size(); ++i)
+      REQUIRE(s.worker.submit(i, in[i]));
+    s.worker.wait_idle();
+    s.worker.stop();
+    check_all_completed(s.flow, in);
+    CHECK(pools_full(s.engine));
+    const auto& c = s.worker.counters();
+    CHECK(c.staged.load() > 0);
+    CHECK(c.promoted.load() + c.stage_drops.load() == c.staged.load());
+    // Every plan-thread answer is a handoff; those the GPU thread was free for are also handoff_idle.
+    std::uint64_t handoffs = 0, idle = 0;
+    for (const auto& r : s.worker.summary().per_thread) {
+      if (r.thread != "GPU") continue;
+      if (r.phase == "handoff") handoffs += r.time.count;
+      if (r.phase == "handoff_idle") idle += r.time.count;
+    }
+    CHECK(handoffs >= c.staged.load());
+    CHECK(idle <= handoffs);
+  }
+}
+
 TEST_CASE("Worker.an affinity CPU the process may not use is refused at construction, naming the thread, the CPU and the allowed set") {
   mstar::host_backend backend;
   Engine engine(backend, options());

@@ -160,7 +160,7 @@ public:
         done_ring_(std::bit_ceil(std::size_t(max_requests_) * node_count + options_.step_records + 2)),
         recycle_ring_(std::bit_ceil(std::size_t(options_.step_records) + 2)), to_plan_(4), from_plan_(4),
         records_(options_.step_records), chooser_(options_.lane_policy),
-        layout_{node_names(), {"handoff", "pass", "route", "teardown", "stage_drop", "stage"}}, main_rec_("main", layout_),
+        layout_{node_names(), {"handoff", "pass", "route", "teardown", "stage_drop", "stage", "handoff_idle"}}, main_rec_("main", layout_),
         gpu_rec_("GPU", layout_), plan_rec_("plan", layout_), trace_(0, "mstar worker") {
     for (auto& w : cancel_word_)
       w.store(0, std::memory_order_relaxed);
@@ -858,11 +858,13 @@ private:
         did = true;
       }
       if (!did && gpu_stop_.load(std::memory_order_acquire) && in_flight_.empty() && staged_ == no_record) break;
-      if (did)
+      if (did) {
+        gpu_busy_end_ = metrics::now_ns();
         wait.reset();
-      else if (spin_for_stage_ && staged_ != no_record && !staged_acked_)
-        wait.pause_expecting(); // the plan thread is staging: its answer comes within microseconds
-      else
+      } else if (spin_for_stage_ && staged_ != no_record && !staged_acked_) {
+        // The plan thread is staging: its answer comes within microseconds.
+        if (!watch_for_ack()) wait.pause_expecting();
+      } else
         wait.pause();
     }
     // A stage no chain step came to take (every request ended): drop it, so no resource keeps it.
@@ -980,7 +982,12 @@ private:
     if (staged_ == no_record || staged_acked_) return false;
     plan_ack ack;
     if (!from_plan_.try_pop(ack)) return false;
-    gpu_rec_.record(records_[ack.record].node, handoff_phase(), metrics::now_ns() - ack.pushed);
+    const auto latency = metrics::now_ns() - ack.pushed;
+    gpu_rec_.record(records_[ack.record].node, handoff_phase(), latency);
+    // The same latency again when the GPU thread had finished its last piece of work before the push
+    // (it was polling): the handoff itself, without the wait behind the GPU thread's own work (a side
+    // step it was launching, a landing it was committing).
+    if (ack.pushed >= gpu_busy_end_) gpu_rec_.record(records_[ack.record].node, handoff_idle_phase(), latency);
     staged_acked_ = true;
     if (ack.staged) {
       stage_pending_ = true;
@@ -988,6 +995,18 @@ private:
       if (records_[ack.record].predicted > 0) counters_.speculative_stages.fetch_add(1, std::memory_order_relaxed);
     }
     return true;
+  }
+
+  // Looks only at the plan thread's ring for up to worker_options::stage_watch; true once the answer
+  // is taken.
+  bool watch_for_ack() {
+    if (options_.stage_watch.count() <= 0) return false;
+    const auto until = metrics::now_ns() + metrics::nanos(options_.stage_watch.count());
+    for (std::uint32_t i = 1;; ++i) {
+      if (take_ack()) return true;
+      detail::cpu_relax();
+      if ((i & 15u) == 0 && metrics::now_ns() >= until) return false;
+    }
   }
 
   // The main thread has routed every chain step that landed (or the worker is stopping).
@@ -1512,6 +1531,7 @@ private:
   metrics::phase_id teardown_phase() const { return metrics::builtin_phase_count + 3; }
   metrics::phase_id stage_drop_phase() const { return metrics::builtin_phase_count + 4; }
   metrics::phase_id stage_phase() const { return metrics::builtin_phase_count + 5; }
+  metrics::phase_id handoff_idle_phase() const { return metrics::builtin_phase_count + 6; }
 
   // =============================================================================================
   engine_type* engine_;
@@ -1576,6 +1596,7 @@ private:
   metrics::interval last_lane_{};
   metrics::nanos last_chain_end_ = 0;
   metrics::nanos settle_since_ = 0;
+  metrics::nanos gpu_busy_end_ = 0;  // GPU thread: when its last loop pass that did something ended
   std::vector<metrics::interval> busy_;
 
   typename forward_tuple<typename Model::nodes>::type forwards_;
