@@ -310,9 +310,9 @@ int main() {
   // General tables (pools of different shapes or at unrelated addresses) are also timed through each
   // general kernel forced: the 2-D grid, the tiles kernel (block-uniform search) and the per-thread
   // search kernel the first two replace (columns: gather and scatter us, then g/cpy and s/cpy).
-  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s\n", "pools: layers x row", "rows",
-              "moved", "gather_us", "scatter", "memcpy", "g/cpy", "s/cpy", "lnch", "grid g s g/c s/c",
-              "tiles g s g/c s/c", "srch g s g/c s/c");
+  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s | %-23s\n",
+              "pools: layers x row", "rows", "moved", "gather_us", "scatter", "memcpy", "g/cpy", "s/cpy", "lnch",
+              "grid g s g/c s/c", "tiles g s g/c s/c", "srch g s g/c s/c", "map g s g/c s/c");
   struct multi_case {
     const char* name;
     std::vector<pool_shape> shapes;
@@ -325,6 +325,8 @@ int main() {
       {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 64},
       {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 256},
       {"3: 100 x 512 B each (table)", {{100, 512}, {100, 512}, {100, 512}}, 32},
+      {"4: 2 x 2|6|10|14 KiB (table)", {{2, 2 << 10}, {2, 6 << 10}, {2, 10 << 10}, {2, 14 << 10}}, 64},
+      {"4: 2 x 2|6|10|14 KiB (table)", {{2, 2 << 10}, {2, 6 << 10}, {2, 10 << 10}, {2, 14 << 10}}, 256},
       {"8: 1 x 4 KiB, 1 x 12 KiB alt. (table)",
        {{1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}},
        64},
@@ -352,7 +354,7 @@ int main() {
     std::printf("%-34s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu", mc.name, mc.rows,
                 double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes);
     for (const auto kind : {mk::detail::general_kernel::grid, mk::detail::general_kernel::tiles,
-                            mk::detail::general_kernel::search}) {
+                            mk::detail::general_kernel::search, mk::detail::general_kernel::map}) {
       if (mc.shapes.size() < 2) break;  // one pool: the strided kernel
       const mk::detail::launch_policy saved = mk::detail::tuning();
       mk::detail::tuning().general = kind;
@@ -378,9 +380,8 @@ int main() {
     std::int32_t rows;
     std::size_t row_bytes;
   };
-  for (const shape sh : {shape{1, 8, 1, 2048}, shape{1, 8, 4, 1024}, shape{2, 8, 8, 256}, shape{1, 16, 16, 128},
-                         shape{4, 24, 8, 64}, shape{1, 8, 64, 4096}, shape{3, 100, 32, 512}}) {
-    step s(sh.pools, sh.layers, sh.rows, sh.row_bytes, rng);
+  // One node step timed in each direction: prints "| gather scatter zero | launches" and the verdict.
+  const auto time_step = [&](step& s) {
     const std::size_t moved = 2 * s.moved_one_way;
     std::size_t gn = 0, sn = 0, zn = 0;
     const double g = time_per_call_us(stream, 200, [&](int) { mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &gn);
@@ -388,8 +389,31 @@ int main() {
     const double z = time_per_call_us(stream, 200, [&](int) { mk::zero_slots<elem>(s.table, s.slots, s.rows, stream); }, &zn);
     const bool ok = (moved > (std::size_t(64) << 10) || std::max({g, sc, z}) <= 3.0) && gn == 1 && sn == 1 && zn == 1;
     fails += ok ? 0 : 1;
-    std::printf("%5d %6d %5d %6zuB %7.1fKiB | %9.2f %9.2f %9.2f | %5zu %5zu %5zu %s\n", sh.pools, sh.layers, sh.rows,
-                sh.row_bytes, double(moved) / 1024, g, sc, z, gn, sn, zn, ok ? "" : "<- below target");
+    std::printf("%7.1fKiB | %9.2f %9.2f %9.2f | %5zu %5zu %5zu %s\n", double(moved) / 1024, g, sc, z, gn, sn, zn,
+                ok ? "" : "<- below target");
+  };
+  for (const shape sh : {shape{1, 8, 1, 2048}, shape{1, 8, 4, 1024}, shape{2, 8, 8, 256}, shape{1, 16, 16, 128},
+                         shape{4, 24, 8, 64}, shape{1, 8, 64, 4096}, shape{3, 100, 32, 512}}) {
+    step s(sh.pools, sh.layers, sh.rows, sh.row_bytes, rng);
+    std::printf("%5d %6d %5d %6zuB ", sh.pools, sh.layers, sh.rows, sh.row_bytes);
+    time_step(s);
+  }
+  // Small steps of pools of different row sizes (the map kernel, or the 2-D grid for a few groups).
+  struct mixed_step {
+    const char* name;
+    std::vector<pool_shape> shapes;
+    std::int32_t rows;
+  };
+  std::vector<pool_shape> many;
+  for (int p = 0; p < 40; ++p) many.push_back({1, std::size_t(64) * std::size_t(1 + p % 4)});
+  for (const mixed_step& ms : {mixed_step{"8 pools, 1 | 3 KiB rows in turn", {{1, 1024}, {1, 3072}, {1, 1024}, {1, 3072},
+                                                                           {1, 1024}, {1, 3072}, {1, 1024}, {1, 3072}},
+                                          2},
+                               mixed_step{"40 pools, 64 to 256 B rows", many, 4},
+                               mixed_step{"2 pools: 4 x 256 B, 4 x 768 B", {{4, 256}, {4, 768}}, 8}}) {
+    step s(ms.shapes, ms.rows, rng);
+    std::printf("%-30s %5d ", ms.name, ms.rows);
+    time_step(s);
   }
   CUDA_OK(cudaStreamDestroy(stream));
   std::printf("\ntargets: >= 0.90 of memcpy from 8 MiB moved; >= 0.6 for one row >= 1 MiB; <= 3 us for <= 64 KiB "

@@ -160,17 +160,19 @@ TEST_CASE("hundreds of (pool, layer) segments move in one call and match the hos
   }
 }
 
-// Tables that are not strided: merged into groups (runs of one pool's layers); the 2-D grid cuts groups
-// into entries of gridDim.x tiles (blocks past an entry's items exit), the tiles kernel lays whole
-// groups on a 1-D grid. Each table below takes a different corner of those plans, under each general
-// kernel (automatic, 2-D grid, tiles, per-thread search).
+// Tables that are not strided: merged into groups (runs of one pool's layers); the 2-D grid gives each
+// group a row of blocks (blocks past a group's tiles exit), the map and tiles kernels lay whole groups
+// on a 1-D grid (the block's group from a per-tile map, or by a search). Each table below takes a
+// different corner of those plans, under each general kernel (automatic, 2-D grid, tiles, per-thread
+// search, map: the three map sizes, and the tiles kernel when the tiles overflow the map).
 TEST_CASE("tables of many segments of mixed sizes on the 2-D grid match the host reference" *
           doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(91);
   stream_guard stream;
   const mk::detail::launch_policy saved = mk::detail::tuning();
   for (const auto kind : {mk::detail::general_kernel::automatic, mk::detail::general_kernel::grid,
-                          mk::detail::general_kernel::tiles, mk::detail::general_kernel::search}) {
+                          mk::detail::general_kernel::tiles, mk::detail::general_kernel::search,
+                          mk::detail::general_kernel::map}) {
     CAPTURE(int(kind));
     mk::detail::tuning().general = kind;
     for (const std::int32_t rows : quick() ? std::vector<std::int32_t>{1, 33} : std::vector<std::int32_t>{1, 33, 300}) {
@@ -188,6 +190,11 @@ TEST_CASE("tables of many segments of mixed sizes on the 2-D grid match the host
       std::vector<mt::pool_shape> singles;
       for (std::size_t p = 0; p < mk::max_segments; ++p) singles.push_back({1, 1 + std::int64_t(rng() % 40)});
       check_case<std::uint8_t>(rng, mt::make_case(rng, rows, singles, 0), stream.s);
+      // 4 groups (the 2-D grid under automatic) and 11 groups (the map kernel)
+      check_case<float>(rng, mt::make_case(rng, rows, {{1, 1000}, {2, 64}, {1, 4}, {3, 260}}, 0), stream.s);
+      std::vector<mt::pool_shape> eleven;
+      for (int p = 0; p < 11; ++p) eleven.push_back({1 + p % 2, 100 + 37 * std::int64_t(p)});
+      check_case<mstar::bf16>(rng, mt::make_case(rng, rows, eleven, 0), stream.s);
       // groups whose items fill whole tiles exactly (256 items of 16 bytes a tile)
       check_case<float>(rng, mt::make_case(rng, 256, {{2, 4}, {3, 1024}, {1, 8}}, 0), stream.s);
     }
@@ -220,6 +227,7 @@ TEST_CASE("every launch policy the benchmark sweeps matches the host reference, 
   policies.push_back({0, 1, 2, false, mk::detail::general_kernel::grid});
   policies.push_back({0, 1, 2, false, mk::detail::general_kernel::tiles});
   policies.push_back({0, 1, 2, false, mk::detail::general_kernel::search});
+  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::map});
   const mk::detail::launch_policy saved = mk::detail::tuning();
   for (std::size_t v = 0; v < policies.size(); ++v) {
     CAPTURE(v);

@@ -9,11 +9,12 @@
 // tile of 256 items, one a thread, so many short rows and a few huge rows both spread over the whole
 // grid. Kernels locate items: recurrent_strided_kernel for tables whose segments have one shape and
 // are evenly spaced (one segment, or one pool's layers: an 80-byte parameter and two divisions); for
-// any other table the host merges segments into groups of that kind (one pool's layers) and either
-// recurrent_grid_kernel (2-D grid, blockIdx.y = group: groups of about one size) or
-// recurrent_tiles_kernel (1-D grid, each group on whole tiles, block-uniform search) moves them (by
-// value, __grid_constant__, up to max_segments = 512 groups); recurrent_table_kernel, the per-thread
-// search over segments they replaced, stays for the benchmark's comparison.
+// any other table the host merges segments into groups of that kind (one pool's layers) and
+// recurrent_grid_kernel (2-D grid, blockIdx.y = group: groups of about one size, or a few groups),
+// recurrent_map_kernel (1-D grid, each group on whole tiles, a per-tile group map) or, when the tiles
+// overflow the map, recurrent_tiles_kernel (the same grid, block-uniform search) moves them (by value,
+// __grid_constant__, up to max_segments = 512 groups); recurrent_table_kernel, the per-thread search
+// over segments they replaced, stays for the benchmark's comparison.
 //
 // What the time of a call is made of (bench/kernels/copy_floor_bench.cu measures each part): a call is
 // one round of loads and stores, so its length is the chain of dependent accesses in a thread. A
@@ -154,6 +155,25 @@ struct tiles_params {
 };
 static_assert(sizeof(tiles_params<max_segments>) <= 32764,
               "the group table no longer fits a kernel parameter; lower max_segments in recurrent.hpp");
+
+// recurrent_map_kernel: a 1-D grid of tiles as in the tiles kernel, but a block reads its group from a
+// per-tile map in the parameter (one read at an address fixed by blockIdx.x) instead of searching
+// tile_begin, then its entry and its group's first tile: two dependent parameter reads whatever the
+// number of groups, against log2(groups) + 1. Taken when the grid's tiles fit the map (up to 4096
+// tiles, 16 MiB moved one way, for 64 groups; 2560 for 512), else the tiles kernel.
+template <int Cap, int MapCap>
+struct map_params {
+  char* batch;
+  const std::int32_t* slots;
+  std::uint32_t tile_begin[Cap];
+  grid_entry e[Cap];
+  std::uint16_t group_of[MapCap];  // each tile's group
+};
+inline constexpr int map_tiles_step = 256;    // map_params<64, ...> for small steps (a small parameter)
+inline constexpr int map_tiles_small = 4096;  // map_params<64, ...>
+inline constexpr int map_tiles_large = 2560;  // map_params<max_segments, ...>
+static_assert(sizeof(map_params<int(max_segments), map_tiles_large>) <= 32764,
+              "the tile map no longer fits a kernel parameter; lower map_tiles_large");
 
 // The slot table is loaded with an L2 evict_last policy (createpolicy, sm_80+): it is a few KiB,
 // gather and then scatter of the same step read it, and every pool address waits on it, so a miss to
@@ -396,6 +416,13 @@ __global__ void __launch_bounds__(Threads) recurrent_tiles_kernel(const __grid_c
   copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
 }
 
+// Many groups (see map_params): the block's group from the per-tile map.
+template <copy_op Op, int Threads, int Unroll, int Cap, int MapCap, bool Wide>
+__global__ void __launch_bounds__(Threads) recurrent_map_kernel(const __grid_constant__ map_params<Cap, MapCap> p) {
+  const std::uint32_t g = p.group_of[blockIdx.x];
+  copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
+}
+
 inline int sm_count() {
   static std::atomic<int> cache[64] = {};
   int device = 0;
@@ -426,7 +453,8 @@ inline int sm_count() {
 // The kernel of tables that are not strided: automatic (the 2-D grid when it leaves at most 1/16 of
 // its blocks empty, else the tiles kernel), or one of the three forced (the benchmark and the tests;
 // search is recurrent_table_kernel, the per-thread search the other two replaced).
-enum class general_kernel : std::int32_t { automatic, grid, tiles, search };
+// map: recurrent_map_kernel where the tiles fit its map, else tiles.
+enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map };
 struct launch_policy {
   int unroll_from_waves = 8;
   int small_unroll = 1;
@@ -448,8 +476,9 @@ struct launch_policy {
 inline constexpr launch_policy swept_policies[] = {
     {8, 1, 1, true, general_kernel::automatic, 2}, {8, 1, 1, true, general_kernel::automatic, 1},
     {8, 2, 2, true, general_kernel::automatic, 2}, {8, 1, 1, false, general_kernel::grid, 1},
-    {8, 1, 1, false, general_kernel::tiles, 1},    {8, 1, 1, false, general_kernel::search, 1}};
-inline constexpr const char* swept_policy_names[] = {"dflt", "g1", "u2", "grid", "tiles", "srch"};
+    {8, 1, 1, false, general_kernel::tiles, 1},    {8, 1, 1, false, general_kernel::search, 1},
+    {8, 1, 1, false, general_kernel::map, 1}};
+inline constexpr const char* swept_policy_names[] = {"dflt", "g1", "u2", "grid", "tiles", "srch", "map"};
 static_assert(std::size(swept_policies) == std::size(swept_policy_names));
 
 inline launch_policy& tuning() {
@@ -675,8 +704,32 @@ void launch_tiles(copy_op op, const resolved_segment* seg, const segment_group* 
   });
 }
 
-// A table that is not strided: merged into groups, then the 2-D grid or the tiles kernel (see
-// grid_entry). automatic: the 2-D grid when at most 1/16 of its blocks would be empty.
+template <copy_op Op, int Unroll, int Cap, int MapCap, bool Wide>
+void launch_map_kernel(const map_params<Cap, MapCap>& p, unsigned blocks, cudaStream_t stream) {
+  recurrent_map_kernel<Op, copy_threads, Unroll, Cap, MapCap, Wide><<<blocks, copy_threads, 0, stream>>>(p);
+}
+
+template <int Cap, int MapCap>
+void launch_map(copy_op op, const resolved_segment* seg, const segment_group* grp, std::size_t ng, std::int32_t rows,
+                char* batch, const std::int32_t* slots, int unroll, bool wide, cudaStream_t stream) {
+  thread_local map_params<Cap, MapCap> p;  // up to 32 KiB: static, not on the stack
+  p.batch = batch;
+  p.slots = slots;
+  std::uint32_t at = 0;
+  for (std::size_t g = 0; g < ng; ++g) {
+    p.tile_begin[g] = at;
+    for (std::uint64_t t = 0; t < grp[g].tiles; ++t) p.group_of[at + t] = std::uint16_t(g);
+    at += std::uint32_t(grp[g].tiles);
+  }
+  fill_group_entries(seg, grp, ng, rows, p.e);
+  dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    launch_map_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, MapCap, decltype(wide_tag)::value>(
+        p, at, stream);
+  });
+}
+
+// A table that is not strided: merged into groups, then the 2-D grid, the map kernel or the tiles
+// kernel (see grid_entry, map_params; the automatic choice is explained inside).
 inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segment* seg, std::size_t n, char* batch,
                            const std::int32_t* slots, std::int32_t rows, bool wide, cudaStream_t stream) {
   thread_local segment_group grp[max_segments];
@@ -691,7 +744,25 @@ inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segme
     most = std::max(most, grp[g].tiles);
   }
   const std::uint64_t idle = most * ng - tiles;
-  const bool grid = kind == general_kernel::grid || (kind == general_kernel::automatic && idle * 16 <= tiles) ||
+  const bool map_fits = (ng <= 64 && tiles <= std::uint64_t(map_tiles_small)) || tiles <= std::uint64_t(map_tiles_large);
+  // automatic (H200, 2026-12-04, docs/kernels.md): the 2-D grid when at most 1/16 of its blocks would
+  // be empty, or for up to 4 groups up to 2048 tiles (8 MiB moved one way; 2 pools of 4 and 12 KiB
+  // rows at 8 MiB moved: 0.91 / 0.97 of memcpy against 0.88 / 0.93 for the map kernel; 4 pools 0.88 /
+  // 0.93 against 0.87 / 0.93; at 32 MiB the map kernel won, 0.93-0.94 against 0.90-0.92); else the map
+  // kernel where the tiles fit its map (8 pools at 8 MiB 0.88 / 0.94 against 0.84 / 0.89 for the tiles
+  // kernel, 96 pools 0.83 / 0.88 against 0.81 / 0.84); else the tiles kernel.
+  const bool few = ng <= 4 && tiles <= 2048;
+  if (kind == general_kernel::map || (kind == general_kernel::automatic && !few && idle * 16 > tiles)) {
+    if (map_fits && ng <= 64 && tiles <= std::uint64_t(map_tiles_step))
+      return launch_map<64, map_tiles_step>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
+    if (map_fits && ng <= 64 && tiles <= std::uint64_t(map_tiles_small))
+      return launch_map<64, map_tiles_small>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
+    if (map_fits)
+      return launch_map<int(max_segments), map_tiles_large>(op, seg, grp, ng, rows, batch, slots, unroll, wide,
+                                                            stream);
+  }
+  const bool grid = kind == general_kernel::grid ||
+                    (kind == general_kernel::automatic && (idle * 16 <= tiles || few)) ||
                     tiles >= (std::uint64_t(1) << 31);  // the tiles kernel's grid is 1-D, tile_begin 32-bit
   if (grid) {
     if (ng <= 8)
