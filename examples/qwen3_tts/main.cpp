@@ -60,6 +60,7 @@ struct cli_options {
   double time_budget_s = 0; // per concurrency: repetitions after the first start only within it (0: no limit)
   std::uint32_t frames_min = 0, frames_max = 0;
   bool check_identity = false;
+  bool settle = false; // run each concurrency's first arm once, unrecorded, before its measured runs
   std::string json, trace;
   bool no_progress = false;
   std::string command;
@@ -451,8 +452,39 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
   bool skip = false;
   clock::time_point c_begin{}, rep_begin{};
   double longest_rep = 0;
+  // One arm's load options and engine options.
+  const auto arm_options = [&](const arm_spec& spec) {
+    auto lo = st.lo;
+    lo.concurrency = spec.c;
+    lo.lane = st.side_lane ? spec.lane : mstar::lane_mode::off;
+    lo.flow.codec_per_width = spec.per_width;
+    lo.progress = tty;
+    if (cli.requests == 0) lo.requests = st.backend == "cuda" ? 8 * spec.c : std::max(128u, 8 * spec.c);
+    if (cli.warmup == ~0u) lo.warmup = spec.c;
+    lo.trace = specs.size() == 1 ? cli.trace : std::string();
+    auto eo = st.eo;
+    eo.max_requests = std::max(eo.max_requests, spec.c + 4);
+    return std::pair{lo, eo};
+  };
   for (const auto& spec : specs) {
     if (reports.empty() || spec.c != cur_c) {
+      if (cli.settle) {
+        // --settle: the first arm of a concurrency once, unrecorded. On the H200 the first arm a
+        // process ran had its Talker decode step 8 % faster (2.37 against 2.58 ms at 128 rows) than
+        // every later arm, in every study of 2026-12-04: the GPU settles under the load within the
+        // first run, so without it the first arm of each concurrency is measured on a faster GPU.
+        auto [lo, eo] = arm_options(spec);
+        lo.trace.clear();
+        std::printf("c=%u: settling run (%s, not recorded)\n", spec.c, arm_name(spec).c_str());
+        std::fflush(stdout);
+        const auto r = qwen3_tts::run_arm(backend, talker, codec, eo, st.fo, lo, timeline.get());
+        if (r.failed || r.failed_steps) {
+          std::fprintf(stderr, "qwen3tts: FAILED: the settling run of c=%u: %llu requests and %llu steps failed\n",
+                       spec.c, static_cast<unsigned long long>(r.failed),
+                       static_cast<unsigned long long>(r.failed_steps));
+          return 1;
+        }
+      }
       cur_c = spec.c;
       cur_rep = spec.repeat;
       skip = false;
@@ -470,16 +502,7 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
       }
     }
     if (skip) continue;
-    auto lo = st.lo;
-    lo.concurrency = spec.c;
-    lo.lane = st.side_lane ? spec.lane : mstar::lane_mode::off;
-    lo.flow.codec_per_width = spec.per_width;
-    lo.progress = tty;
-    if (cli.requests == 0) lo.requests = st.backend == "cuda" ? 8 * spec.c : std::max(128u, 8 * spec.c);
-    if (cli.warmup == ~0u) lo.warmup = spec.c;
-    lo.trace = specs.size() == 1 ? cli.trace : std::string();
-    auto eo = st.eo;
-    eo.max_requests = std::max(eo.max_requests, spec.c + 4);
+    auto [lo, eo] = arm_options(spec);
     arm_report a;
     a.spec = spec;
 #ifdef QWEN3TTS_CUDA
@@ -640,6 +663,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", cli.json, "write the summary as JSON here");
   app.add_option("--trace", cli.trace, "write a Chrome trace (chrome://tracing, Perfetto) here; one arm only");
   app.add_flag("--no-progress", cli.no_progress, "no progress bar even on a terminal");
+  app.add_flag("--settle", cli.settle,
+               "run each concurrency's first arm once, unrecorded, before its measured runs (the GPU settles "
+               "under load: on the H200 a process's first arm ran its decode 8 % faster than the later ones)");
   CLI11_PARSE(app, argc, argv);
 
   try {
