@@ -20,6 +20,7 @@ struct device_model {
   int prefill_every = 0;
   double prefill = 15.0;
   bool kinds = true; // feed the chain steps' kinds (false: every chain step of one kind)
+  int decode_kinds = 1; // the decode chain steps take this many kinds in turn (1, 3, 4, ...)
   // What each arm costs the chain per side step.
   double lane_cost() const { return chain_beside - chain_alone + host_lane; }
   double chain_cost() const { return side_alone; }
@@ -38,7 +39,12 @@ device_model costs(double alone, double beside, double side, double side_beside,
 // the last `tail` decisions.
 double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, int tail) {
   int lane_tail = 0;
-  const std::uint64_t decode_kind = d.kinds ? 1 : 0, prefill_kind = d.kinds ? 2 : 0;
+  const std::uint64_t prefill_kind = d.kinds ? 2 : 0;
+  std::uint64_t chain_steps = 0;
+  const auto decode_kind_next = [&] {
+    const std::uint64_t turn = chain_steps++ % std::uint64_t(d.decode_kinds);
+    return d.kinds ? (turn == 0 ? 1 : 2 + turn) : 0;
+  };
   for (int i = 0; i < decisions; ++i) {
     if (d.prefill_every != 0 && i % d.prefill_every == 0) {
       c.chain_step(d.prefill * 1e6, false, prefill_kind);
@@ -52,18 +58,29 @@ double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, in
       for (int k = 0; k < d.chain_per_side; ++k) {
         const bool beside = k == 0;
         const double t = (beside ? d.chain_beside : d.chain_alone) * 1e6;
-        c.chain_step(t, beside, decode_kind);
+        c.chain_step(t, beside, decode_kind_next());
         c.chain_gap(0, t);
       }
     } else {
       c.side_step(d.side_alone * 1e6);
       for (int k = 0; k < d.chain_per_side; ++k) {
-        c.chain_step(d.chain_alone * 1e6, false, decode_kind);
+        c.chain_step(d.chain_alone * 1e6, false, decode_kind_next());
         c.chain_gap(k == 0 ? d.side_alone * 1e6 : 0.0, d.chain_alone * 1e6);
       }
     }
   }
   return double(lane_tail) / double(tail);
+}
+
+// A change of load: `before` runs until the chooser settles on its better arm, then `after` for
+// `decisions`; the chooser must end on after's better arm (share over the last 1000 decisions).
+void check_follows(const device_model& before, const device_model& after, int before_decisions, int decisions) {
+  REQUIRE(before.lane_better() != after.lane_better());
+  mstar::lane_chooser c;
+  const double settled = simulate(c, before, before_decisions, 1000);
+  CHECK(before.lane_better() ? settled > 0.95 : settled < 0.05);
+  const double followed = simulate(c, after, decisions, 1000);
+  CHECK(after.lane_better() ? followed > 0.95 : followed < 0.05);
 }
 
 } // namespace
@@ -123,23 +140,15 @@ TEST_CASE("LaneChooser.moves to the lane when it becomes the better arm after a 
   const device_model before = costs(2.3, 5.3, 2.0, 2.4, 0.02, 1);
   device_model after = before;
   after.chain_beside = 3.5;
-  REQUIRE_FALSE(before.lane_better());
-  REQUIRE(after.lane_better());
-  mstar::lane_chooser c;
-  CHECK(simulate(c, before, 2000, 1000) < 0.05);
-  // The beside arm is measured only on explored steps (1 in 32), so its average takes a few thousand
-  // decisions to follow; afterwards the lane holds.
-  CHECK(simulate(c, after, 6000, 1000) > 0.95);
+  // The beside arm is measured only on explored steps, so its average takes a few thousand decisions
+  // to follow; afterwards the lane holds.
+  check_follows(before, after, 2000, 6000);
 }
 
 TEST_CASE("LaneChooser.moves back to the chain when the overlap becomes expensive after a spell on the lane") {
-  device_model before; // H200-like: the lane pays
-  const device_model after = costs(2.3, 3.0, 0.5, 1.2, 0.02, 1);
-  REQUIRE(before.lane_better());
-  REQUIRE_FALSE(after.lane_better()); // 0.72 ms beside against 0.5 ms on the chain
-  mstar::lane_chooser c;
-  CHECK(simulate(c, before, 2000, 1000) > 0.95);
-  CHECK(simulate(c, after, 6000, 1000) < 0.05);
+  const device_model before; // H200-like: the lane pays
+  const device_model after = costs(2.3, 3.0, 0.5, 1.2, 0.02, 1); // 0.72 ms beside against 0.5 ms on the chain
+  check_follows(before, after, 2000, 6000);
 }
 
 TEST_CASE("LaneChooser.compares a chain step alone and beside within its kind: prefills running alone do not make the "
@@ -220,7 +229,7 @@ TEST_CASE("LaneChooser.explores explore_stretch times less often while the rule 
   simulate(c, clear, 200, 1); // warm
   const auto chain0 = c.decisions_on_chain(), explored0 = c.decisions_explored();
   CHECK(simulate(c, clear, 4096, 4096) > 0.99);
-  // 1 in 32 x 8 = 256: 16 explorations in 4096 decisions (32 x 4096 / 32 = 128 at the old rate).
+  // 1 in 32 x 8 = 256: 16 explorations in 4096 decisions (4096 / 32 = 128 at the old rate).
   CHECK(c.decisions_explored() - explored0 == 16);
   CHECK(c.decisions_on_chain() - chain0 == 16);
   // Near the line (lane better by 0.15 of the side step: under clear_margin) it explores 1 in 32.
@@ -248,4 +257,37 @@ TEST_CASE("LaneChooser.options that cannot work are refused with the reason") {
   o = {};
   o.clear_margin = -0.1;
   CHECK_THROWS_WITH_AS(mstar::lane_chooser{o}, doctest::Contains("clear_margin"), std::invalid_argument);
+}
+
+TEST_CASE("LaneChooser.with rare exploration, a kind that stopped running beside does not come back into the averages") {
+  // Two decode kinds ran beside cheaply (the lane pays); then only one runs, three chain steps per
+  // side step, and beside it costs more than the side step on the chain: the rule is clearly on the
+  // chain and the lane is seen only by exploring (1 in 256). The old kind's weight decays with every
+  // chain step; a fixed floor under which lifetime counts took over brought its cheap overlap back
+  // in after each quiet spell, and the rule flipped to the lane (180 times in 20000 decisions).
+  device_model before = costs(2.3, 2.35, 0.5, 0.8, 0.02, 3); // kinds 1, 3, 1 | 3, 1, 3 | ...: each
+  before.decode_kinds = 2;                                    // runs beside and alone
+  const device_model after = costs(2.3, 2.9, 0.4, 0.8, 0.02, 3);
+  REQUIRE(before.lane_better());
+  REQUIRE_FALSE(after.lane_better());
+  mstar::lane_chooser c;
+  CHECK(simulate(c, before, 3000, 1000) > 0.95);
+  simulate(c, after, 10000, 1);
+  const auto lane0 = c.decisions_on_lane(), explored0 = c.decisions_explored();
+  simulate(c, after, 20000, 1);
+  // Every decision on the lane is an exploration (the rule itself never picks it).
+  CHECK(c.decisions_on_lane() - lane0 == c.decisions_explored() - explored0);
+  CHECK(c.decisions_explored() - explored0 <= 20000 / 256 + 1);
+}
+
+TEST_CASE("LaneChooser.with rare exploration, a chain step alone measured only by exploring still follows a change") {
+  // Every chain step overlaps a lane step (one chain step per side step), so "chain step alone" is
+  // measured only on explored decisions. When the chain step alone gets faster (2.3 -> 1.9 ms) the
+  // overlap's slowdown (now 0.45 ms) exceeds the side step on the chain (0.4 ms): the chooser must
+  // move to the chain about as fast as when it explored 1 in 32 (an unweighted sample every 256
+  // decisions took 8700 decisions; 1 in 32, 1600).
+  const device_model before = costs(2.3, 2.35, 0.4, 0.8, 0.02, 1);
+  device_model after = before;
+  after.chain_alone = 1.9;
+  check_follows(before, after, 3000, 4000);
 }

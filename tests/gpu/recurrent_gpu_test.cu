@@ -165,7 +165,7 @@ TEST_CASE("hundreds of (pool, layer) segments move in one call and match the hos
 // on a 1-D grid (the block's group from a per-tile map, or by a search). Each table below takes a
 // different corner of those plans, under each general kernel (automatic, 2-D grid, tiles, per-thread
 // search, map: the three map sizes, and the tiles kernel when the tiles overflow the map).
-TEST_CASE("tables of many segments of mixed sizes on the 2-D grid match the host reference" *
+TEST_CASE("tables of many segments of mixed sizes on every general kernel match the host reference" *
           doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(91);
   stream_guard stream;

@@ -757,6 +757,10 @@ TEST_CASE("Worker.bad configuration is refused with what to change") {
   mstar::worker_options o;
   o.step_records = 2;
   CHECK_THROWS_WITH_AS(Worker(engine, flow, o), doctest::Contains("step_records is 2"), std::invalid_argument);
+  o = {};
+  o.stage_watch = std::chrono::seconds(1);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, o), doctest::Contains("stage_watch is 1000000000 ns; use 0"),
+                       std::invalid_argument);
   auto with_buckets = [](std::vector<std::uint32_t> b, std::uint32_t max_batch = 0) {
     mstar::worker_options w;
     w.nodes.resize(3);
@@ -855,6 +859,7 @@ TEST_CASE("Worker.a GPU thread spinning for the stage, watching the plan ring or
     }
     CHECK(handoffs >= c.staged.load());
     CHECK(idle <= handoffs);
+    CHECK(idle > 0); // the GPU thread is mostly waiting for the plan thread here
   }
 }
 

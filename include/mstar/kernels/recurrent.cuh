@@ -160,7 +160,7 @@ static_assert(sizeof(tiles_params<max_segments>) <= 32764,
 // per-tile map in the parameter (one read at an address fixed by blockIdx.x) instead of searching
 // tile_begin, then its entry and its group's first tile: two dependent parameter reads whatever the
 // number of groups, against log2(groups) + 1. Taken when the grid's tiles fit the map (up to 4096
-// tiles, 16 MiB moved one way, for 64 groups; 2560 for 512), else the tiles kernel.
+// tiles for 64 groups, 16 MiB moved one way in 16-byte units; 2560 for 512), else the tiles kernel.
 template <int Cap, int MapCap>
 struct map_params {
   char* batch;
@@ -450,10 +450,9 @@ inline int sm_count() {
 // grids walking the tiles, 4 units a thread, evicting the state from L2 first and bulk copies through
 // shared memory (cp.async.bulk) were all measured slower. The benchmark changes the policy through
 // tuning() to run its sweep.
-// The kernel of tables that are not strided: automatic (the 2-D grid when it leaves at most 1/16 of
-// its blocks empty, else the tiles kernel), or one of the three forced (the benchmark and the tests;
-// search is recurrent_table_kernel, the per-thread search the other two replaced).
-// map: recurrent_map_kernel where the tiles fit its map, else tiles.
+// The kernel of tables that are not strided: automatic (launch_grouped says which), or one of four
+// forced (the benchmark and the tests): grid, tiles, search (recurrent_table_kernel, the per-thread
+// search the others replaced), map (recurrent_map_kernel where the tiles fit its map, else tiles).
 enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map };
 struct launch_policy {
   int unroll_from_waves = 8;

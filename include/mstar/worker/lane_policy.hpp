@@ -40,10 +40,11 @@
 // on the H200 (docs/example.md) a codec step explored on the chain stream took 2 ms of chain time
 // against about nothing on the lane, and 1 step in 32 took 3-4 % off auto's throughput next to `on`.
 // So when the rule is clear (the arms differ by at least clear_margin of side_ns) the chooser explores
-// explore_stretch times less often, and a sample of the arm it measures only by exploring (side_ns
-// while the rule picks the lane; a chain step beside a lane step while it picks the chain) then counts
-// explore_stretch times as much in its average: the averages still span about `window` decisions, so
-// a change of load is followed about as fast as before, with fewer, weightier samples.
+// explore_stretch times less often, and a sample of a series that came after a longer gap (side_ns,
+// a kind's alone or beside time: whichever the rule's arm leaves to exploring) counts for the
+// explore_every intervals it covers, up to explore_stretch (boost()): an average then follows a change
+// of load about as many decisions later as when exploring 1 in explore_every, with fewer, weightier
+// samples.
 #pragma once
 
 #include <algorithm>
@@ -122,9 +123,9 @@ public:
       kinds_[i].recent_beside *= keep;
     if (beside) {
       k.recent_beside += 1.0;
-      add(k.beside_ns, k.samples_beside, device_ns, rule_lane_ ? 1.0 : boost_);
+      add(k.beside_ns, k.samples_beside, device_ns, boost(k.last_beside));
     } else {
-      add(k.alone_ns, k.samples_alone, device_ns);
+      add(k.alone_ns, k.samples_alone, device_ns, boost(k.last_alone));
     }
     combine_kinds();
   }
@@ -142,9 +143,9 @@ public:
   }
   void side_step(double device_ns, bool on_lane) {
     if (on_lane) {
-      add(m_.side_lane_ns, m_.samples_side_lane, device_ns);
+      add(m_.side_lane_ns, m_.samples_side_lane, device_ns, boost(last_side_lane_));
     } else {
-      add(m_.side_ns, m_.samples_side, device_ns, rule_lane_ ? boost_ : 1.0);
+      add(m_.side_ns, m_.samples_side, device_ns, boost(last_side_));
       inline_since_chain_ += std::max(device_ns, 0.0);
     }
   }
@@ -169,10 +170,9 @@ public:
     if (!warm) {
       lane = (decisions_ & 1u) == 1u; // alternate until both arms are measured
     } else {
-      lane = rule_lane_ = beside_pays(m_, o_);
+      lane = beside_pays(m_, o_);
       const bool clear = std::abs(beside_advantage(m_)) >= o_.clear_margin * m_.side_ns;
       const std::uint64_t every = std::uint64_t(o_.explore_every) * (clear ? o_.explore_stretch : 1u);
-      boost_ = clear ? double(o_.explore_stretch) : 1.0;
       if (o_.explore_every != 0 && ++since_explore_ >= every) {
         since_explore_ = 0;
         lane = !lane;
@@ -190,9 +190,21 @@ public:
 
 private:
   double weight(std::uint64_t samples) const { return double(std::min<std::uint64_t>(samples + 1, o_.window)); }
-  // boost: the sample stands for that many (one of an arm measured only by rarer exploration).
-  void add(double& avg, std::uint64_t& n, double v, double boost = 1.0) {
-    avg = n == 0 ? v : avg + (v - avg) * std::min(1.0, boost / weight(n));
+  // The weight of a sample of a series whose last sample came at decision `last` (updated to now):
+  // how many explore_every intervals passed since, between 1 and explore_stretch. A series sampled at
+  // every decision, or by exploring at the old rate (1 in explore_every), weighs 1; one sampled only
+  // by the rarer exploration of a clear rule (1 in explore_every x explore_stretch) weighs up to
+  // explore_stretch, so its average follows a change about as many decisions later as before.
+  double boost(std::uint64_t& last) {
+    const std::uint64_t gap = decisions_ - last;
+    last = decisions_;
+    if (o_.explore_every == 0) return 1.0;
+    return std::clamp(double(gap) / double(o_.explore_every), 1.0, double(o_.explore_stretch));
+  }
+  // A running mean up to `window` samples, then an exponential average; a sample of weight w counts
+  // as w samples.
+  void add(double& avg, std::uint64_t& n, double v, double w = 1.0) {
+    avg = n == 0 ? v : avg + (v - avg) * std::min(1.0, w / (weight(n) - 1.0 + w));
     ++n;
   }
 
@@ -206,6 +218,7 @@ private:
     std::uint64_t samples_alone = 0, samples_beside = 0;
     std::uint64_t last_seen = 0;
     double recent_beside = 0; // beside steps of this kind, decayed by 1/window per chain step
+    std::uint64_t last_alone = 0, last_beside = 0; // decisions_ at the last sample (see boost())
   };
   static constexpr std::size_t max_kinds = 16;
 
@@ -237,7 +250,10 @@ private:
     std::uint64_t na = 0, nb = 0;
     for (std::size_t i = 0; i < n_kinds_; ++i)
       if (kinds_[i].samples_alone != 0 && kinds_[i].samples_beside != 0) recent += kinds_[i].recent_beside;
-    const bool by_recent = recent > 1e-3;
+    // Recent weights decay per chain step, so with beside steps only every few hundred decisions (a
+    // clear rule on the chain explores 1 in 256) they are tiny but still in the right proportion: any
+    // positive sum is used, and lifetime counts only when none is left at all.
+    const bool by_recent = recent > 0.0;
     for (std::size_t i = 0; i < n_kinds_; ++i) {
       const auto& k = kinds_[i];
       if (k.samples_alone == 0 || k.samples_beside == 0) continue;
@@ -263,9 +279,8 @@ private:
   std::uint64_t idle_samples_ = 0, side_host_samples_ = 0;
   std::uint64_t decisions_ = 0, on_lane_ = 0, on_chain_ = 0;
   bool last_on_lane_ = false;
-  bool rule_lane_ = false;      // the rule's last answer (exploration aside)
-  double boost_ = 1.0;          // weight of a sample of the arm the rule is not on (see the top)
   std::uint64_t since_explore_ = 0, explored_ = 0;
+  std::uint64_t last_side_ = 0, last_side_lane_ = 0; // decisions_ at the last sample (see boost())
   double inline_since_chain_ = 0; // side steps on the chain stream since the last chain step's gap
 };
 

@@ -164,6 +164,10 @@ struct worker_options {
       bad("nodes has " + std::to_string(nodes.size()) + " entries but the model has " + std::to_string(node_count) +
           " nodes; give one entry per node, in the model's node order");
     lane_policy.check();
+    if (stage_watch < std::chrono::nanoseconds(0) || stage_watch > std::chrono::milliseconds(1))
+      bad("stage_watch is " + std::to_string(stage_watch.count()) +
+          " ns; use 0 (no watch) to 1 ms: while it runs the GPU thread launches no side step and polls no "
+          "landing");
     if (affinity.main != thread_affinity::unpinned || affinity.gpu != thread_affinity::unpinned ||
         affinity.plan != thread_affinity::unpinned) {
       const auto allowed = detail::allowed_cpus();

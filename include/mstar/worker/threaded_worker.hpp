@@ -863,7 +863,10 @@ private:
         wait.reset();
       } else if (spin_for_stage_ && staged_ != no_record && !staged_acked_) {
         // The plan thread is staging: its answer comes within microseconds.
-        if (!watch_for_ack()) wait.pause_expecting();
+        if (watch_for_ack())
+          wait.reset(); // the answer is in: the wait for the landing starts afresh
+        else
+          wait.pause_expecting();
       } else
         wait.pause();
     }
