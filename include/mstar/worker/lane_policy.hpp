@@ -119,8 +119,8 @@ public:
   void chain_step(double device_ns, bool beside, std::uint64_t kind = 0) {
     auto& k = kind_slot(kind);
     const double keep = 1.0 - 1.0 / double(o_.window);
-    for (std::size_t i = 0; i < n_kinds_; ++i)
-      kinds_[i].recent_beside *= keep;
+    for (std::size_t i = 0; i < n_kinds_; ++i) // flushed to 0 before it gets subnormal (slow arithmetic)
+      kinds_[i].recent_beside = kinds_[i].recent_beside > 1e-300 ? kinds_[i].recent_beside * keep : 0.0;
     if (beside) {
       k.recent_beside += 1.0;
       add(k.beside_ns, k.samples_beside, device_ns, boost(k.last_beside));
