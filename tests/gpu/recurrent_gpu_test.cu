@@ -202,6 +202,34 @@ TEST_CASE("tables of many segments of mixed sizes on every general kernel match 
   mk::detail::tuning() = saved;
 }
 
+// The map kernel's capacities at their edges (16-byte units, 256 a tile): up to 64 groups, the 256-tile
+// map for small steps and the 4096-tile map, then the tiles kernel; from 65 groups the 2560-tile map,
+// then the tiles kernel. Pools of 1024 and 3072 or 3076 floats are two groups (their units differ);
+// 65 pools of 64 and 68 floats in turn are 65 groups.
+TEST_CASE("the map kernel at the edges of its map sizes matches the host reference" * doctest::skip(!mt::has_gpu())) {
+  std::mt19937_64 rng(113);
+  stream_guard stream;
+  const mk::detail::launch_policy saved = mk::detail::tuning();
+  std::vector<mt::pool_shape> many;
+  for (int p = 0; p < 65; ++p) many.push_back({1, p % 2 == 0 ? 64 : 68});
+  for (const auto kind : {mk::detail::general_kernel::map, mk::detail::general_kernel::automatic}) {
+    CAPTURE(int(kind));
+    mk::detail::tuning() = mk::detail::launch_policy{};
+    mk::detail::tuning().general = kind;
+    for (const std::int32_t rows : {63, 64, 65}) // 252, 256, 260 tiles: the 256-tile map, then 4096
+      check_case<float>(rng, mt::make_case(rng, rows, {{1, 1024}, {1, 3072}}, 0), stream.s);
+    if (!quick()) {
+      for (const std::int32_t rows : {1023, 1024}) // 4092 and 4096 tiles: the 4096-tile map
+        check_case<float>(rng, mt::make_case(rng, rows, {{1, 1024}, {1, 3072}}, 0), stream.s);
+      check_case<float>(rng, mt::make_case(rng, 1024, {{1, 1024}, {1, 3076}}, 0), stream.s); // 4100: tiles kernel
+    }
+    check_case<float>(rng, mt::make_case(rng, 16, many, 0), stream.s);   // 65 groups, 97 tiles: 2560-tile map
+    check_case<float>(rng, mt::make_case(rng, 600, many, 0), stream.s);  // 2534 tiles: 2560-tile map
+    check_case<float>(rng, mt::make_case(rng, 620, many, 0), stream.s);  // 2631 tiles: tiles kernel
+  }
+  mk::detail::tuning() = saved;
+}
+
 TEST_CASE("rows of a MiB and more, aligned or not, match the host reference" * doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(31);
   stream_guard stream;
