@@ -7,6 +7,7 @@ and packs them, with its log and table, into study.tar; a .tar argument is read 
     python3 lane_study.py plot study.tar out.png         # steady audio throughput and first-audio p50 vs c
     python3 lane_study.py plot-log study.log out.png     # the plot from qwen3tts's printed tables
                                                          # (when only the log came back from the device)
+    python3 lane_study.py first-arm study.tar ...        # each process's first arm: decode alone vs later arms
 
 Figures of an arm are the median of its runs (study_h200.sh: three alternating runs per arm; the
 median of two is their mean). Throughput is shown twice: over the whole run (from the first measured
@@ -17,6 +18,7 @@ the standard library; the plot needs matplotlib.
 """
 import json
 import sys
+import math
 import tarfile
 from collections import defaultdict
 
@@ -177,6 +179,13 @@ def table(paths):
             out.append(f"| {c} | {b} | {r1:.3f}{ok(r1, 0.98, True)} | {r1w:.3f} | {r2:.2f}{ok(r2, 1.5, False)} | "
                        f"{r3:.3f}{ok(r3, 1.15, False)} | {'yes' if ident.get('identical') else 'NO'} "
                        f"(digest {ident.get('digest')}) |")
+    ratios = [fig(arms, (c, b, "auto"), steady) / fig(arms, (c, b, "on"), steady) for c in cs for b in BATCHINGS
+              if (c, b, "auto") in arms and (c, b, "on") in arms]
+    ratios = [r for r in ratios if r == r and r > 0]
+    if ratios:
+        out.append("")
+        out.append(f"auto / on, steady, geometric mean over the {len(ratios)} cells: "
+                   f"{math.exp(sum(math.log(r) for r in ratios) / len(ratios)):.3f}")
     if 128 in cs:
         p = [pass_p50(a) for k, A in arms.items() if k[0] == 128 for a in A]
         p = [x for x in p if x is not None]
@@ -185,6 +194,30 @@ def table(paths):
             out.append(f"Host time per pass on the GPU thread (talker_decode), p50 at c=128: {mean(p):.1f} us mean over "
                        f"arms, {max(p):.1f} us the largest (target <= 60 us: {'met' if max(p) <= 60 else 'NOT met'}).")
     print("\n".join(out))
+
+
+def first_arm(paths):
+    """Per qwen3tts run (one JSON per concurrency): the Talker decode step's GPU time alone in its most
+    used bucket, for the first arm the process ran against the median of its later arms."""
+    print("| c | bucket | first arm | decode alone, first arm ms | later arms, median ms | first / later |")
+    print("| ---: | ---: | --- | ---: | ---: | ---: |")
+    for d in documents(paths):
+        arms = d["arms"]
+
+        def alone(a, bucket=None):
+            b = (a.get("device") or {}).get("decode_by_bucket") or {}
+            if bucket is None:
+                bucket = max(b, key=lambda k: b[k]["alone"] + b[k]["beside"], default=None)
+            v = b.get(bucket)
+            return bucket, (v["alone_ms"] if v and v["alone"] >= 3 else None)
+
+        bucket, first = alone(arms[0])
+        later = median([alone(a, bucket)[1] for a in arms[1:]])
+        if first is None or later != later:
+            continue
+        a0 = arms[0]
+        print(f"| {a0['c']} | {bucket} | {a0['lane']}, {a0['codec_batching']} | {first:.2f} | {later:.2f} | "
+              f"{first / later:.3f} |")
 
 
 def load_log(path):
@@ -249,6 +282,8 @@ def plot(paths, png, arms=None, meta=None):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "table":
         table(sys.argv[2:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "first-arm":
+        first_arm(sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "plot-log":
         plot([], sys.argv[3], arms=load_log(sys.argv[2]), meta={"machine": "NVIDIA H200", "date": "2026-12-03"})
     elif len(sys.argv) >= 4 and sys.argv[1] == "plot":

@@ -470,9 +470,9 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
     if (reports.empty() || spec.c != cur_c) {
       if (cli.settle) {
         // --settle: the first arm of a concurrency once, unrecorded. On the H200 the first arm a
-        // process ran had its Talker decode step 8 % faster (2.37 against 2.58 ms at 128 rows) than
-        // every later arm, in every study of 2026-12-04: the GPU settles under the load within the
-        // first run, so without it the first arm of each concurrency is measured on a faster GPU.
+        // process ran had its Talker decode step take 0.91-0.92 of the later arms' time (2.37 against
+        // 2.58 ms at 128 rows) in every study of 2026-12-04 (lane_study.py first-arm): the GPU settles
+        // under the load within the first run, so without it that arm is measured on a faster GPU.
         auto [lo, eo] = arm_options(spec);
         lo.trace.clear();
         std::printf("c=%u: settling run (%s, not recorded)\n", spec.c, arm_name(spec).c_str());
@@ -665,7 +665,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-progress", cli.no_progress, "no progress bar even on a terminal");
   app.add_flag("--settle", cli.settle,
                "run each concurrency's first arm once, unrecorded, before its measured runs (the GPU settles "
-               "under load: on the H200 a process's first arm ran its decode 8 % faster than the later ones)");
+               "under load: on the H200 a process's first arm ran its decode step in 0.91-0.92 of the later ones' time)");
   CLI11_PARSE(app, argc, argv);
 
   try {

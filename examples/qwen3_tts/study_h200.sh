@@ -17,8 +17,9 @@
 # Sizes: c=8 runs 64 measured requests (8 x c; its runs are the shortest), every other c 6 x c;
 # warmup c; sentences of 25-150 frames (2-12 s). The figures of an arm are the median of its runs.
 # Each concurrency's process first runs its first arm once unrecorded (qwen3tts --settle): in every
-# study of 2026-12-04 the first arm a process ran had its decode step 8 % faster than all later arms
-# (2.37 against 2.58 ms at 128 rows), which favoured lane off, per-width, in its first repetition.
+# study of 2026-12-04 the first arm a process ran had its decode step take 0.91-0.92 of the later
+# arms' time (2.37 against 2.58 ms at 128 rows; lane_study.py first-arm), which favoured lane off,
+# per-width, in its first repetition.
 # Time: the whole study must fit one device call of 520 s. STUDY_BUDGET_S (default 470) is shared
 # among the concurrencies in proportion to their expected run time (the unspent part of one passes to
 # the next), and qwen3tts --time-budget starts a second or third repetition of a concurrency only
@@ -103,7 +104,9 @@ echo "== outputs: $OUT/study.tar ($(echo "$listing" | tr '\n' ' '))"
 for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log; do
   grep -qx "./$f" <<<"$listing" || { echo "study.tar lacks $f"; rc=1; }
 done
-python3 examples/qwen3_tts/lane_study.py table "$OUT/study.tar" >/dev/null || { echo "lane_study.py cannot read study.tar"; rc=1; }
+for cmd in table first-arm; do
+  python3 examples/qwen3_tts/lane_study.py $cmd "$OUT/study.tar" >/dev/null || { echo "lane_study.py $cmd cannot read study.tar"; rc=1; }
+done
 # The settling run is not recorded: each (lane, batching, repetition) appears once in a JSON.
 python3 - "$OUT/study.tar" <<'PY' || rc=1
 import json, sys, tarfile

@@ -682,6 +682,19 @@ void launch_tiles_kernel(const tiles_params<Cap>& p, unsigned blocks, cudaStream
   recurrent_tiles_kernel<Op, copy_threads, Unroll, Cap, Wide><<<blocks, copy_threads, 0, stream>>>(p);
 }
 
+// Lays the groups on a 1-D grid of tiles (the tiles and map kernels): each group's first tile into
+// tile_begin, each tile's group into group_of when given. Returns the tiles.
+inline std::uint32_t lay_tiles(const segment_group* grp, std::size_t ng, std::uint32_t* tile_begin,
+                               std::uint16_t* group_of = nullptr) {
+  std::uint32_t at = 0;
+  for (std::size_t g = 0; g < ng; ++g) {
+    tile_begin[g] = at;
+    if (group_of != nullptr) std::fill_n(group_of + at, grp[g].tiles, std::uint16_t(g));
+    at += std::uint32_t(grp[g].tiles);
+  }
+  return at;
+}
+
 template <int Cap>
 void launch_tiles(copy_op op, const resolved_segment* seg, const segment_group* grp, std::size_t ng,
                   std::int32_t rows, char* batch, const std::int32_t* slots, int unroll, bool wide,
@@ -690,12 +703,8 @@ void launch_tiles(copy_op op, const resolved_segment* seg, const segment_group* 
   p.batch = batch;
   p.slots = slots;
   p.ngroups = std::int32_t(ng);
-  std::uint64_t at = 0;
-  for (std::size_t g = 0; g < ng; ++g) {
-    p.tile_begin[g] = std::uint32_t(at);
-    at += grp[g].tiles;
-  }
-  p.tile_begin[ng] = std::uint32_t(at);
+  const std::uint32_t at = lay_tiles(grp, ng, p.tile_begin);
+  p.tile_begin[ng] = at;
   fill_group_entries(seg, grp, ng, rows, p.e);
   dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
     launch_tiles_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(
@@ -714,12 +723,7 @@ void launch_map(copy_op op, const resolved_segment* seg, const segment_group* gr
   thread_local map_params<Cap, MapCap> p;  // up to 32 KiB: static, not on the stack
   p.batch = batch;
   p.slots = slots;
-  std::uint32_t at = 0;
-  for (std::size_t g = 0; g < ng; ++g) {
-    p.tile_begin[g] = at;
-    for (std::uint64_t t = 0; t < grp[g].tiles; ++t) p.group_of[at + t] = std::uint16_t(g);
-    at += std::uint32_t(grp[g].tiles);
-  }
+  const std::uint32_t at = lay_tiles(grp, ng, p.tile_begin, p.group_of);
   fill_group_entries(seg, grp, ng, rows, p.e);
   dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
     launch_map_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, MapCap, decltype(wide_tag)::value>(
