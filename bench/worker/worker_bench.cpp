@@ -108,6 +108,7 @@ struct arm {
   mstar::thread_affinity pin{};
   mstar::handoff_wait stage_wait = mstar::handoff_wait::automatic;
   bool no_watch = false; // worker_options::stage_watch 0: the whole loop between looks at the plan ring
+  bool fixed_watch = false; // worker_options::watch_expected false: looks of stage_watch, a pass between
   bool spun = false;
   double wall_s = 0;
   std::uint64_t chain_steps = 0, decode_steps = 0, promoted = 0, staged = 0, predicted = 0, drops = 0;
@@ -132,6 +133,7 @@ void run_arm(arm& a, std::uint32_t requests, std::uint32_t frames, std::chrono::
   wo.affinity = a.pin;
   wo.stage_wait = a.stage_wait;
   if (a.no_watch) wo.stage_watch = std::chrono::nanoseconds(0);
+  if (a.fixed_watch) wo.watch_expected = false;
   std::atomic<std::uint64_t> decode_steps{0};
   Worker w(engine, flow, wo);
   a.spun = w.spins_for_stage();
@@ -233,6 +235,7 @@ int main(int argc, char** argv) {
     arms.push_back({"staged, predicted, pinned", true, true, *pin});
     arms.push_back({"  same, backing off (yield)", true, true, *pin, mstar::handoff_wait::back_off});
     arms.push_back({"  same, stage_watch 0", true, true, *pin, mstar::handoff_wait::automatic, true});
+    arms.push_back({"  same, fixed looks", true, true, *pin, mstar::handoff_wait::automatic, false, true});
     // Refused here, with the worker's own sentence, before any arm runs.
     try {
       mstar::worker_options probe;
@@ -317,13 +320,14 @@ int main(int argc, char** argv) {
   }
   if (pin) {
     const auto un = arms[0].find("GPU", "talker_decode", "handoff"), pd = arms[3].find("GPU", "talker_decode", "handoff"),
-               bo = arms[4].find("GPU", "talker_decode", "handoff"), nw = arms[5].find("GPU", "talker_decode", "handoff");
+               bo = arms[4].find("GPU", "talker_decode", "handoff"), nw = arms[5].find("GPU", "talker_decode", "handoff"),
+               fx = arms[6].find("GPU", "talker_decode", "handoff");
     std::printf("  handoff p50 / p99 us: unpinned (%s) %.2f / %.2f; pinned main,gpu,plan = %d,%d,%d (%s) %.2f / %.2f; "
-                "pinned, backing off %.2f / %.2f; pinned, stage_watch 0 %.2f / %.2f; bare ring pinned gpu,plan "
-                "%.2f / %.2f\n",
+                "pinned, backing off %.2f / %.2f; pinned, stage_watch 0 %.2f / %.2f; pinned, fixed looks %.2f / %.2f; "
+                "bare ring pinned gpu,plan %.2f / %.2f\n",
                 arms[0].spun ? "spin" : "back off", us(un.p50), us(un.p99), pin->main, pin->gpu, pin->plan,
                 arms[3].spun ? "spin" : "back off", us(pd.p50), us(pd.p99), us(bo.p50), us(bo.p99), us(nw.p50),
-                us(nw.p99), us(ring_pinned_h.percentile(50)), us(ring_pinned_h.percentile(99)));
+                us(nw.p99), us(fx.p50), us(fx.p99), us(ring_pinned_h.percentile(50)), us(ring_pinned_h.percentile(99)));
   }
   // The handoffs the GPU thread was free for (its last piece of work had ended before the push): the
   // handoff itself; the others also waited for a side step's launch or a landing's commit to finish.

@@ -835,14 +835,22 @@ TEST_CASE("Worker.each thread is pinned to the CPU its affinity names, reports t
   CHECK_FALSE(apart.spins_for_stage(64));
 }
 
-TEST_CASE("Worker.a GPU thread spinning for the stage, watching the plan ring or going through its loop, gives the "
+TEST_CASE("Worker.a GPU thread spinning for the stage, watching the plan ring (through the expected arrival or "
+          "in fixed looks) or going through its loop, gives the "
           "reference's bytes, promotes stages and files each handoff") {
   pool_hooks::reset();
-  for (const auto watch : {std::chrono::nanoseconds(std::chrono::microseconds(2)), std::chrono::nanoseconds(0)}) {
-    INFO("stage_watch " << watch.count() << " ns");
+  struct watching {
+    std::chrono::nanoseconds watch;
+    bool expected;
+  };
+  for (const auto [watch, expected] : {watching{std::chrono::microseconds(2), true},
+                                       watching{std::chrono::microseconds(2), false},
+                                       watching{std::chrono::nanoseconds(0), true}}) {
+    INFO("stage_watch " << watch.count() << " ns, watch_expected " << expected);
     auto o = with_lane(mstar::lane_mode::on);
     o.stage_wait = mstar::handoff_wait::spin; // the watch runs only while spinning (a 2-core CI backs off)
     o.stage_watch = watch;
+    o.watch_expected = expected;
     run_setup s(o);
     REQUIRE(s.worker.spins_for_stage());
     const auto in = inputs(40, 13);

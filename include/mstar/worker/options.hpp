@@ -134,6 +134,12 @@ struct worker_options {
   // lines other threads write (each a cache miss across cores): on the H200's host it added about
   // 0.4 us to the handoff's p99 over the bare ring's (docs/benchmarks.md).
   std::chrono::nanoseconds stage_watch{std::chrono::microseconds(2)};
+  // Watch through the answer's expected arrival: the GPU thread learns how long the plan thread takes to
+  // answer, and when the answer is due within its next two looks it watches until the expected arrival
+  // plus four times that time's spread (at least stage_watch, at most 16 stage_watch in one go), so an
+  // answer that comes on time is not taken after a pass of the loop (detail::stage_arrival). false:
+  // looks of stage_watch with one pass of the loop between each two.
+  bool watch_expected = true;
 
   // Sizes preallocated at construction.
   std::uint32_t step_records = 8;            // steps between forming and their return to the main thread

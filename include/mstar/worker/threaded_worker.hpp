@@ -78,6 +78,7 @@
 #include "mstar/worker/flow.hpp"
 #include "mstar/worker/lane_policy.hpp"
 #include "mstar/worker/options.hpp"
+#include "mstar/worker/stage_watch.hpp"
 
 namespace mstar {
 
@@ -986,6 +987,7 @@ private:
     plan_ack ack;
     if (!from_plan_.try_pop(ack)) return false;
     const auto latency = metrics::now_ns() - ack.pushed;
+    if (options_.watch_expected) arrival_.learn(ack.pushed - handed_at_);
     gpu_rec_.record(records_[ack.record].node, handoff_phase(), latency);
     // The same latency again when the GPU thread had finished its last piece of work before the push
     // (it was polling): the handoff itself, without the wait behind the GPU thread's own work (a side
@@ -1004,7 +1006,8 @@ private:
   // is taken.
   bool watch_for_ack() {
     if (options_.stage_watch.count() <= 0) return false;
-    const auto until = metrics::now_ns() + metrics::nanos(options_.stage_watch.count());
+    const metrics::nanos watch = options_.stage_watch.count(), now = metrics::now_ns();
+    const auto until = options_.watch_expected ? arrival_.watch_until(now, handed_at_, watch) : now + watch;
     for (std::uint32_t i = 1;; ++i) {
       if (take_ack()) return true;
       detail::cpu_relax();
@@ -1127,6 +1130,7 @@ private:
   bool hand_to_plan(std::uint32_t next) {
     staged_ = next;
     staged_acked_ = false;
+    handed_at_ = metrics::now_ns();
     to_plan_.push_wait(next);
     return true;
   }
@@ -1582,6 +1586,8 @@ private:
   bool side_in_flight_ = false;
   std::uint32_t staged_ = no_record;
   bool staged_acked_ = false;
+  metrics::nanos handed_at_ = 0;    // GPU thread: when it handed staged_ to the plan thread
+  detail::stage_arrival arrival_;   // GPU thread: how long the plan thread takes to answer
   bool stage_pending_ = false;            // the plan thread published a stage no chain step has planned against yet
   std::uint32_t predict_from_ = no_record; // the chain step just launched, while its successor may be predicted
   std::uint64_t handed_ = 0;              // step records pushed to the main thread
