@@ -309,10 +309,12 @@ int main() {
   std::printf("\n== bandwidth, several layers or pools, HBM-resident (memcpy: one copy of the same bytes) ==\n");
   // General tables (pools of different shapes or at unrelated addresses) are also timed through each
   // general kernel forced: the 2-D grid, the tiles kernel (block-uniform search) and the per-thread
-  // search kernel the first two replace (columns: gather and scatter us, then g/cpy and s/cpy).
-  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s | %-23s\n",
+  // search kernel the first two replace, the map kernel, and the 2-D grid and map kernels with two
+  // units a thread (columns: gather and scatter us, then g/cpy and s/cpy).
+  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s | %-23s | %-23s | %-23s\n",
               "pools: layers x row", "rows", "moved", "gather_us", "scatter", "memcpy", "g/cpy", "s/cpy", "lnch",
-              "grid g s g/c s/c", "tiles g s g/c s/c", "srch g s g/c s/c", "map g s g/c s/c");
+              "grid g s g/c s/c", "tiles g s g/c s/c", "srch g s g/c s/c", "map g s g/c s/c", "grid2 g s g/c s/c",
+              "map2 g s g/c s/c");
   struct multi_case {
     const char* name;
     std::vector<pool_shape> shapes;
@@ -353,11 +355,17 @@ int main() {
     fails += ok ? 0 : 1;
     std::printf("%-34s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu", mc.name, mc.rows,
                 double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes);
-    for (const auto kind : {mk::detail::general_kernel::grid, mk::detail::general_kernel::tiles,
-                            mk::detail::general_kernel::search, mk::detail::general_kernel::map}) {
+    struct forced {
+      mk::detail::general_kernel kind;
+      int units;  // a thread, below launch_policy::unroll_from_waves
+    };
+    for (const auto [kind, units] : {forced{mk::detail::general_kernel::grid, 1}, forced{mk::detail::general_kernel::tiles, 1},
+                                     forced{mk::detail::general_kernel::search, 1}, forced{mk::detail::general_kernel::map, 1},
+                                     forced{mk::detail::general_kernel::grid, 2}, forced{mk::detail::general_kernel::map, 2}}) {
       if (mc.shapes.size() < 2) break;  // one pool: the strided kernel
       const mk::detail::launch_policy saved = mk::detail::tuning();
       mk::detail::tuning().general = kind;
+      mk::detail::tuning().small_unroll = units;
       const double og = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
         mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
