@@ -8,6 +8,7 @@ and packs them, with its log and table, into study.tar; a .tar argument is read 
     python3 lane_study.py plot-log study.log out.png     # the plot from qwen3tts's printed tables
                                                          # (when only the log came back from the device)
     python3 lane_study.py first-arm study.tar ...        # each process's first arm: decode alone vs later arms
+    python3 lane_study.py clocks study.tar               # each run's SM clock and power (gpu_clocks.csv)
 
 Figures of an arm are the median of its runs (study_h200.sh: three alternating runs per arm; the
 median of two is their mean). Throughput is shown twice: over the whole run (from the first measured
@@ -16,7 +17,9 @@ the last submit; loadgen.hpp); the "auto / best" target uses the steady figure, 
 steady figure's (max - min) / median over the arm's runs, the run-to-run noise. The table needs only
 the standard library; the plot needs matplotlib.
 """
+import datetime
 import json
+import os
 import sys
 import math
 import tarfile
@@ -220,6 +223,60 @@ def first_arm(paths):
               f"{first / later:.3f} |")
 
 
+def clock_log(path):
+    """(unix s, SM MHz, memory MHz, power W, temperature C) rows of study_h200.sh's gpu_clocks.csv, from
+    the study's tar or its directory."""
+    if path.endswith((".tar", ".tar.gz", ".tgz")):
+        with tarfile.open(path) as t:
+            names = [m.name for m in t.getmembers() if m.name.split("/")[-1] == "gpu_clocks.csv"]
+            if not names:
+                sys.exit(f"lane_study.py: {path} holds no gpu_clocks.csv (a study from before the clock log)")
+            text = t.extractfile(names[0]).read().decode()
+    else:
+        with open(f"{path}/gpu_clocks.csv") as f:
+            text = f.read()
+    rows = []
+    for line in text.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        try:  # "2026/12/04 19:00:00.123" in UTC (study_h200.sh runs nvidia-smi with TZ=UTC)
+            t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc)
+            rows.append((t.timestamp(),) + tuple(float(x) for x in f[1:5]))
+        except (ValueError, IndexError):
+            pass  # a line nvidia-smi wrote about itself, a field it could not read ("[N/A]"), or one cut short
+    return rows
+
+
+def clocks(path):
+    """Each arm's runs with the GPU's mean SM clock and power over the run, and per arm the median."""
+    log = clock_log(path)
+    docs = documents([path] if path.endswith((".tar", ".tar.gz", ".tgz")) else
+                     sorted(f"{path}/{n}" for n in os.listdir(path)
+                            if n.startswith("study_c") and n.endswith(".json")))
+
+    def during(a):
+        t0, t1 = a.get("started_unix_s"), a.get("ended_unix_s")
+        if t0 is None or t1 is None:
+            return None
+        inside = [r for r in log if t0 <= r[0] <= t1]
+        return (mean([r[1] for r in inside]), mean([r[3] for r in inside]), len(inside)) if inside else None
+
+    print(f"\nGPU clock during each run (nvidia-smi every 200 ms, {len(log)} samples; SM MHz mean / power W mean):\n")
+    print("| c | codec batching | lane | steady audio s/s per run | decode alone p50 ms per run | SM MHz per run | "
+          "power W per run |")
+    print("| ---: | --- | --- | --- | --- | --- | --- |")
+    for d in docs:
+        by = defaultdict(list)
+        for a in d["arms"]:
+            by[(a["c"], a["codec_batching"], a["lane"])].append(a)
+        for (c, b, lane), runs in sorted(by.items(), key=lambda kv: (kv[0][0], BATCHINGS.index(kv[0][1]),
+                                                                     LANES.index(kv[0][2]))):
+            w = [during(a) for a in runs]
+            fmt = lambda xs, f: " / ".join(f.format(x) if x is not None else "-" for x in xs)
+            print(f"| {c} | {b} | {lane} | {fmt([steady(a) for a in runs], '{:.0f}')} | "
+                  f"{fmt([(a.get('device') or {}).get('decode_alone_p50_ms') for a in runs], '{:.2f}')} | "
+                  f"{fmt([x[0] if x else None for x in w], '{:.0f}')} | {fmt([x[1] if x else None for x in w], '{:.0f}')} |")
+
+
 def load_log(path):
     """Arms from the tables qwen3tts prints (one row per run: c, lane, codec, audio s/s, first audio
     p50/p95/p99, ...); only the fields the plot reads."""
@@ -284,6 +341,8 @@ if __name__ == "__main__":
         table(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "first-arm":
         first_arm(sys.argv[2:])
+    elif len(sys.argv) == 3 and sys.argv[1] == "clocks":
+        clocks(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "plot-log":
         plot([], sys.argv[3], arms=load_log(sys.argv[2]), meta={"machine": "NVIDIA H200", "date": "2026-12-03"})
     elif len(sys.argv) >= 4 and sys.argv[1] == "plot":

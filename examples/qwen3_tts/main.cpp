@@ -98,7 +98,12 @@ struct arm_report {
   arm_spec spec;
   arm_result r;
   device_figures dev;
+  double started_unix_s = 0, ended_unix_s = 0; // wall clock around the run (to join with a GPU clock log)
 };
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::string hex64(std::uint64_t v) {
   char b[17];
@@ -347,6 +352,11 @@ std::string jnum(double v) {
   std::snprintf(b, sizeof b, "%.6g", std::isfinite(v) ? v : 0.0);
   return b;
 }
+std::string junix(double seconds) { // to the millisecond (%.6g would round to 100 s)
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3f", seconds);
+  return b;
+}
 std::string jspread(const qwen3_tts::spread& s) {
   return "{\"count\": " + std::to_string(s.count) + ", \"p50_ms\": " + jnum(s.p50 / 1e6) + ", \"p95_ms\": " +
          jnum(s.p95 / 1e6) + ", \"p99_ms\": " + jnum(s.p99 / 1e6) + ", \"max_ms\": " + jnum(s.max / 1e6) + "}";
@@ -399,7 +409,8 @@ std::string arm_json(const arm_report& a) {
       << jnum(double(p.time.p99) / 1e3) << "}";
     first = false;
   }
-  o << "], \"pools_full\": " << (r.pools_full ? "true" : "false") << "}";
+  o << "], \"pools_full\": " << (r.pools_full ? "true" : "false") << ", \"started_unix_s\": " << junix(a.started_unix_s)
+    << ", \"ended_unix_s\": " << junix(a.ended_unix_s) << "}";
   return o.str();
 }
 
@@ -508,7 +519,9 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
 #ifdef QWEN3TTS_CUDA
     if (auto* t = dynamic_cast<cuda_timeline*>(timeline.get())) t->reset();
 #endif
+    a.started_unix_s = unix_seconds();
     a.r = qwen3_tts::run_arm(backend, talker, codec, eo, st.fo, lo, timeline.get());
+    a.ended_unix_s = unix_seconds();
 #ifdef QWEN3TTS_CUDA
     if (auto* t = dynamic_cast<cuda_timeline*>(timeline.get())) a.dev = t->read(bucket_of, st.fo.decode_buckets);
 #endif

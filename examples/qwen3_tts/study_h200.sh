@@ -19,7 +19,9 @@
 # Each concurrency's process first runs its first arm once unrecorded (qwen3tts --settle): in every
 # study of 2026-12-04 the first arm a process ran had its decode step take 0.91-0.92 of the later
 # arms' time (2.37 against 2.58 ms at 128 rows; lane_study.py first-arm), which favoured lane off,
-# per-width, in its first repetition.
+# per-width, in its first repetition. In the same studies an arm's decode step took 2.34-2.37 ms in
+# some runs and 2.57-2.58 in others, whatever the arm (two levels): the GPU's clocks are logged
+# (gpu_clocks.csv, every 200 ms) and `lane_study.py clocks` gives each arm's SM clock during its runs.
 # Time: the whole study must fit one device call of 520 s. STUDY_BUDGET_S (default 470) is shared
 # among the concurrencies in proportion to their expected run time (the unspent part of one passes to
 # the next), and qwen3tts --time-budget starts a second or third repetition of a concurrency only
@@ -70,6 +72,15 @@ if [ -z "$Q" ]; then
   Q=/tmp/qwen3tts_study/examples/qwen3tts
 fi
 
+# The GPU's clocks, power and temperature every 200 ms through the study (read only: nvidia-smi -lms),
+# into gpu_clocks.csv; lane_study.py clocks joins it with each run's start and end (started_unix_s).
+SAMPLER=""
+if [ "$SMOKE" != 1 ] && command -v nvidia-smi >/dev/null; then
+  # Timestamps in UTC (TZ), so they compare with the runs' Unix times whatever the machine's zone.
+  TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv,noheader,nounits -lms 200 > "$W/gpu_clocks.csv" 2>&1 &
+  SAMPLER=$!
+fi
 START=$SECONDS
 STARTUP=8 # seconds a qwen3tts process spends outside its arms (CUDA context, cuBLAS, graph capture)
 SETTLE=6  # its settling run (--settle: the first arm once, unrecorded; one run at 1.5 x the sizes)
@@ -92,7 +103,11 @@ for c in $CS; do
   [ "$r" -ne 0 ] && rc=$r
   pack
 done
+[ -n "$SAMPLER" ] && { kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null; }
 python3 examples/qwen3_tts/lane_study.py table "$W"/study_c*.json > "$W/lane_table.md" 2>&1 || rc=1
+if [ -s "$W/gpu_clocks.csv" ]; then
+  python3 examples/qwen3_tts/lane_study.py clocks "$W" >> "$W/lane_table.md" 2>&1 || echo "lane_study.py clocks failed" >> "$W/lane_table.md"
+fi
 echo "study rc=$rc, $((SECONDS - START)) s of runs" >> "$W/lane_table.md"
 pack
 rm -rf "$W"
