@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -782,6 +783,25 @@ TEST_CASE("Worker.bad configuration is refused with what to change") {
   CHECK_THROWS_WITH_AS(Worker(engine, flow, with_buckets({4, 16})), doctest::Contains("above engine_options.max_batch 8"),
                        std::invalid_argument);
   CHECK_NOTHROW(Worker(engine, flow, with_buckets({2, 4}, 4))); // the node batches at most 4 rows
+  auto with_min = [](std::uint8_t node, std::uint32_t min_batch, std::chrono::microseconds wait) {
+    mstar::worker_options w;
+    w.nodes.resize(3);
+    w.nodes[node].min_batch = min_batch;
+    w.nodes[node].max_wait = wait;
+    return w;
+  };
+  const auto ms = std::chrono::milliseconds(2);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_min(prefill_node, 4, std::chrono::microseconds(0))),
+                       doctest::Contains("nodes[0].min_batch is 4 but max_wait is 0"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_min(prefill_node, 4, std::chrono::seconds(2))),
+                       doctest::Contains("nodes[0].max_wait is 2000000 us; use 0 to 1 s"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_min(codec_node, 2, ms)),
+                       doctest::Contains("(codec) min_batch is 2, but the node is a side node"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_min(prefill_node, 9, ms)),
+                       doctest::Contains("(prefill) min_batch is 9, above the node's max_batch 8"),
+                       std::invalid_argument);
+  CHECK_NOTHROW(Worker(engine, flow, with_min(prefill_node, 8, ms)));
+  CHECK_NOTHROW(Worker(engine, flow, with_min(codec_node, 1, std::chrono::microseconds(0)))); // 0 and 1: no minimum
   Worker w(engine, flow, {});
   CHECK_THROWS_WITH_AS(w.start(), doctest::Contains("has no forward function"), std::logic_error);
 }
@@ -870,6 +890,47 @@ TEST_CASE("Worker.a GPU thread spinning for the stage, watching the plan ring (t
     CHECK(handoffs >= c.staged.load());
     CHECK(idle > 0); // the GPU thread is mostly waiting for the plan thread here
   }
+}
+
+TEST_CASE("Worker.a chain node with min_batch waits for rows while the chain has other work, runs alone when it "
+          "has none, and gives the reference's bytes") {
+  pool_hooks::reset();
+  // Rows per prefill step, for a run with the prefill node's min_batch (0: none).
+  auto run = [](std::uint32_t min_batch, std::chrono::microseconds wait) {
+    auto o = with_lane(mstar::lane_mode::on);
+    o.nodes.resize(Model::descriptor.nodes.size());
+    o.nodes[prefill_node].min_batch = min_batch;
+    o.nodes[prefill_node].max_wait = wait;
+    run_setup s(o);
+    std::vector<std::size_t> rows;
+    s.worker.template forward<Prefill>([&](const auto& ctx) {
+      rows.push_back(ctx.payloads.size()); // the GPU thread: read after stop()
+      const tts_payload* p = ctx.payloads.data();
+      const auto n = ctx.payloads.size();
+      s.backend.enqueue(ctx.stream, [p, n] {
+        for (std::size_t i = 0; i < n; ++i)
+          *p[i].context = context_of(p[i].seed, p[i].first);
+      });
+    });
+    const auto in = inputs(96, 21, 48);
+    run_to_idle(s.worker, in);
+    check_all_completed(s.flow, in);
+    CHECK(pools_full(s.engine));
+    return rows;
+  };
+  const auto plain = run(0, std::chrono::microseconds(0));
+  const auto waited = run(4, std::chrono::seconds(1));
+  const auto sum = [](const std::vector<std::size_t>& v) { return std::accumulate(v.begin(), v.end(), std::size_t{0}); };
+  REQUIRE(sum(plain) == 96);
+  REQUIRE(sum(waited) == 96);
+  const auto small = std::count_if(waited.begin(), waited.end(), [](std::size_t r) { return r < 4; });
+  INFO("prefill steps: " << plain.size() << " without min_batch, " << waited.size() << " with min_batch 4 (" << small
+                         << " of them below 4 rows)");
+  // 16 requests at once, ending one by one: without a minimum most prefill steps take a row or two.
+  CHECK(waited.size() < plain.size());
+  // With it a step below 4 rows runs only when the chain has nothing else (the first submits, the last
+  // requests), and max_wait (1 s) never comes in this run.
+  CHECK(small * 4 <= waited.size());
 }
 
 TEST_CASE("Worker.an affinity CPU the process may not use is refused at construction, naming the thread, the CPU and the allowed set") {

@@ -59,6 +59,14 @@ struct node_options {
   // staged step's identity: a staged step promotes only into a step of the same bucket. Empty: each
   // step's bucket is its row count.
   std::vector<std::uint32_t> buckets{};
+  // Batching across time, for a chain node whose step costs about the same for one row as for a few
+  // (a prefill, run eagerly: its fixed cost is the model's weights read once). While a chain step is
+  // in flight or another chain node has ready rows, the node is passed over until it has min_batch
+  // ready rows or its oldest ready row has waited max_wait; it never idles the chain (with nothing
+  // else to run it runs with what it has). A row waits at most max_wait plus the chain step then in
+  // flight. 0 or 1: no minimum (the default). Chain nodes only.
+  std::uint32_t min_batch = 0;
+  std::chrono::microseconds max_wait{0};
 };
 
 // What the admit-failure handler is told about a refusal.
@@ -169,6 +177,16 @@ struct worker_options {
     if (nodes.size() > node_count)
       bad("nodes has " + std::to_string(nodes.size()) + " entries but the model has " + std::to_string(node_count) +
           " nodes; give one entry per node, in the model's node order");
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      const auto& o = nodes[n];
+      const std::string which = "nodes[" + std::to_string(n) + "]";
+      if (o.max_wait < std::chrono::microseconds(0) || o.max_wait > std::chrono::seconds(1))
+        bad(which + ".max_wait is " + std::to_string(o.max_wait.count()) + " us; use 0 to 1 s");
+      if (o.min_batch > 1 && o.max_wait.count() == 0)
+        bad(which + ".min_batch is " + std::to_string(o.min_batch) +
+            " but max_wait is 0, so the node would never wait for it; give max_wait (how long its oldest ready "
+            "row may wait for min_batch rows) or set min_batch to 0");
+    }
     lane_policy.check();
     if (stage_watch < std::chrono::nanoseconds(0) || stage_watch > std::chrono::milliseconds(1))
       bad("stage_watch is " + std::to_string(stage_watch.count()) +

@@ -170,6 +170,8 @@ public:
       node_opts_[n] = n < options_.nodes.size() ? options_.nodes[n] : node_options{};
       if (node_opts_[n].max_batch == 0 || node_opts_[n].max_batch > max_batch_) node_opts_[n].max_batch = max_batch_;
       check_buckets(n);
+      check_min_batch(n);
+      stamps_ready_ = stamps_ready_ || node_opts_[n].min_batch > 1;
       batch_limit_[n] = node_opts_[n].max_batch;
       ready_[n] = detail::row_queue<ready_row>(max_requests_);
       held_[n] = detail::row_queue<ready_row>(max_requests_);
@@ -348,6 +350,7 @@ private:
     std::uint8_t node = 0;
     bool continues = true; // the flow's prediction: a row of the same node follows once this one lands
     payload_type payload{};
+    metrics::nanos since = 0; // when the GPU thread took it from the ring (only with a node's min_batch)
   };
   static_assert(std::is_trivially_copyable_v<ready_row>);
   struct done_item {
@@ -880,7 +883,12 @@ private:
   bool drain_ready() {
     bool did = false;
     ready_row rr;
+    metrics::nanos now = 0;
     while (ready_ring_.try_pop(rr)) {
+      if (stamps_ready_) {
+        if (now == 0) now = metrics::now_ns();
+        rr.since = now;
+      }
       ready_[rr.node].push_back(rr);
       did = true;
     }
@@ -1257,6 +1265,20 @@ private:
           " (the runner refuses such a step); drop the buckets above it or raise max_batch");
   }
 
+  void check_min_batch(std::size_t n) const {
+    const auto& o = node_opts_[n];
+    if (o.min_batch <= 1) return;
+    const std::string which = "mstar::worker_options: nodes[" + std::to_string(n) + "] (" +
+                              std::string(Model::descriptor.nodes[n].name) + ") min_batch is " +
+                              std::to_string(o.min_batch);
+    if (is_side(std::uint8_t(n)))
+      throw std::invalid_argument(which + ", but the node is a side node; min_batch applies to chain nodes "
+                                          "(a side step's rows wait for audio): set it to 0");
+    if (o.min_batch > o.max_batch)
+      throw std::invalid_argument(which + ", above the node's max_batch " + std::to_string(o.max_batch) +
+                                  " (engine_options.max_batch when 0); lower min_batch or raise max_batch");
+  }
+
   // Drops the published stage that no chain step took (and counts it).
   void drop_stage() {
     stage_pending_ = false;
@@ -1269,14 +1291,33 @@ private:
   }
 
   // Round robin over the chain nodes with ready rows.
+  // The next chain node with ready rows, round robin. A node waiting for its min_batch
+  // (node_options) is passed over while a chain step is in flight or another node has ready rows.
   std::uint8_t pick_chain_node() {
+    std::uint8_t waiting = no_index;
+    metrics::nanos now = 0;
     for (std::size_t k = 1; k <= node_count; ++k) {
       const auto n = static_cast<std::uint8_t>((last_chain_node_ + k) % node_count);
       if (is_side(n) || ready_[n].empty()) continue;
+      if (!batch_due(n, now)) {
+        if (waiting == no_index) waiting = n;
+        continue;
+      }
       last_chain_node_ = n;
       return n;
     }
-    return no_index;
+    if (waiting == no_index || chain_in_flight_ > 0) return no_index;
+    last_chain_node_ = waiting; // nothing else to run: the chain does not idle for a batch
+    return waiting;
+  }
+
+  // Whether node n's ready rows make a step now: no min_batch, min_batch rows ready, or the oldest
+  // waited max_wait (`now` read at most once per pick).
+  bool batch_due(std::uint8_t n, metrics::nanos& now) {
+    const auto& o = node_opts_[n];
+    if (o.min_batch <= 1 || ready_[n].size() >= o.min_batch) return true;
+    if (now == 0) now = metrics::now_ns();
+    return now - ready_[n][0].since >= metrics::nanos(std::chrono::nanoseconds(o.max_wait).count());
   }
 
   // ---- the side lane ----
@@ -1600,6 +1641,7 @@ private:
   std::vector<ready_row> found_;
   std::vector<std::uint8_t> present_;
   std::uint8_t last_chain_node_ = 0, last_side_node_ = 0;
+  bool stamps_ready_ = false; // a node has a min_batch: ready rows carry when they came (ready_row::since)
   std::optional<stream_type> lane_;
   lane_chooser chooser_;
   metrics::interval last_lane_{};
