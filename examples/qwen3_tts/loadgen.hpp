@@ -50,6 +50,13 @@ struct load_options {
   std::uint32_t frames_min = 6, frames_max = 40;  // sentence length in frames (12.5 per second of audio)
   std::uint32_t prompt_min = 4, prompt_max = 16;  // prompt tokens
   mstar::lane_mode lane = mstar::lane_mode::automatic;
+  // talker_prefill's batching across time (worker node_options::min_batch, max_wait): while the chain
+  // has other work, a prefill step waits for this many rows or until its oldest row has waited
+  // prefill_max_wait. A prefill step of a few rows costs about what one of one row costs (H200: 3.6-4
+  // ms; at c = 128 one in two chain steps was a prefill of about 2 rows, 35-45 % of the GPU time).
+  // prefill_max_wait 0: no waiting.
+  std::uint32_t prefill_min_batch = 8;
+  std::chrono::microseconds prefill_max_wait{8000};
   tts_flow_options flow{};
   bool progress = false;         // draw a progress bar on stdout (the caller decides: a terminal only)
   std::string trace;             // write the worker's Chrome trace here ("" : none)
@@ -198,6 +205,10 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   wo.lane = lo.lane;
   wo.nodes.resize(Model::descriptor.nodes.size());
   wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
+  if (lo.prefill_max_wait.count() > 0 && lo.prefill_min_batch > 1) {
+    wo.nodes[prefill_node].min_batch = std::min(lo.prefill_min_batch, eo.max_batch);
+    wo.nodes[prefill_node].max_wait = lo.prefill_max_wait;
+  }
   // Decode steps carry their CUDA-graph bucket (padded by the worker, so a staged step promotes only
   // into a step of its bucket). A step above the largest graph runs padded to max_batch.
   auto& buckets = wo.nodes[decode_node].buckets;

@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -59,6 +60,8 @@ struct cli_options {
   std::uint32_t repeats = 1;
   double time_budget_s = 0; // per concurrency: repetitions after the first start only within it (0: no limit)
   std::uint32_t frames_min = 0, frames_max = 0;
+  std::uint32_t prefill_batch = qwen3_tts::load_options{}.prefill_min_batch;
+  double prefill_wait_ms = double(qwen3_tts::load_options{}.prefill_max_wait.count()) / 1000.0;
   bool check_identity = false;
   bool settle = false; // run each concurrency's first arm once, unrecorded, before its measured runs
   std::string json, trace;
@@ -613,7 +616,9 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
       << st.tc.ffn << ", \"layers\": " << st.tc.layers << "}, \"ramp\": [";
     for (std::size_t i = 0; i < st.lo.flow.ramp.size(); ++i)
       f << (i ? ", " : "") << st.lo.flow.ramp[i];
-    f << "], \"frames\": [" << st.lo.frames_min << ", " << st.lo.frames_max << "], \"cancel_rate\": "
+    f << "], \"frames\": [" << st.lo.frames_min << ", " << st.lo.frames_max << "], \"prefill_batching\": {\"min_batch\": "
+      << st.lo.prefill_min_batch << ", \"max_wait_ms\": " << jnum(double(st.lo.prefill_max_wait.count()) / 1000.0)
+      << "}, \"cancel_rate\": "
       << jnum(st.lo.cancel_rate) << ", \"identity\": " << identity_json << ", \"arms\": [\n";
     for (std::size_t i = 0; i < reports.size(); ++i)
       f << "  " << arm_json(reports[i]) << (i + 1 < reports.size() ? ",\n" : "\n");
@@ -671,6 +676,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--frames-min", cli.frames_min, "shortest sentence in frames (12.5 per second; default by backend)");
   app.add_option("--frames-max", cli.frames_max, "longest sentence in frames");
+  app.add_option("--prefill-batch", cli.prefill_batch,
+                 "rows a prefill step waits for while the chain has other work (0 or 1: none)")
+      ->capture_default_str();
+  app.add_option("--prefill-wait-ms", cli.prefill_wait_ms,
+                 "the longest a prefill row waits for --prefill-batch rows (0: no waiting)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
   app.add_flag("--check-identity", cli.check_identity,
                "run lane off, on and auto with both codec batchings and compare every request's audio hash");
   app.add_option("--json", cli.json, "write the summary as JSON here");
@@ -790,6 +802,8 @@ int main(int argc, char** argv) {
     st.lo.warmup = cli.warmup == ~0u ? 0 : cli.warmup;
     st.lo.cancel_rate = cli.cancel_rate;
     st.lo.seed = cli.seed;
+    st.lo.prefill_min_batch = cli.prefill_batch;
+    st.lo.prefill_max_wait = std::chrono::microseconds(std::llround(cli.prefill_wait_ms * 1000.0));
 
     // The arms.
     std::vector<arm_spec> specs;
@@ -811,8 +825,9 @@ int main(int argc, char** argv) {
                 st.model.c_str());
     for (auto w : st.lo.flow.ramp)
       std::printf(" %u", w);
-    std::printf(", sentences %u-%u frames, cancel rate %.2f, seed %llu\n", st.lo.frames_min, st.lo.frames_max,
-                st.lo.cancel_rate, static_cast<unsigned long long>(st.lo.seed));
+    std::printf(", sentences %u-%u frames, cancel rate %.2f, seed %llu, prefill waits for %u rows up to %.1f ms\n",
+                st.lo.frames_min, st.lo.frames_max, st.lo.cancel_rate, static_cast<unsigned long long>(st.lo.seed),
+                st.lo.prefill_min_batch, double(st.lo.prefill_max_wait.count()) / 1000.0);
 #ifdef QWEN3TTS_CUDA
     if (gpu) {
       cudaDeviceProp p{};
