@@ -77,6 +77,7 @@
 #include "mstar/trace.hpp"
 #include "mstar/worker/flow.hpp"
 #include "mstar/worker/lane_policy.hpp"
+#include "mstar/worker/batch_window.hpp"
 #include "mstar/worker/options.hpp"
 #include "mstar/worker/stage_watch.hpp"
 
@@ -171,7 +172,9 @@ public:
       if (node_opts_[n].max_batch == 0 || node_opts_[n].max_batch > max_batch_) node_opts_[n].max_batch = max_batch_;
       check_buckets(n);
       check_min_batch(n);
-      stamps_ready_ = stamps_ready_ || node_opts_[n].min_batch > 1;
+      windows_[n] = detail::batch_window(node_opts_[n].min_batch,
+                                         std::chrono::nanoseconds(node_opts_[n].max_wait).count());
+      stamps_ready_ = stamps_ready_ || windows_[n].waits();
       batch_limit_[n] = node_opts_[n].max_batch;
       ready_[n] = detail::row_queue<ready_row>(max_requests_);
       held_[n] = detail::row_queue<ready_row>(max_requests_);
@@ -885,9 +888,10 @@ private:
     ready_row rr;
     metrics::nanos now = 0;
     while (ready_ring_.try_pop(rr)) {
-      if (stamps_ready_) {
+      if (stamps_ready_ && windows_[rr.node].waits()) {
         if (now == 0) now = metrics::now_ns();
         rr.since = now;
+        windows_[rr.node].arrived(now);
       }
       ready_[rr.node].push_back(rr);
       did = true;
@@ -1311,13 +1315,12 @@ private:
     return waiting;
   }
 
-  // Whether node n's ready rows make a step now: no min_batch, min_batch rows ready, or the oldest
-  // waited max_wait (`now` read at most once per pick).
+  // Whether node n's ready rows make a step now (detail::batch_window; `now` read at most once a pick).
   bool batch_due(std::uint8_t n, metrics::nanos& now) {
-    const auto& o = node_opts_[n];
-    if (o.min_batch <= 1 || ready_[n].size() >= o.min_batch) return true;
+    const auto& w = windows_[n];
+    if (!w.waits()) return true;
     if (now == 0) now = metrics::now_ns();
-    return now - ready_[n][0].since >= metrics::nanos(std::chrono::nanoseconds(o.max_wait).count());
+    return w.due(ready_[n].size(), ready_[n][0].since, now);
   }
 
   // ---- the side lane ----
@@ -1642,6 +1645,7 @@ private:
   std::vector<std::uint8_t> present_;
   std::uint8_t last_chain_node_ = 0, last_side_node_ = 0;
   bool stamps_ready_ = false; // a node has a min_batch: ready rows carry when they came (ready_row::since)
+  std::array<detail::batch_window, node_count> windows_{}; // GPU thread: each node's min_batch wait
   std::optional<stream_type> lane_;
   lane_chooser chooser_;
   metrics::interval last_lane_{};
