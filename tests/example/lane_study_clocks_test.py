@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""lane_study.py clocks: each run's SM clock and power come from the samples inside its start and end
+(gpu_clocks.csv in UTC, as study_h200.sh writes it), lines nvidia-smi could not fill are skipped, and
+a run with no sample shows '-'. Synthetic data: two runs of one arm at known clocks."""
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+script = sys.argv[1]
+with tempfile.TemporaryDirectory() as d:
+    t0 = 1_796_400_000.0
+    arm = {"c": 4, "lane": "on", "codec_batching": "all", "steady_audio_per_s": 100.0,
+           "device": {"decode_alone_p50_ms": 2.5}}
+    runs = [dict(arm, repeat=0, started_unix_s=t0, ended_unix_s=t0 + 2),
+            dict(arm, repeat=1, started_unix_s=t0 + 3, ended_unix_s=t0 + 5),
+            dict(arm, repeat=2, started_unix_s=t0 + 100, ended_unix_s=t0 + 101)]  # no sample inside
+    with open(os.path.join(d, "study_c4.json"), "w") as f:
+        json.dump({"arms": runs, "identity": {}}, f)
+    with open(os.path.join(d, "gpu_clocks.csv"), "w") as f:
+        for i in range(60):  # every 0.1 s from t0 - 0.5: 1800 MHz and 300 W in run 0, 1980 and 500 after
+            t = t0 - 0.5 + 0.1 * i
+            ts = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+            mhz, watts = (1800, 300.0) if t < t0 + 2.5 else (1980, 500.0)
+            f.write(f"{ts}, {mhz}, 3201, {watts}, 40\n")
+        f.write("2026/12/04 10:00:00.000, [N/A], 3201, [N/A], 40\nnvidia-smi: cut sho")
+    out = subprocess.run([sys.executable, script, "clocks", d], capture_output=True, text=True)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, "lane_study.py clocks failed"
+    row = next(l for l in out.stdout.splitlines() if l.startswith("| 4 | all | on |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5] == "1800 / 1980 / -", cells
+    assert cells[6] == "300 / 500 / -", cells
+    assert cells[3] == "100 / 100 / 100", cells
+print("lane_study.py clocks: ok")
