@@ -19,9 +19,11 @@
 # Each concurrency's process first runs its first arm once unrecorded (qwen3tts --settle): in every
 # study of 2026-12-04 the first arm a process ran had its decode step take 0.91-0.92 of the later
 # arms' time (2.37 against 2.58 ms at 128 rows; lane_study.py first-arm), which favoured lane off,
-# per-width, in its first repetition. In the same studies an arm's decode step took 2.34-2.37 ms in
-# some runs and 2.57-2.58 in others, whatever the arm (two levels): the GPU's clocks are logged
-# (gpu_clocks.csv, every 200 ms) and `lane_study.py clocks` gives each arm's SM clock during its runs.
+# per-width, in its first repetition. The GPU's clocks are logged (gpu_clocks.csv, every 200 ms) and
+# `lane_study.py clocks` gives each arm's SM clock and power during its runs: in the studies of
+# 2026-12-04 evening the SM clock was 1980 MHz in every run (the spread between runs came from the
+# scheduling, docs/example.md; a "decode alone" p50 that moves between 2.35 and 2.6 ms in lane-on
+# arms is a median over few steps of mixed buckets, not a clock change: at 128 rows it is 2.59-2.60).
 # Time: the whole study must fit one device call of 520 s. STUDY_BUDGET_S (default 470) is shared
 # among the concurrencies in proportion to their expected run time (the unspent part of one passes to
 # the next), and qwen3tts --time-budget starts a second or third repetition of a concurrency only
