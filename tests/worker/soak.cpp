@@ -6,7 +6,9 @@
 // identical to the run without cancellations (and to the single-threaded reference). Per lane mode one
 // of the two runs uses the flow with the continues() hook and the other the flow without it, so the
 // staged prediction of the next decode step misses both on cancels and on requests that finish.
-// Then the same pair once more (lane on) over a KV cache of 12 blocks, too small for the live
+// The run with cancellations gives the prefill node a min_batch (3 rows, up to 300 us), so rows also
+// wait in the ready queue for a batch when cancels reach them, and the bytes still equal the run
+// without. Then the same pair once more (lane on) over a KV cache of 12 blocks, too small for the live
 // requests, so prefills park at readiness on the KV cache (requests sized to the blocks their prefill
 // takes, prompt + frames = 8k tokens, so decode rows never need a block and nothing can stall): at
 // the end no KV reservation is left and no KV admit was refused.
@@ -58,6 +60,10 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
   o.lane = lane;
   o.nodes.resize(3);
   o.nodes[codec_node].batch = (seed & 1) ? mstar::batching::per_key : mstar::batching::every_key;
+  if (cancel) { // the run with cancellations also batches prefills across time: cancels land on waiting rows
+    o.nodes[prefill_node].min_batch = 3;
+    o.nodes[prefill_node].max_wait = std::chrono::microseconds(300);
+  }
   o.trace_events = 1 << 12;
   run_result out;
   out.cancelled.assign(in.size(), false);
