@@ -206,7 +206,7 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   wo.nodes.resize(Model::descriptor.nodes.size());
   wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
   if (lo.prefill_max_wait.count() > 0 && lo.prefill_min_batch > 1) {
-    wo.nodes[prefill_node].min_batch = std::min(lo.prefill_min_batch, eo.max_batch);
+    wo.nodes[prefill_node].min_batch = lo.prefill_min_batch; // above max_batch: the worker refuses it, saying so
     wo.nodes[prefill_node].max_wait = lo.prefill_max_wait;
   }
   // Decode steps carry their CUDA-graph bucket (padded by the worker, so a staged step promotes only

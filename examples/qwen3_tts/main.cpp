@@ -763,6 +763,13 @@ int main(int argc, char** argv) {
     while (max_batch < widest_c)
       max_batch *= 2;
     st.eo.max_batch = max_batch;
+    if (cli.prefill_batch > max_batch) {
+      std::fprintf(stderr,
+                   "qwen3tts: --prefill-batch %u is above the largest step, %u rows (the smallest power of two >= 8 "
+                   "and >= the largest -c); give at most %u\n",
+                   cli.prefill_batch, max_batch, max_batch);
+      return 2;
+    }
     st.eo.max_labels = 1;
     st.eo.sampler_seed = 7;
     if (gpu) {

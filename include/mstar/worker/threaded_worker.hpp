@@ -75,9 +75,9 @@
 #include "mstar/engine.hpp"
 #include "mstar/metrics.hpp"
 #include "mstar/trace.hpp"
+#include "mstar/worker/batch_window.hpp"
 #include "mstar/worker/flow.hpp"
 #include "mstar/worker/lane_policy.hpp"
-#include "mstar/worker/batch_window.hpp"
 #include "mstar/worker/options.hpp"
 #include "mstar/worker/stage_watch.hpp"
 
@@ -1294,7 +1294,6 @@ private:
     });
   }
 
-  // Round robin over the chain nodes with ready rows.
   // The next chain node with ready rows, round robin. A node waiting for its min_batch
   // (node_options) is passed over while a chain step is in flight or another node has ready rows.
   std::uint8_t pick_chain_node() {
