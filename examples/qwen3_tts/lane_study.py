@@ -249,9 +249,13 @@ def clock_log(path):
 def clocks(path):
     """Each arm's runs with the GPU's mean SM clock and power over the run, and per arm the median."""
     log = clock_log(path)
+    def by_c(name):  # study_c8.json before study_c16.json
+        digits = "".join(ch for ch in name.split("/")[-1] if ch.isdigit())
+        return int(digits) if digits else 0
+
     docs = documents([path] if path.endswith((".tar", ".tar.gz", ".tgz")) else
-                     sorted(f"{path}/{n}" for n in os.listdir(path)
-                            if n.startswith("study_c") and n.endswith(".json")))
+                     sorted((f"{path}/{n}" for n in os.listdir(path)
+                             if n.startswith("study_c") and n.endswith(".json")), key=by_c))
 
     def during(a):
         t0, t1 = a.get("started_unix_s"), a.get("ended_unix_s")

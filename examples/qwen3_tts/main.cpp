@@ -616,9 +616,10 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
       << st.tc.ffn << ", \"layers\": " << st.tc.layers << "}, \"ramp\": [";
     for (std::size_t i = 0; i < st.lo.flow.ramp.size(); ++i)
       f << (i ? ", " : "") << st.lo.flow.ramp[i];
-    f << "], \"frames\": [" << st.lo.frames_min << ", " << st.lo.frames_max << "], \"prefill_batching\": {\"min_batch\": "
-      << st.lo.prefill_min_batch << ", \"max_wait_ms\": " << jnum(double(st.lo.prefill_max_wait.count()) / 1000.0)
-      << "}, \"cancel_rate\": "
+    const bool waits = st.lo.prefill_min_batch > 1 && st.lo.prefill_max_wait.count() > 0;
+    f << "], \"frames\": [" << st.lo.frames_min << ", " << st.lo.frames_max << "], \"prefill_batching\": {\"waits\": "
+      << (waits ? "true" : "false") << ", \"min_batch\": " << st.lo.prefill_min_batch << ", \"max_wait_ms\": "
+      << jnum(double(st.lo.prefill_max_wait.count()) / 1000.0) << "}, \"cancel_rate\": "
       << jnum(st.lo.cancel_rate) << ", \"identity\": " << identity_json << ", \"arms\": [\n";
     for (std::size_t i = 0; i < reports.size(); ++i)
       f << "  " << arm_json(reports[i]) << (i + 1 < reports.size() ? ",\n" : "\n");
@@ -763,7 +764,7 @@ int main(int argc, char** argv) {
     while (max_batch < widest_c)
       max_batch *= 2;
     st.eo.max_batch = max_batch;
-    if (cli.prefill_batch > max_batch) {
+    if (cli.prefill_wait_ms > 0 && cli.prefill_batch > max_batch) {
       std::fprintf(stderr,
                    "qwen3tts: --prefill-batch %u is above the largest step, %u rows (the smallest power of two >= 8 "
                    "and >= the largest -c); give at most %u\n",
@@ -810,7 +811,7 @@ int main(int argc, char** argv) {
     st.lo.cancel_rate = cli.cancel_rate;
     st.lo.seed = cli.seed;
     st.lo.prefill_min_batch = cli.prefill_batch;
-    st.lo.prefill_max_wait = std::chrono::microseconds(std::llround(cli.prefill_wait_ms * 1000.0));
+    st.lo.prefill_max_wait = std::chrono::microseconds(std::llround(std::ceil(cli.prefill_wait_ms * 1000.0)));
 
     // The arms.
     std::vector<arm_spec> specs;

@@ -82,6 +82,7 @@ if [ "$SMOKE" != 1 ] && command -v nvidia-smi >/dev/null; then
   TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv,noheader,nounits -lms 200 > "$W/gpu_clocks.csv" 2>&1 &
   SAMPLER=$!
+  trap '[ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null' EXIT # also when the study is cut short
 fi
 START=$SECONDS
 STARTUP=8 # seconds a qwen3tts process spends outside its arms (CUDA context, cuBLAS, graph capture)

@@ -26,7 +26,9 @@ with tempfile.TemporaryDirectory() as d:
             mhz, watts = (1800, 300.0) if t < t0 + 2.5 else (1980, 500.0)
             f.write(f"{ts}, {mhz}, 3201, {watts}, 40\n")
         f.write("2026/12/04 10:00:00.000, [N/A], 3201, [N/A], 40\nnvidia-smi: cut sho")
-    out = subprocess.run([sys.executable, script, "clocks", d], capture_output=True, text=True)
+    # A zone far from UTC: a parse of the UTC timestamps as local time would miss every run.
+    env = dict(os.environ, TZ="EST5")
+    out = subprocess.run([sys.executable, script, "clocks", d], capture_output=True, text=True, env=env)
     print(out.stdout, out.stderr)
     assert out.returncode == 0, "lane_study.py clocks failed"
     row = next(l for l in out.stdout.splitlines() if l.startswith("| 4 | all | on |"))

@@ -6,7 +6,7 @@
 // identical to the run without cancellations (and to the single-threaded reference). Per lane mode one
 // of the two runs uses the flow with the continues() hook and the other the flow without it, so the
 // staged prediction of the next decode step misses both on cancels and on requests that finish.
-// The run with cancellations gives the prefill node a min_batch (3 rows, up to 300 us), so rows also
+// The run with cancellations gives the prefill node a min_batch (3 rows, up to 1 ms), so rows also
 // wait in the ready queue for a batch when cancels reach them, and the bytes still equal the run
 // without. Then the same pair once more (lane on) over a KV cache of 12 blocks, too small for the live
 // requests, so prefills park at readiness on the KV cache (requests sized to the blocks their prefill
@@ -62,7 +62,7 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
   o.nodes[codec_node].batch = (seed & 1) ? mstar::batching::per_key : mstar::batching::every_key;
   if (cancel) { // the run with cancellations also batches prefills across time: cancels land on waiting rows
     o.nodes[prefill_node].min_batch = 3;
-    o.nodes[prefill_node].max_wait = std::chrono::microseconds(300);
+    o.nodes[prefill_node].max_wait = std::chrono::milliseconds(1); // rows come ~0.1 ms apart here (TSan: slower)
   }
   o.trace_events = 1 << 12;
   run_result out;
@@ -110,6 +110,9 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     if (c.teardown_errors.load() != 0) fail("teardown errors: " + std::to_string(c.teardown_errors.load()));
     if (!cancel && c.parked.load() == 0) fail("no row parked: the pools are too large to exercise parking");
     if (c.speculative_stages.load() == 0) fail("no decode step was staged from a prediction");
+    if (cancel && c.batch_waits.load() == 0)
+      fail("the prefill node never waited for its min_batch: the run no longer covers rows waiting for a batch");
+    if (!cancel && c.batch_waits.load() != 0) fail("a node waited for a batch in a run without min_batch");
     if (c.promoted.load() + c.stage_drops.load() != c.staged.load())
       fail("every published stage is promoted or dropped: " + std::to_string(c.staged.load()) + " staged, " +
            std::to_string(c.promoted.load()) + " promoted, " + std::to_string(c.stage_drops.load()) + " dropped");

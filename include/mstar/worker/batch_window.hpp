@@ -4,6 +4,10 @@
 // prefill) may wait for more rows. Waiting pays only when rows come often enough to arrive during the
 // wait: the window learns the mean gap between the node's rows and waits only while it is at most
 // max_wait (at a low load, where a row comes every few chain steps, a wait would only add latency).
+// A wait gains about max_wait / gap rows: at a gap near max_wait it trades up to max_wait of latency
+// for one more row a step (halving the node's steps), and it fills min_batch only when the gap is at
+// most max_wait / (min_batch - 1). The mean moves by 1/16 of each gap, so after the load drops the
+// node still waits for its next ~8 rows or so.
 #pragma once
 
 #include <cstddef>

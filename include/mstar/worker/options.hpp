@@ -63,10 +63,11 @@ struct node_options {
   // (a prefill, run eagerly: its fixed cost is the model's weights read once). While a chain step is
   // in flight or another chain node has ready rows, the node is passed over until it has min_batch
   // ready rows or its oldest ready row has waited max_wait; it never idles the chain (with nothing
-  // else to run it runs with what it has), and it waits only while its rows come at most max_wait
-  // apart on average (detail::batch_window), so a lightly loaded node does not add latency for rows
-  // that would not come. A row waits at most max_wait plus the chain step then in flight. 0 or 1: no
-  // minimum (the default). Chain nodes only.
+  // else to run, once the last landing is routed, it runs with what it has), and it waits only while
+  // its rows come at most max_wait apart on average (detail::batch_window), so a lightly loaded node
+  // does not add latency for rows that would not come. A row waits at most max_wait plus the chain
+  // steps in flight and staged when it becomes due (with the staged pre-plan, two). Rows handed back
+  // by a refused step count as due. 0 or 1: no minimum (the default). Chain nodes only.
   std::uint32_t min_batch = 0;
   std::chrono::microseconds max_wait{0};
 };

@@ -29,9 +29,9 @@ class stage_arrival {
   }
 
   // When a watch that starts at `now` ends, for a step handed over at `handed`: after `watch`, or, when
-  // the answer is expected before the end of the next look (and it is not overdue by more than four
-  // spreads), after the expected arrival plus four spreads (at least one `watch`), but at most 16
-  // watches from now, so the loop still runs when the plan thread stalls.
+  // the answer is expected before the end of the next look (and it is not overdue by more than the
+  // slack, four spreads but at least one `watch`), after the expected arrival plus the slack, but at
+  // most 16 watches from now, so the loop still runs when the plan thread stalls.
   std::int64_t watch_until(std::int64_t now, std::int64_t handed, std::int64_t watch) const noexcept {
     const auto until = now + watch;
     if (mean_ <= 0) return until;

@@ -137,6 +137,8 @@ struct worker_counters {
   // Requests failed to break a stall: every live request parked, none with a row out (a KV cache too
   // small for the live requests' growth); see threaded_worker::break_stall.
   std::atomic<std::uint64_t> stall_failures{0};
+  // Picks of the next chain step that passed over a node waiting for its min_batch (node_options).
+  std::atomic<std::uint64_t> batch_waits{0};
 };
 
 template <class Model, device_backend Backend, worker_flow Flow>
@@ -353,7 +355,9 @@ private:
     std::uint8_t node = 0;
     bool continues = true; // the flow's prediction: a row of the same node follows once this one lands
     payload_type payload{};
-    metrics::nanos since = 0; // when the GPU thread took it from the ring (only with a node's min_batch)
+    // When the GPU thread took it from the ring (only with a node's min_batch); 0 for rows handed back
+    // by a refused step (ready_of), which count as having waited long enough.
+    metrics::nanos since = 0;
   };
   static_assert(std::is_trivially_copyable_v<ready_row>);
   struct done_item {
@@ -1119,7 +1123,10 @@ private:
     stage_wait_since_ = 0;
     drain_ready();
     const auto n = pick_chain_node();
-    if (predict_from_ != no_record && (n == no_index || n == records_[predict_from_].node)) {
+    // No node due: predict the step just launched, unless its node waits for a batch (a prediction
+    // would take its waiting rows now).
+    if (predict_from_ != no_record &&
+        ((n == no_index && !windows_[records_[predict_from_].node].waits()) || n == records_[predict_from_].node)) {
       const auto from = std::exchange(predict_from_, no_record); // one prediction per launch
       const auto next = take_record();
       if (next == no_record) return false;
@@ -1295,31 +1302,53 @@ private:
   }
 
   // The next chain node with ready rows, round robin. A node waiting for its min_batch
-  // (node_options) is passed over while a chain step is in flight or another node has ready rows.
+  // (node_options) is passed over while a chain step is in flight, another node has ready rows, or
+  // rows of the chain step that landed last may still be on their way (the main thread has not routed
+  // it yet); only then, with nothing else to run, does it run with what it has.
   std::uint8_t pick_chain_node() {
-    std::uint8_t waiting = no_index;
-    metrics::nanos now = 0;
-    for (std::size_t k = 1; k <= node_count; ++k) {
-      const auto n = static_cast<std::uint8_t>((last_chain_node_ + k) % node_count);
-      if (is_side(n) || ready_[n].empty()) continue;
-      if (!batch_due(n, now)) {
-        if (waiting == no_index) waiting = n;
-        continue;
+    for (int round = 0;; ++round) {
+      std::uint8_t waiting = no_index;
+      metrics::nanos now = 0;
+      for (std::size_t k = 1; k <= node_count; ++k) {
+        const auto n = static_cast<std::uint8_t>((last_chain_node_ + k) % node_count);
+        if (is_side(n) || ready_[n].empty()) continue;
+        if (!batch_due(n, now)) {
+          if (waiting == no_index && !ready_[n].empty()) waiting = n;
+          continue;
+        }
+        last_chain_node_ = n;
+        return n;
       }
-      last_chain_node_ = n;
-      return n;
+      if (waiting == no_index || chain_in_flight_ > 0) return no_index;
+      if (!chain_routed() || routing_.load(std::memory_order_acquire)) return no_index;
+      // Routing has settled: rows it pushed since this pick began may make another node ready.
+      if (round == 0 && drain_ready()) continue;
+      last_chain_node_ = waiting; // nothing else to run: the chain does not idle for a batch
+      return waiting;
     }
-    if (waiting == no_index || chain_in_flight_ > 0) return no_index;
-    last_chain_node_ = waiting; // nothing else to run: the chain does not idle for a batch
-    return waiting;
   }
 
   // Whether node n's ready rows make a step now (detail::batch_window; `now` read at most once a pick).
+  // A waiting node's cancelled rows go back to the main thread at once (their teardown frees what
+  // they hold), not when the node next forms a step; a pass over a waiting node is counted
+  // (worker_counters::batch_waits).
   bool batch_due(std::uint8_t n, metrics::nanos& now) {
     const auto& w = windows_[n];
     if (!w.waits()) return true;
+    auto& q = ready_[n];
     if (now == 0) now = metrics::now_ns();
-    return w.due(ready_[n].size(), ready_[n][0].since, now);
+    if (w.due(q.size(), q[0].since, now)) return true;
+    for (std::size_t i = 0; i < q.size();) {
+      if (cancelled(q[i].r)) {
+        drop(q[i]);
+        q.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    if (!q.empty() && w.due(q.size(), q[0].since, now)) return true;
+    counters_.batch_waits.fetch_add(1, std::memory_order_relaxed);
+    return false;
   }
 
   // ---- the side lane ----
