@@ -800,6 +800,12 @@ TEST_CASE("Worker.bad configuration is refused with what to change") {
   CHECK_THROWS_WITH_AS(Worker(engine, flow, with_min(prefill_node, 9, ms)),
                        doctest::Contains("(prefill) min_batch is 9, above the node's max_batch 8"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, with_min(prefill_node, 4, std::chrono::microseconds(-1))),
+                       doctest::Contains("nodes[0].max_wait is -1 us; use 0 to 1 s"), std::invalid_argument);
+  auto small_node = with_min(prefill_node, 5, ms);
+  small_node.nodes[prefill_node].max_batch = 4; // the node's own limit, below the engine's 8
+  CHECK_THROWS_WITH_AS(Worker(engine, flow, small_node),
+                       doctest::Contains("(prefill) min_batch is 5, above the node's max_batch 4"), std::invalid_argument);
   CHECK_NOTHROW(Worker(engine, flow, with_min(prefill_node, 8, ms)));
   CHECK_NOTHROW(Worker(engine, flow, with_min(codec_node, 1, std::chrono::microseconds(0)))); // 0 and 1: no minimum
   Worker w(engine, flow, {});
