@@ -9,6 +9,7 @@ and packs them, with its log and table, into study.tar; a .tar argument is read 
                                                          # (when only the log came back from the device)
     python3 lane_study.py first-arm study.tar ...        # each process's first arm: decode alone vs later arms
     python3 lane_study.py clocks study.tar               # each run's SM clock and power (gpu_clocks.csv)
+    python3 lane_study.py prefill study.tar ...          # prefill steps per run and, lane off, their GPU time
 
 Figures of an arm are the median of its runs (study_h200.sh: three alternating runs per arm; the
 median of two is their mean). Throughput is shown twice: over the whole run (from the first measured
@@ -281,6 +282,30 @@ def clocks(path):
                   f"{fmt([x[0] if x else None for x in w], '{:.0f}')} | {fmt([x[1] if x else None for x in w], '{:.0f}')} |")
 
 
+def prefill(paths):
+    """Per run: the Talker's prefill steps and requests per prefill step (measured requests plus a warmup
+    of c, as study_h200.sh runs them); for lane-off runs (every step on the chain stream, none
+    overlapping) also the prefill's GPU time, estimated as the run's busy time (busy fraction x wall
+    time) less its decode and codec steps (count x median), per prefill step and as a share."""
+    print("| c | codec batching | lane | run | prefill steps | requests per prefill | prefill ms per step (off) | "
+          "prefill share of busy (off) |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for d in documents(paths):
+        for a in sorted(d["arms"], key=lambda a: (BATCHINGS.index(a["codec_batching"]), LANES.index(a["lane"]),
+                                                  a["repeat"])):
+            st, dev = a["steps"], a.get("device") or {}
+            req = a["requests"]
+            n = st["prefill"]
+            per = (req["completed"] + req["cancelled"] + req["failed"] + a["c"]) / n if n else float("nan")
+            cost = share = "-"
+            if a["lane"] == "off" and dev.get("busy", -1) > 0 and n:
+                busy_ms = dev["busy"] * a["wall_s"] * 1e3
+                rest = busy_ms - st["decode"] * dev["decode_alone_p50_ms"] - st["codec"] * dev["codec_p50_ms"]
+                cost, share = f"{rest / n:.2f}", f"{rest / busy_ms:.0%}"
+            print(f"| {a['c']} | {a['codec_batching']} | {a['lane']} | {a['repeat']} | {n} | {per:.2f} | {cost} | "
+                  f"{share} |")
+
+
 def load_log(path):
     """Arms from the tables qwen3tts prints (one row per run: c, lane, codec, audio s/s, first audio
     p50/p95/p99, ...); only the fields the plot reads."""
@@ -345,6 +370,8 @@ if __name__ == "__main__":
         table(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "first-arm":
         first_arm(sys.argv[2:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "prefill":
+        prefill(sys.argv[2:])
     elif len(sys.argv) == 3 and sys.argv[1] == "clocks":
         clocks(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "plot-log":

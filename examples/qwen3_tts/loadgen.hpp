@@ -52,11 +52,12 @@ struct load_options {
   mstar::lane_mode lane = mstar::lane_mode::automatic;
   // talker_prefill's batching across time (worker node_options::min_batch, max_wait): while the chain
   // has other work, a prefill step waits for this many rows or until its oldest row has waited
-  // prefill_max_wait. A prefill step of a few rows costs about what one of one row costs (H200: 3.6-4
-  // ms; at c = 128 one in two chain steps was a prefill of about 2 rows, 35-45 % of the GPU time).
+  // prefill_max_wait. A prefill step of a few rows costs about what one of one row costs (H200, c = 128,
+  // without the wait: 3.4-4.1 ms a step of 2-3 requests, 34-43 % of the GPU time; lane_study.py prefill).
   // prefill_max_wait 0: no waiting.
   std::uint32_t prefill_min_batch = 8;
   std::chrono::microseconds prefill_max_wait{8000};
+  bool prefill_waits() const { return prefill_min_batch > 1 && prefill_max_wait.count() > 0; }
   tts_flow_options flow{};
   bool progress = false;         // draw a progress bar on stdout (the caller decides: a terminal only)
   std::string trace;             // write the worker's Chrome trace here ("" : none)
@@ -205,7 +206,7 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   wo.lane = lo.lane;
   wo.nodes.resize(Model::descriptor.nodes.size());
   wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
-  if (lo.prefill_max_wait.count() > 0 && lo.prefill_min_batch > 1) {
+  if (lo.prefill_waits()) {
     wo.nodes[prefill_node].min_batch = lo.prefill_min_batch; // above max_batch: the worker refuses it, saying so
     wo.nodes[prefill_node].max_wait = lo.prefill_max_wait;
   }

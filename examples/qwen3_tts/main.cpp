@@ -485,8 +485,8 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
       if (cli.settle) {
         // --settle: the first arm of a concurrency once, unrecorded. On the H200 the first arm a
         // process ran had its Talker decode step take 0.91-0.92 of the later arms' time (2.37 against
-        // 2.58 ms at 128 rows) in every study of 2026-12-04 (lane_study.py first-arm): the GPU settles
-        // under the load within the first run, so without it that arm is measured on a faster GPU.
+        // 2.58 ms at 128 rows) in every study of 2026-12-04 without it (lane_study.py first-arm; cause
+        // not located), so that arm was measured on a faster GPU. With it: 0.998-1.001.
         auto [lo, eo] = arm_options(spec);
         lo.trace.clear();
         std::printf("c=%u: settling run (%s, not recorded)\n", spec.c, arm_name(spec).c_str());
@@ -616,9 +616,8 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
       << st.tc.ffn << ", \"layers\": " << st.tc.layers << "}, \"ramp\": [";
     for (std::size_t i = 0; i < st.lo.flow.ramp.size(); ++i)
       f << (i ? ", " : "") << st.lo.flow.ramp[i];
-    const bool waits = st.lo.prefill_min_batch > 1 && st.lo.prefill_max_wait.count() > 0;
     f << "], \"frames\": [" << st.lo.frames_min << ", " << st.lo.frames_max << "], \"prefill_batching\": {\"waits\": "
-      << (waits ? "true" : "false") << ", \"min_batch\": " << st.lo.prefill_min_batch << ", \"max_wait_ms\": "
+      << (st.lo.prefill_waits() ? "true" : "false") << ", \"min_batch\": " << st.lo.prefill_min_batch << ", \"max_wait_ms\": "
       << jnum(double(st.lo.prefill_max_wait.count()) / 1000.0) << "}, \"cancel_rate\": "
       << jnum(st.lo.cancel_rate) << ", \"identity\": " << identity_json << ", \"arms\": [\n";
     for (std::size_t i = 0; i < reports.size(); ++i)
@@ -690,8 +689,8 @@ int main(int argc, char** argv) {
   app.add_option("--trace", cli.trace, "write a Chrome trace (chrome://tracing, Perfetto) here; one arm only");
   app.add_flag("--no-progress", cli.no_progress, "no progress bar even on a terminal");
   app.add_flag("--settle", cli.settle,
-               "run each concurrency's first arm once, unrecorded, before its measured runs (the GPU settles "
-               "under load: on the H200 a process's first arm ran its decode step in 0.91-0.92 of the later ones' time)");
+               "run each concurrency's first arm once, unrecorded, before its measured runs (on the H200 a "
+               "process's first arm ran its decode step in 0.91-0.92 of the later ones' time)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -764,13 +763,6 @@ int main(int argc, char** argv) {
     while (max_batch < widest_c)
       max_batch *= 2;
     st.eo.max_batch = max_batch;
-    if (cli.prefill_wait_ms > 0 && cli.prefill_batch > max_batch) {
-      std::fprintf(stderr,
-                   "qwen3tts: --prefill-batch %u is above the largest step, %u rows (the smallest power of two >= 8 "
-                   "and >= the largest -c); give at most %u\n",
-                   cli.prefill_batch, max_batch, max_batch);
-      return 2;
-    }
     st.eo.max_labels = 1;
     st.eo.sampler_seed = 7;
     if (gpu) {
@@ -812,6 +804,13 @@ int main(int argc, char** argv) {
     st.lo.seed = cli.seed;
     st.lo.prefill_min_batch = cli.prefill_batch;
     st.lo.prefill_max_wait = std::chrono::microseconds(std::llround(std::ceil(cli.prefill_wait_ms * 1000.0)));
+    if (st.lo.prefill_waits() && st.lo.prefill_min_batch > max_batch) {
+      std::fprintf(stderr,
+                   "qwen3tts: --prefill-batch %u is above the largest step, %u rows (the smallest power of two >= 8 "
+                   "and >= the largest -c); give at most %u\n",
+                   st.lo.prefill_min_batch, max_batch, max_batch);
+      return 2;
+    }
 
     // The arms.
     std::vector<arm_spec> specs;

@@ -170,8 +170,9 @@ public:
     if (!warm) {
       lane = (decisions_ & 1u) == 1u; // alternate until both arms are measured
     } else {
-      lane = beside_pays(m_, o_);
-      const bool clear = std::abs(beside_advantage(m_)) >= o_.clear_margin * m_.side_ns;
+      const double advantage = beside_advantage(m_); // beside_pays, and whether the rule is clear
+      lane = advantage > o_.margin * m_.side_ns;
+      const bool clear = std::abs(advantage) >= o_.clear_margin * m_.side_ns;
       const std::uint64_t every = std::uint64_t(o_.explore_every) * (clear ? o_.explore_stretch : 1u);
       if (o_.explore_every != 0 && ++since_explore_ >= every) {
         since_explore_ = 0;

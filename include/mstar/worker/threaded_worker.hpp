@@ -176,7 +176,6 @@ public:
       check_min_batch(n);
       windows_[n] = detail::batch_window(node_opts_[n].min_batch,
                                          std::chrono::nanoseconds(node_opts_[n].max_wait).count());
-      stamps_ready_ = stamps_ready_ || windows_[n].waits();
       batch_limit_[n] = node_opts_[n].max_batch;
       ready_[n] = detail::row_queue<ready_row>(max_requests_);
       held_[n] = detail::row_queue<ready_row>(max_requests_);
@@ -892,7 +891,7 @@ private:
     ready_row rr;
     metrics::nanos now = 0;
     while (ready_ring_.try_pop(rr)) {
-      if (stamps_ready_ && windows_[rr.node].waits()) {
+      if (windows_[rr.node].waits()) { // stamped only for a node with a min_batch
         if (now == 0) now = metrics::now_ns();
         rr.since = now;
         windows_[rr.node].arrived(now);
@@ -1672,7 +1671,6 @@ private:
   std::vector<ready_row> found_;
   std::vector<std::uint8_t> present_;
   std::uint8_t last_chain_node_ = 0, last_side_node_ = 0;
-  bool stamps_ready_ = false; // a node has a min_batch: ready rows carry when they came (ready_row::since)
   std::array<detail::batch_window, node_count> windows_{}; // GPU thread: each node's min_batch wait
   std::optional<stream_type> lane_;
   lane_chooser chooser_;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""lane_study.py clocks: each run's SM clock and power come from the samples inside its start and end
-(gpu_clocks.csv in UTC, as study_h200.sh writes it), lines nvidia-smi could not fill are skipped, and
-a run with no sample shows '-'. Synthetic data: two runs of one arm at known clocks."""
+"""lane_study.py's views over synthetic data.
+
+clocks: each run's SM clock and power come from the samples inside its start and end (gpu_clocks.csv in
+UTC, as study_h200.sh writes it), lines nvidia-smi could not fill are skipped, and a run with no sample
+shows '-'. prefill: a lane-off run's prefill GPU time is its busy time less its decode and codec steps."""
 import datetime
 import json
 import os
@@ -37,3 +39,21 @@ with tempfile.TemporaryDirectory() as d:
     assert cells[6] == "300 / 500 / -", cells
     assert cells[3] == "100 / 100 / 100", cells
 print("lane_study.py clocks: ok")
+
+with tempfile.TemporaryDirectory() as d:
+    # busy 0.5 x 1 s = 500 ms; decode 100 x 2 ms, codec 50 x 1 ms: 250 ms of prefill in 10 steps (50 %).
+    base = {"c": 4, "codec_batching": "all", "repeat": 0, "wall_s": 1.0,
+            "requests": {"completed": 36, "cancelled": 0, "failed": 0},
+            "steps": {"prefill": 10, "decode": 100, "codec": 50},
+            "device": {"busy": 0.5, "decode_alone_p50_ms": 2.0, "codec_p50_ms": 1.0}}
+    path = os.path.join(d, "study_c4.json")
+    with open(path, "w") as f:
+        json.dump({"arms": [dict(base, lane="off"), dict(base, lane="on")], "identity": {}}, f)
+    out = subprocess.run([sys.executable, script, "prefill", path], capture_output=True, text=True)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, "lane_study.py prefill failed"
+    rows = {l.split("|")[3].strip(): [c.strip() for c in l.strip("|").split("|")]
+            for l in out.stdout.splitlines() if l.startswith("| 4 |")}
+    assert rows["off"][4:] == ["10", "4.00", "25.00", "50%"], rows["off"]
+    assert rows["on"][6:] == ["-", "-"], rows["on"]  # overlapping steps: no estimate
+print("lane_study.py prefill: ok")
