@@ -756,9 +756,9 @@ inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segme
   // kernel, 96 pools 0.83 / 0.88 against 0.81 / 0.84); else the tiles kernel.
   const bool few = ng <= 4 && tiles <= 2048;
   if (kind == general_kernel::map || (kind == general_kernel::automatic && !few && idle * 16 > tiles)) {
-    if (map_fits && ng <= 64 && tiles <= std::uint64_t(map_tiles_step))
+    if (ng <= 64 && tiles <= std::uint64_t(map_tiles_step))
       return launch_map<64, map_tiles_step>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
-    if (map_fits && ng <= 64 && tiles <= std::uint64_t(map_tiles_small))
+    if (ng <= 64 && tiles <= std::uint64_t(map_tiles_small))
       return launch_map<64, map_tiles_small>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
     if (map_fits)
       return launch_map<int(max_segments), map_tiles_large>(op, seg, grp, ng, rows, batch, slots, unroll, wide,
