@@ -15,6 +15,7 @@
 // runs on one copy (L2-hot). Element type bf16.
 #include <mstar/kernels/recurrent.cuh>  // for detail::tuning() and detail::swept_policies, the sweep
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -159,6 +160,104 @@ struct step {
   }
 };
 
+
+// Copies of a step so that rotating over them touches 3x the L2.
+std::vector<std::unique_ptr<step>> sets_of(const std::vector<pool_shape>& shapes, std::int32_t rows, std::size_t l2,
+                                           std::mt19937_64& rng) {
+  std::size_t footprint = 0;  // pools, batch and (several segments) the memcpy destination
+  for (const pool_shape& ps : shapes) footprint += std::size_t(ps.layers) * (2 * std::size_t(rows) + 1) * ps.row_bytes;
+  if (shapes.size() > 1 || shapes[0].layers > 1)
+    for (const pool_shape& ps : shapes) footprint += std::size_t(ps.layers) * std::size_t(rows) * ps.row_bytes;
+  const std::size_t k = std::clamp<std::size_t>((3 * l2 + footprint - 1) / footprint, 1, 64);
+  std::vector<std::unique_ptr<step>> sets;
+  for (std::size_t i = 0; i < k; ++i) sets.push_back(std::make_unique<step>(shapes, rows, rng));
+  return sets;
+}
+
+// The tables of the several-pools section.
+struct multi_case {
+  const char* name;
+  std::vector<pool_shape> shapes;
+  std::int32_t rows;
+};
+
+std::vector<multi_case> multi_cases() {
+  std::vector<multi_case> multi = {
+      {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 128},
+      {"1: 32 x 2 KiB (strided)", {{32, 2 << 10}}, 64},
+      {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 512},
+      {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 64},
+      {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 256},
+      {"3: 100 x 512 B each (table)", {{100, 512}, {100, 512}, {100, 512}}, 32},
+      {"4: 2 x 2|6|10|14 KiB (table)", {{2, 2 << 10}, {2, 6 << 10}, {2, 10 << 10}, {2, 14 << 10}}, 64},
+      {"4: 2 x 2|6|10|14 KiB (table)", {{2, 2 << 10}, {2, 6 << 10}, {2, 10 << 10}, {2, 14 << 10}}, 256},
+      {"8: 1 x 4 KiB, 1 x 12 KiB alt. (table)",
+       {{1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}},
+       64},
+      {"96: 1 x 1|2|3|4 KiB (table)", std::vector<pool_shape>(), 20}};
+  for (multi_case& mc : multi)
+    if (mc.shapes.empty())  // 96 pools of one layer, rows of 1 to 4 KiB in turn: 96 groups
+      for (int p = 0; p < 96; ++p) mc.shapes.push_back({1, std::size_t(1 + p % 4) << 10});
+  return multi;
+}
+
+// The general kernels the several-pools section also forces, and their names.
+struct forced {
+  mk::detail::general_kernel kind;
+  int units;  // a thread, below launch_policy::unroll_from_waves
+};
+constexpr forced forced_kernels[] = {{mk::detail::general_kernel::grid, 1},   {mk::detail::general_kernel::tiles, 1},
+                                     {mk::detail::general_kernel::search, 1}, {mk::detail::general_kernel::map, 1},
+                                     {mk::detail::general_kernel::grid, 2},   {mk::detail::general_kernel::map, 2}};
+constexpr const char* forced_names[] = {"grid", "tiles", "srch", "map", "grid2", "map2"};
+
+// MSTAR_BENCH_PROFILE (see main).
+int profile_tables(cudaStream_t stream, std::mt19937_64& rng, std::size_t l2, const std::string& wanted) {
+  std::vector<std::string> names;
+  for (std::size_t at = 0; at <= wanted.size();) {
+    const std::size_t comma = std::min(wanted.find(',', at), wanted.size());
+    if (comma > at) names.push_back(wanted.substr(at, comma - at));
+    at = comma + 1;
+  }
+  int profiled = 0;
+  for (const multi_case& mc : multi_cases()) {
+    const std::string label = std::string(mc.name) + " @" + std::to_string(mc.rows);  // rows: the names repeat
+    if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return label.find(n) != std::string::npos; }))
+      continue;
+    auto sets = sets_of(mc.shapes, mc.rows, l2, rng);
+    const auto once = [&](const char* variant, mk::detail::launch_policy policy) {
+      const mk::detail::launch_policy saved = mk::detail::tuning();
+      mk::detail::tuning() = policy;
+      for (int dir = 0; dir < 2; ++dir) {
+        const auto call = [&](step& s) {
+          if (dir == 0)
+            mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+          else
+            mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        };
+        for (int pass = 0; pass < 2; ++pass)  // warm-up: every copy, twice; copy 0 was touched k - 1 calls ago
+          for (auto& s : sets) call(*s);
+        CUDA_OK(cudaStreamSynchronize(stream));
+        CUDA_OK(cudaProfilerStart());
+        call(*sets[0]);
+        CUDA_OK(cudaStreamSynchronize(stream));
+        CUDA_OK(cudaProfilerStop());
+        std::printf("profiled %d: %s | %s %s\n", profiled++, label.c_str(), variant, dir == 0 ? "gather" : "scatter");
+      }
+      mk::detail::tuning() = saved;
+    };
+    once("default", mk::detail::launch_policy{});
+    if (mc.shapes.size() < 2) continue;  // one pool: the strided kernel only
+    for (std::size_t f = 0; f < std::size(forced_kernels); ++f) {
+      mk::detail::launch_policy p{};
+      p.general = forced_kernels[f].kind;
+      p.small_unroll = forced_kernels[f].units;
+      once(forced_names[f], p);
+    }
+  }
+  std::fflush(stdout);
+  return profiled > 0 ? 0 : 2;
+}
 } // namespace
 
 int main() {
@@ -173,16 +272,8 @@ int main() {
 
   int fails = 0;
   const std::size_t l2 = std::size_t(prop.l2CacheSize);
-  // Copies of a step so that rotating over them touches 3x the L2.
   const auto make_sets_of = [&](const std::vector<pool_shape>& shapes, std::int32_t rows) {
-    std::size_t footprint = 0;  // pools, batch and (several segments) the memcpy destination
-    for (const pool_shape& ps : shapes) footprint += std::size_t(ps.layers) * (2 * std::size_t(rows) + 1) * ps.row_bytes;
-    if (shapes.size() > 1 || shapes[0].layers > 1)
-      for (const pool_shape& ps : shapes) footprint += std::size_t(ps.layers) * std::size_t(rows) * ps.row_bytes;
-    const std::size_t k = std::clamp<std::size_t>((3 * l2 + footprint - 1) / footprint, 1, 64);
-    std::vector<std::unique_ptr<step>> sets;
-    for (std::size_t i = 0; i < k; ++i) sets.push_back(std::make_unique<step>(shapes, rows, rng));
-    return sets;
+    return sets_of(shapes, rows, l2, rng);
   };
   const auto make_sets = [&](int npools, int layers, std::int32_t rows, std::size_t row_bytes) {
     return make_sets_of(std::vector<pool_shape>(std::size_t(npools), pool_shape{layers, row_bytes}), rows);
@@ -194,6 +285,12 @@ int main() {
   // =auto under the sweep's best (highest worst ratio to memcpy from 8 MiB moved, with one 1 MiB row
   // >= 0.6 and 1 x 4 KiB <= 3 us); unset, under the launcher's default.
   const char* sweep_env = std::getenv("MSTAR_BENCH_SWEEP");
+  // MSTAR_BENCH_PROFILE=<name>[,<name>...]: only the tables of the several-pools section whose name
+  // and rows ("<name> @<rows>", as in "8 x 4 KiB (strided) @128") contain one of them, each gather and scatter (default, then every general kernel forced) launched
+  // once between cudaProfilerStart and cudaProfilerStop after a warm-up over all copies, for Nsight
+  // Compute with --profile-from-start off (bench/kernels/profile_h200.sh); nothing else runs.
+  const char* profile_env = std::getenv("MSTAR_BENCH_PROFILE");
+  if (profile_env != nullptr && profile_env[0] != 0) return profile_tables(stream, rng, l2, profile_env);
   const char* policy_env = std::getenv("MSTAR_BENCH_POLICY");
   const bool sweep = sweep_env == nullptr || sweep_env[0] != '0';
   constexpr std::size_t nvar = std::size(mk::detail::swept_policies);
@@ -315,27 +412,7 @@ int main() {
               "pools: layers x row", "rows", "moved", "gather_us", "scatter", "memcpy", "g/cpy", "s/cpy", "lnch",
               "grid g s g/c s/c", "tiles g s g/c s/c", "srch g s g/c s/c", "map g s g/c s/c", "grid2 g s g/c s/c",
               "map2 g s g/c s/c");
-  struct multi_case {
-    const char* name;
-    std::vector<pool_shape> shapes;
-    std::int32_t rows;
-  };
-  const std::vector<multi_case> multi = {
-      {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 128},
-      {"1: 32 x 2 KiB (strided)", {{32, 2 << 10}}, 64},
-      {"1: 8 x 4 KiB (strided)", {{8, 4 << 10}}, 512},
-      {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 64},
-      {"2: 4 x 4 KiB, 4 x 12 KiB (table)", {{4, 4 << 10}, {4, 12 << 10}}, 256},
-      {"3: 100 x 512 B each (table)", {{100, 512}, {100, 512}, {100, 512}}, 32},
-      {"4: 2 x 2|6|10|14 KiB (table)", {{2, 2 << 10}, {2, 6 << 10}, {2, 10 << 10}, {2, 14 << 10}}, 64},
-      {"4: 2 x 2|6|10|14 KiB (table)", {{2, 2 << 10}, {2, 6 << 10}, {2, 10 << 10}, {2, 14 << 10}}, 256},
-      {"8: 1 x 4 KiB, 1 x 12 KiB alt. (table)",
-       {{1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}, {1, 4 << 10}, {1, 12 << 10}},
-       64},
-      {"96: 1 x 1|2|3|4 KiB (table)", std::vector<pool_shape>(), 20}};
-  for (multi_case mc : multi) {
-    if (mc.shapes.empty())  // 96 pools of one layer, rows of 1 to 4 KiB in turn: 96 groups
-      for (int p = 0; p < 96; ++p) mc.shapes.push_back({1, std::size_t(1 + p % 4) << 10});
+  for (const multi_case& mc : multi_cases()) {
     auto sets = make_sets_of(mc.shapes, mc.rows);
     const std::size_t k = sets.size();
     const std::size_t moved = 2 * sets[0]->moved_one_way;
@@ -355,13 +432,7 @@ int main() {
     fails += ok ? 0 : 1;
     std::printf("%-34s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu", mc.name, mc.rows,
                 double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes);
-    struct forced {
-      mk::detail::general_kernel kind;
-      int units;  // a thread, below launch_policy::unroll_from_waves
-    };
-    for (const auto [kind, units] : {forced{mk::detail::general_kernel::grid, 1}, forced{mk::detail::general_kernel::tiles, 1},
-                                     forced{mk::detail::general_kernel::search, 1}, forced{mk::detail::general_kernel::map, 1},
-                                     forced{mk::detail::general_kernel::grid, 2}, forced{mk::detail::general_kernel::map, 2}}) {
+    for (const auto [kind, units] : forced_kernels) {
       if (mc.shapes.size() < 2) break;  // one pool: the strided kernel
       const mk::detail::launch_policy saved = mk::detail::tuning();
       mk::detail::tuning().general = kind;
