@@ -6,7 +6,7 @@
 //
 // This header holds the configuration, the step inputs read from the engine's plans and the host
 // backend's implementation (plain C++ on the stream's host thread, small sizes); forward_cuda.hpp
-// declares the CUDA backend's (cuBLAS GEMMs for the cost, CUDA graphs per decode bucket, integer
+// declares the CUDA backend's (cuBLAS GEMMs for the cost, CUDA graphs per decode bucket and prefill size, integer
 // kernels for the output). Both produce the same bytes for a request whatever its batch, row index,
 // padding bucket or stream: the bytes come from synth.hpp's integer arithmetic, per row.
 //
@@ -65,10 +65,14 @@ struct talker_config {
   std::uint32_t max_bucket = 256;  // rows of a step, padding included (engine_options.max_batch)
   std::uint32_t max_tokens = 8192; // tokens of a prefill step (engine_options.max_tokens)
   bool graphs = true;              // CUDA: capture talker_decode as a graph per bucket and replay it
+  // CUDA: capture talker_prefill as a graph per (prefill_token_bucket, prefill_row_bucket) and replay
+  // it. Eager, a prefill step's ~400 launches (cuBLAS) took longer on the host than on the GPU: the
+  // step's GPU time then depended on the host's speed (docs/example.md, "Prefill graphs").
+  bool prefill_graphs = true;
 
   // Small enough for the host backend's tests: the same structure, tiny widths.
   static talker_config host_small() {
-    return talker_config{32, 64, 2, 16, 32, 1, 15, 64, 1024, false};
+    return talker_config{32, 64, 2, 16, 32, 1, 15, 64, 1024, false, false};
   }
   void check() const {
     auto bad = [](const char* what) {
@@ -102,6 +106,29 @@ struct codec_config {
 };
 
 enum class talker_phase : std::uint8_t { prefill, decode };
+
+// The sizes a prefill step's graph is captured for (talker_config::prefill_graphs). The step's GEMMs
+// and sampling head then run on more rows than it has; no output depends on the GEMMs, and the head
+// skips rows past the step's own, so only the cost moves.
+//  - the Talker GEMMs' M: the step's tokens rounded up to one of eight sizes an octave (at most 1/8
+//    more; 8 at least), capped at max_tokens;
+//  - the predictor's M and the head's rows: the step's rows rounded up to 1, 2, 3, 4, 6, 8, 12, 16,
+//    24, ... (at most 1/2 more), capped at max_bucket.
+inline std::uint32_t prefill_token_bucket(std::uint32_t tokens, std::uint32_t max_tokens) {
+  tokens = std::max(tokens, 1u);
+  std::uint32_t octave = 1; // the largest power of two <= tokens
+  while (octave <= tokens / 2)
+    octave *= 2;
+  const std::uint32_t step = std::max(octave / 8, 8u);
+  const std::uint64_t rounded = (std::uint64_t(tokens) + step - 1) / step * step;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(rounded, std::max(max_tokens, tokens)));
+}
+inline std::uint32_t prefill_row_bucket(std::uint32_t rows, std::uint32_t max_bucket) {
+  std::uint32_t b = 1;
+  while (b < rows)
+    b = b < 2 ? 2 : (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4; // 2 -> 3 -> 4 -> 6 -> 8 -> 12 ...
+  return std::min(b, std::max(max_bucket, rows));
+}
 
 // What a Talker step reads from the engine's plans (device pointers; host memory on the host backend).
 struct talker_inputs {

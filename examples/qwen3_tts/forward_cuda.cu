@@ -228,8 +228,9 @@ struct talker_impl<mstar::cuda_backend>::state {
   state(mstar::cuda_backend& b, talker_config c) : backend(&b), cfg(c), fence(b) {}
   ~state() {
     fence.drain();
-    for (auto& [bucket, exec] : graphs)
-      cudaGraphExecDestroy(exec);
+    for (auto* cache : {&graphs, &prefill_graphs})
+      for (auto& [key, exec] : *cache)
+        cudaGraphExecDestroy(exec);
     if (capture_stream) cudaStreamDestroy(capture_stream);
     main.release();
     predictor.release();
@@ -249,13 +250,17 @@ struct talker_impl<mstar::cuda_backend>::state {
     QWEN3_CHECK(cudaGetLastError());
   }
 
-  cudaGraphExec_t graph_for(std::uint32_t bucket) {
-    if (auto it = graphs.find(bucket); it != graphs.end()) return it->second;
+  // The graph of enqueue(m, bucket), captured on a private stream at its first use and kept:
+  // talker_decode's per bucket (m = bucket), talker_prefill's per (token bucket, row bucket).
+  cudaGraphExec_t graph_for(std::map<std::uint64_t, cudaGraphExec_t>& cache, std::uint32_t m, std::uint32_t bucket,
+                            const char* what) {
+    const std::uint64_t key = std::uint64_t(m) << 32 | bucket;
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
     if (!capture_stream) QWEN3_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking));
     QWEN3_CHECK(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
     try {
-      enqueue(capture_stream, bucket, bucket);
+      enqueue(capture_stream, m, bucket);
     } catch (...) {
       cudaStreamEndCapture(capture_stream, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -265,8 +270,8 @@ struct talker_impl<mstar::cuda_backend>::state {
     cudaGraphExec_t exec = nullptr;
     const auto e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
-    check(e, "cudaGraphInstantiate (talker_decode)");
-    graphs.emplace(bucket, exec);
+    check(e, what);
+    cache.emplace(key, exec);
     return exec;
   }
 
@@ -282,7 +287,7 @@ struct talker_impl<mstar::cuda_backend>::state {
   std::uint32_t* in_count = nullptr;
   frame* out_frames = nullptr;
   cudaStream_t capture_stream = nullptr;
-  std::map<std::uint32_t, cudaGraphExec_t> graphs;
+  std::map<std::uint64_t, cudaGraphExec_t> graphs, prefill_graphs; // talker_decode's, talker_prefill's
 };
 
 talker_impl<mstar::cuda_backend>::talker_impl(mstar::cuda_backend& b, talker_config cfg) {
@@ -315,7 +320,11 @@ void talker_impl<mstar::cuda_backend>::forward(mstar::cuda_stream stream, const 
                                   s.in_count);
   QWEN3_CHECK(cudaGetLastError());
   if (phase == talker_phase::decode && s.cfg.graphs) {
-    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(in.bucket), st));
+    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.graphs, in.bucket, in.bucket, "cudaGraphInstantiate (talker_decode)"), st));
+  } else if (phase == talker_phase::prefill && s.cfg.prefill_graphs) {
+    const std::uint32_t m = prefill_token_bucket(in.tokens, s.cfg.max_tokens);
+    const std::uint32_t rows = prefill_row_bucket(std::max(in.rows, 1u), s.cfg.max_bucket);
+    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.prefill_graphs, m, rows, "cudaGraphInstantiate (talker_prefill)"), st));
   } else {
     s.enqueue(st, phase == talker_phase::prefill ? std::max(in.tokens, 1u) : in.bucket, in.bucket);
   }
@@ -328,11 +337,12 @@ void talker_impl<mstar::cuda_backend>::capture(std::span<const std::uint32_t> bu
     if (b == 0 || b > s_->cfg.max_bucket)
       throw std::invalid_argument("qwen3_tts::talker::capture: bucket " + std::to_string(b) + " is outside 1.." +
                                   std::to_string(s_->cfg.max_bucket) + " (talker_config max_bucket)");
-    s_->graph_for(b);
+    s_->graph_for(s_->graphs, b, b, "cudaGraphInstantiate (talker_decode)");
   }
 }
 
 std::size_t talker_impl<mstar::cuda_backend>::graphs() const { return s_->graphs.size(); }
+std::size_t talker_impl<mstar::cuda_backend>::prefill_graphs() const { return s_->prefill_graphs.size(); }
 const talker_config& talker_impl<mstar::cuda_backend>::config() const { return s_->cfg; }
 
 // ---------------------------------------------------------------------------------------------------

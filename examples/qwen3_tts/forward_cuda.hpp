@@ -12,7 +12,9 @@
 // Talker's and code predictor's cuBLAS GEMMs, and the integer sampling head writing the frames to a
 // fixed buffer; a device-to-host copy hands the rows' frames to the caller. A bucket's graph is
 // captured at its first step (or by capture()) on a private stream and replayed on the step's
-// stream. talker_prefill runs the same kernels without a graph (its token count varies).
+// stream. talker_prefill replays a graph of the same kernels too, captured at the first step of its
+// size: the step's tokens and rows rounded up (prefill_token_bucket, prefill_row_bucket in
+// forward.hpp); talker_config::prefill_graphs = false launches them one by one instead.
 // codec_chunk: inputs staged through pinned memory, codec_state gathered into a batch
 // (mstar::kernels::gather), the integer decoder kernel (one block per row, frames in order),
 // the codec's cuBLAS GEMMs, the state scattered back, the audio copied to the caller.
@@ -39,7 +41,8 @@ public:
   void forward(mstar::cuda_stream s, const talker_inputs& in, std::span<frame> out, talker_phase phase);
   // Captures the decode graphs of these buckets now (a first step of a new bucket captures its own).
   void capture(std::span<const std::uint32_t> buckets, mstar::cuda_stream s);
-  std::size_t graphs() const;
+  std::size_t graphs() const;         // talker_decode's graphs (one a bucket)
+  std::size_t prefill_graphs() const; // talker_prefill's (one a token bucket and row bucket seen)
   const talker_config& config() const;
 
 private:

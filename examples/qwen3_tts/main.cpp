@@ -62,6 +62,7 @@ struct cli_options {
   std::uint32_t frames_min = 0, frames_max = 0;
   std::uint32_t prefill_batch = qwen3_tts::load_options{}.prefill_min_batch;
   double prefill_wait_ms = double(qwen3_tts::load_options{}.prefill_max_wait.count()) / 1000.0;
+  std::string prefill_graphs = "on";
   bool check_identity = false;
   bool settle = false; // run each concurrency's first arm once, unrecorded, before its measured runs
   std::string json, trace;
@@ -613,7 +614,8 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
     f << "{\"command\": " << jstr(cli.command) << ", \"date\": " << jstr(date) << ", \"backend\": "
       << jstr(st.backend) << ", \"machine\": " << jstr(st.machine) << ", \"config\": " << jstr(st.config)
       << ", \"model\": " << jstr(st.model) << ", \"talker\": {\"hidden\": " << st.tc.hidden << ", \"ffn\": "
-      << st.tc.ffn << ", \"layers\": " << st.tc.layers << "}, \"ramp\": [";
+      << st.tc.ffn << ", \"layers\": " << st.tc.layers << ", \"decode_graphs\": " << (st.tc.graphs ? "true" : "false")
+      << ", \"prefill_graphs\": " << (st.tc.prefill_graphs ? "true" : "false") << "}, \"ramp\": [";
     for (std::size_t i = 0; i < st.lo.flow.ramp.size(); ++i)
       f << (i ? ", " : "") << st.lo.flow.ramp[i];
     f << "], \"frames\": [" << st.lo.frames_min << ", " << st.lo.frames_max << "], \"prefill_batching\": {\"waits\": "
@@ -682,6 +684,10 @@ int main(int argc, char** argv) {
   app.add_option("--prefill-wait-ms", cli.prefill_wait_ms,
                  "the longest a prefill row waits for --prefill-batch rows (0: no waiting)")
       ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  app.add_option("--prefill-graphs", cli.prefill_graphs,
+                 "CUDA: replay talker_prefill from a graph per size (on) or launch its kernels one by one (off)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app.add_flag("--check-identity", cli.check_identity,
                "run lane off, on and auto with both codec batchings and compare every request's audio hash");
@@ -790,6 +796,7 @@ int main(int argc, char** argv) {
     st.eo.max_tokens = std::max<std::uint32_t>(st.lo.prompt_max * max_batch, max_batch);
     st.tc.max_bucket = max_batch;
     st.tc.max_tokens = st.eo.max_tokens;
+    st.tc.prefill_graphs = gpu && cli.prefill_graphs == "on";
     st.cc.max_bucket = max_batch;
     st.cc.max_frames = max_batch * widest_w;
     st.fo.max_batch = max_batch;

@@ -1,6 +1,7 @@
 // GPU time of the Qwen3-TTS-shaped model's steps on the CUDA backend, through the engine:
 // talker_decode (graph replay and eager), talker_prefill (one cold sample per batch: the first
-// step of its shape, cuBLAS's first use included), codec_chunk at several window widths (all
+// step of its shape, cuBLAS's first use and the graph's capture included; then warm, graph replay
+// and eager, at 1, 4 and 8 rows of 40 tokens), codec_chunk at several window widths (all
 // rows one width, and rows of mixed widths in one step), and talker_decode with a codec step
 // running beside it on the lane stream. Each figure is the median (and p10/p90) of per-step CUDA
 // event pairs recorded on the step's stream around the forward's launches.
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
   qwen3_tts::talker<mstar::cuda_backend> talker(gpu, tc);
   auto eager_cfg = tc;
   eager_cfg.graphs = false;
+  eager_cfg.prefill_graphs = false;
   qwen3_tts::talker<mstar::cuda_backend> eager(gpu, eager_cfg);
   qwen3_tts::codec<mstar::cuda_backend> codec(gpu, cc);
 
@@ -224,8 +226,48 @@ int main(int argc, char** argv) {
     gpu.synchronize(chain);
     gpu.synchronize(lane);
   }
+  // talker_prefill, warm: fresh requests for every step (a prefill is a request's first step), the
+  // graph replay (talker_config::prefill_graphs) against the same launches one by one. The event pair
+  // spans the forward's launches, so a step whose launches take the host longer than the GPU's work
+  // shows the host's time.
+  {
+    mstar::engine_options eo;
+    eo.max_batch = 256;
+    eo.max_tokens = 8192;
+    eo.max_requests = 512;
+    Engine engine(gpu, eo);
+    std::uint64_t next_id = 1;
+    for (const std::uint32_t rows_n : {1u, 4u, 8u}) {
+      auto prefill = [&](qwen3_tts::talker<mstar::cuda_backend>& tk, timer* tm) {
+        std::vector<mstar::row> rows;
+        for (std::uint32_t i = 0; i < rows_n; ++i)
+          rows.push_back({*engine.add_request(next_id++), 40});
+        if (!engine.run(prefill_step{rows}, chain, [&](const auto& ctx) {
+              if (tm) tm->start(chain);
+              tk.prefill(ctx, std::span(frames_out, rows_n));
+              if (tm) tm->stop(chain);
+            }))
+          std::exit(1);
+        gpu.synchronize(chain); // one step at a time: its launches start on an idle GPU
+        for (const auto& r : rows)
+          engine.remove_request(r.request, chain);
+      };
+      timer graph_t, eager_t;
+      for (std::uint32_t i = 0; i < 3; ++i) {
+        prefill(talker, nullptr);
+        prefill(eager, nullptr);
+      }
+      for (std::uint32_t i = 0; i < reps; ++i) {
+        prefill(talker, &graph_t);
+        prefill(eager, &eager_t);
+      }
+      print("talker_prefill, 40 tokens per row", rows_n, "graph replay", graph_t.read());
+      print("talker_prefill, 40 tokens per row", rows_n, "eager (no graph)", eager_t.read());
+    }
+    std::fflush(stdout);
+  }
   gpu.free_host(audio);
   gpu.free_host(frames_out);
-  std::printf("\ngraphs captured: %zu\n", talker.graphs());
+  std::printf("\ngraphs captured: %zu decode, %zu prefill\n", talker.graphs(), talker.prefill_graphs());
   return 0;
 }

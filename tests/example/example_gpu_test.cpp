@@ -84,7 +84,7 @@ TEST_CASE("Qwen3TtsGpu.audio is byte-identical under every batching on CUDA, and
   CHECK(r.talker.graphs() <= 10);
 }
 
-TEST_CASE("Qwen3TtsGpu.graphs off gives the same audio as graphs on" * doctest::skip(!has_gpu())) {
+TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill) gives the same audio as graphs on" * doctest::skip(!has_gpu())) {
   const auto specs = requests(4, 6);
   mstar::cuda_backend gpu;
   qwen3_tts::talker_config on;
@@ -93,6 +93,7 @@ TEST_CASE("Qwen3TtsGpu.graphs off gives the same audio as graphs on" * doctest::
   on.layers = 4; // a smaller cost model: the bytes do not depend on it
   auto off = on;
   off.graphs = false;
+  off.prefill_graphs = false;
   qwen3_tts::codec_config cc;
   cc.max_bucket = 64;
   cuda_rig a(gpu, on, cc), b(gpu, off, cc);
@@ -101,7 +102,9 @@ TEST_CASE("Qwen3TtsGpu.graphs off gives the same audio as graphs on" * doctest::
   const auto diff = qwen3_tts::compare_runs(ra.digests, rb.digests);
   CHECK_MESSAGE(diff.empty(), describe(diff));
   CHECK(a.talker.graphs() > 0);
+  CHECK(a.talker.prefill_graphs() > 0);
   CHECK(b.talker.graphs() == 0);
+  CHECK(b.talker.prefill_graphs() == 0);
 }
 
 TEST_CASE("Qwen3TtsGpu.a corrupted codec_state slot changes the audio after it and nothing before" *

@@ -227,6 +227,36 @@ TEST_CASE("Qwen3Tts.a request's audio is the same on a reused engine, whose slot
     CHECK(st.free == st.capacity);
 }
 
+TEST_CASE("Qwen3Tts.a prefill graph's sizes cover the step, waste at most 1/8 of the tokens and 1/2 of the rows, "
+          "and stay within the buffers") {
+  std::set<std::uint32_t> token_sizes;
+  for (std::uint32_t t = 1; t <= 8192; ++t) {
+    const std::uint32_t b = qwen3_tts::prefill_token_bucket(t, 8192);
+    INFO("tokens ", t, " -> ", b);
+    CHECK(b >= t);
+    CHECK(b <= 8192);
+    if (t >= 64) CHECK(8 * std::uint64_t(b) <= 9 * std::uint64_t(t)); // <= 1/8 more
+    if (t < 64) CHECK(b <= 64);
+    CHECK(qwen3_tts::prefill_token_bucket(t + 1, 8192) >= b); // monotone
+    token_sizes.insert(b);
+  }
+  CHECK(token_sizes.size() <= 8 * 10); // eight sizes an octave from 64 (eight below it)
+  CHECK(qwen3_tts::prefill_token_bucket(0, 8192) == 8);
+  CHECK(qwen3_tts::prefill_token_bucket(1000, 1000) == 1000); // capped at max_tokens
+  CHECK(qwen3_tts::prefill_token_bucket(1000, 1010) == 1010);
+  std::set<std::uint32_t> row_sizes;
+  for (std::uint32_t r = 1; r <= 256; ++r) {
+    const std::uint32_t b = qwen3_tts::prefill_row_bucket(r, 256);
+    INFO("rows ", r, " -> ", b);
+    CHECK(b >= r);
+    CHECK(b <= 256);
+    CHECK(2 * b <= 3 * r + 1); // <= 1/2 more
+    row_sizes.insert(b);
+  }
+  CHECK(row_sizes == std::set<std::uint32_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256});
+  CHECK(qwen3_tts::prefill_row_bucket(100, 100) == 100); // capped at max_bucket
+}
+
 TEST_CASE("Qwen3Tts.compare_runs names each request that differs, is missing, or is extra") {
   std::map<int, qwen3_tts::audio_digest> a, b;
   const std::int16_t x[] = {1, 2, 3}, y[] = {1, 2, 4};
