@@ -2,6 +2,7 @@
 """Summarizes bench/kernels/profile_h200.sh's Nsight Compute report: one line a profiled launch.
 
     python3 bench/kernels/profile_view.py kernels_profile.csv kernels_profile.txt
+    python3 bench/kernels/profile_view.py kernels_profile.csv kernels_profile.txt --source kernels_source.csv N
 
 kernels_profile.csv is `ncu --import ... --csv --page raw` (a header row, a units row, then one row a
 kernel, in launch order); kernels_profile.txt holds the benchmark's "profiled N: <table> | <variant>
@@ -9,7 +10,9 @@ kernel, in launch order); kernels_profile.txt holds the benchmark's "profiled N:
 warp cycles per issued instruction and the five largest stall reasons in cycles per issued
 instruction (long_sb: waiting on a global load; imc: constant-cache miss, a kernel parameter read;
 no_inst: instruction fetch; wait: fixed latency; lg: the load/store queue full), DRAM bytes over the
-ideal (read + write of the moved bytes) and the L2 hit rate.
+ideal (read + write of the moved bytes) and the L2 hit rate. With --source, the SASS of launch N
+(the number in the first column's "profiled N" order) with the warp-stall samples at each instruction
+(kernels_source.csv holds two blocks a launch, in launch order; the first is printed).
 """
 import csv
 import re
@@ -43,7 +46,33 @@ def column(header, name):
     return header.index(name) if name in header else None
 
 
+def source_of(path, launch):
+    blocks = []
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            if not row:
+                continue
+            if row[0] == "Kernel Name":
+                blocks.append({"name": row[1], "header": None, "rows": []})
+            elif row[0] == "Address" and blocks:
+                blocks[-1]["header"] = row
+            elif blocks:
+                blocks[-1]["rows"].append(row)
+    per_launch = max(1, len(blocks) // max(1, launch[1]))
+    b = blocks[launch[0] * per_launch]
+    col = b["header"].index("Warp Stall Sampling (All Samples)")
+    total = sum(int(r[col] or 0) for r in b["rows"]) or 1
+    print(b["name"])
+    for r in b["rows"]:
+        if r[1].strip() != "NOP":
+            print(f"{r[col]:>6} {100.0 * int(r[col] or 0) / total:5.1f}%  {r[1].strip()}")
+
+
 def main(argv):
+    if len(argv) == 6 and argv[3] == "--source":
+        header, units, data, order = load(argv[1], argv[2])
+        source_of(argv[4], (int(argv[5]), len(order)))
+        return 0
     if len(argv) != 3:
         print(__doc__.strip(), file=sys.stderr)
         return 2
