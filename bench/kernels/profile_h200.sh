@@ -9,8 +9,8 @@
 # Each kernel is profiled once, launched alone after a warm-up over every copy of its table
 # (MSTAR_BENCH_PROFILE in recurrent_bench.cu); caches are not flushed and clocks are not locked, as in
 # the benchmark. Writes $OUT/kernels_profile.ncu-rep, $OUT/kernels_profile.csv (the raw page),
-# $OUT/kernels_source.csv (stall samples a SASS instruction) and $OUT/kernels_profile.txt (the order
-# of the launches); summarize with
+# $OUT/kernels_source.csv (stall samples a SASS instruction), $OUT/kernels_profile.txt (the order
+# of the launches) and $OUT/kernels_ncu.log (Nsight Compute's own messages); summarize with
 #   python3 bench/kernels/profile_view.py $OUT/kernels_profile.csv $OUT/kernels_profile.txt
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,8 @@ MSTAR_BENCH_PROFILE=$TABLES ncu --profile-from-start off --cache-control none --
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section MemoryWorkloadAnalysis --section SourceCounters --warp-sampling-interval 0 --import-source no \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__average_warp_latency_per_inst_issued.ratio,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__warps_launched.sum,sm__cycles_active.avg" \
-  -f -o "$R/kernels_profile" "$D/mstar_recurrent_bench" > "$R/kernels_profile.txt" 2> "$R/kernels_profile.err"
+  --log-file "$R/kernels_ncu.log" -f -o "$R/kernels_profile" "$D/mstar_recurrent_bench" > "$R/kernels_profile.txt" \
+  2> "$R/kernels_profile.err"
 rc=$?
 echo "ncu rc $rc; $(grep -c '^profiled' "$R/kernels_profile.txt") launches profiled"
 tail -3 "$R/kernels_profile.err"

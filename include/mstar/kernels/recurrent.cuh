@@ -416,28 +416,14 @@ __global__ void __launch_bounds__(Threads) recurrent_tiles_kernel(const __grid_c
   copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
 }
 
-// Many groups (see map_params): the block's group from the per-tile map. The group index comes from
-// a load, so ptxas reads the entry's fields with register-indexed LDC (each warp of the block issues
-// them through the MIO queue; Nsight Compute showed mio_throttle and short_scoreboard at a third of
-// the stall cycles, bench/kernels/profile_h200.sh). Shared: the first warp reads the entry (one word
-// a lane) into shared memory and the block reads it from there after a barrier (measured against the
-// plain map kernel: docs/kernels.md).
-template <copy_op Op, int Threads, int Unroll, int Cap, int MapCap, bool Wide, bool Shared>
+// Many groups (see map_params): the block's group from the per-tile map. The group comes from a load,
+// so ptxas reads the entry's fields with register-indexed LDC, each warp through the MIO queue (Nsight
+// Compute: mio_throttle + short_scoreboard about a third of the stall cycles); reading the entry once
+// a block into shared memory instead measured slower (the barrier took their place; docs/kernels.md).
+template <copy_op Op, int Threads, int Unroll, int Cap, int MapCap, bool Wide>
 __global__ void __launch_bounds__(Threads) recurrent_map_kernel(const __grid_constant__ map_params<Cap, MapCap> p) {
-  if constexpr (Shared) {
-    constexpr int words = sizeof(grid_entry) / sizeof(std::uint32_t);
-    __shared__ std::uint32_t entry[words + 1];  // the entry, then the block's tile in its group
-    if (threadIdx.x <= words) {
-      const std::uint32_t g = p.group_of[blockIdx.x];
-      entry[threadIdx.x] = threadIdx.x < words ? reinterpret_cast<const std::uint32_t*>(&p.e[g])[threadIdx.x]
-                                               : blockIdx.x - p.tile_begin[g];
-    }
-    __syncthreads();
-    copy_entry<Op, Threads, Unroll, Wide>(*reinterpret_cast<const grid_entry*>(entry), entry[words], p.batch, p.slots);
-  } else {
-    const std::uint32_t g = p.group_of[blockIdx.x];
-    copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
-  }
+  const std::uint32_t g = p.group_of[blockIdx.x];
+  copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
 }
 
 inline int sm_count() {
@@ -469,9 +455,8 @@ inline int sm_count() {
 // tuning() to run its sweep.
 // The kernel of tables that are not strided: automatic (launch_grouped says which), or one of four
 // forced (the benchmark and the tests): grid, tiles, search (recurrent_table_kernel, the per-thread
-// search the others replaced), map (recurrent_map_kernel where the tiles fit its map, else tiles),
-// map_shared (the same, its entry read once a block through shared memory).
-enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map, map_shared };
+// search the others replaced), map (recurrent_map_kernel where the tiles fit its map, else tiles).
+enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map };
 struct launch_policy {
   int unroll_from_waves = 8;
   int small_unroll = 1;
@@ -731,16 +716,13 @@ void launch_tiles(copy_op op, const resolved_segment* seg, const segment_group* 
 }
 
 template <copy_op Op, int Unroll, int Cap, int MapCap, bool Wide>
-void launch_map_kernel(const map_params<Cap, MapCap>& p, unsigned blocks, bool shared, cudaStream_t stream) {
-  if (shared)
-    recurrent_map_kernel<Op, copy_threads, Unroll, Cap, MapCap, Wide, true><<<blocks, copy_threads, 0, stream>>>(p);
-  else
-    recurrent_map_kernel<Op, copy_threads, Unroll, Cap, MapCap, Wide, false><<<blocks, copy_threads, 0, stream>>>(p);
+void launch_map_kernel(const map_params<Cap, MapCap>& p, unsigned blocks, cudaStream_t stream) {
+  recurrent_map_kernel<Op, copy_threads, Unroll, Cap, MapCap, Wide><<<blocks, copy_threads, 0, stream>>>(p);
 }
 
 template <int Cap, int MapCap>
 void launch_map(copy_op op, const resolved_segment* seg, const segment_group* grp, std::size_t ng, std::int32_t rows,
-                char* batch, const std::int32_t* slots, int unroll, bool wide, bool shared, cudaStream_t stream) {
+                char* batch, const std::int32_t* slots, int unroll, bool wide, cudaStream_t stream) {
   thread_local map_params<Cap, MapCap> p;  // up to 32 KiB: static, not on the stack
   p.batch = batch;
   p.slots = slots;
@@ -748,7 +730,7 @@ void launch_map(copy_op op, const resolved_segment* seg, const segment_group* gr
   fill_group_entries(seg, grp, ng, rows, p.e);
   dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
     launch_map_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, MapCap, decltype(wide_tag)::value>(
-        p, at, shared, stream);
+        p, at, stream);
   });
 }
 
@@ -776,15 +758,14 @@ inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segme
   // kernel where the tiles fit its map (8 pools at 8 MiB 0.88 / 0.94 against 0.84 / 0.89 for the tiles
   // kernel, 96 pools 0.83 / 0.88 against 0.81 / 0.84); else the tiles kernel.
   const bool few = ng <= 4 && tiles <= 2048;
-  const bool shared = kind == general_kernel::map_shared;
-  if (kind == general_kernel::map || shared || (kind == general_kernel::automatic && !few && idle * 16 > tiles)) {
+  if (kind == general_kernel::map || (kind == general_kernel::automatic && !few && idle * 16 > tiles)) {
     if (ng <= 64 && tiles <= std::uint64_t(map_tiles_step))
-      return launch_map<64, map_tiles_step>(op, seg, grp, ng, rows, batch, slots, unroll, wide, shared, stream);
+      return launch_map<64, map_tiles_step>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
     if (ng <= 64 && tiles <= std::uint64_t(map_tiles_small))
-      return launch_map<64, map_tiles_small>(op, seg, grp, ng, rows, batch, slots, unroll, wide, shared, stream);
+      return launch_map<64, map_tiles_small>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
     if (map_fits)
       return launch_map<int(max_segments), map_tiles_large>(op, seg, grp, ng, rows, batch, slots, unroll, wide,
-                                                            shared, stream);
+                                                            stream);
   }
   const bool grid = kind == general_kernel::grid ||
                     (kind == general_kernel::automatic && (idle * 16 <= tiles || few)) ||
