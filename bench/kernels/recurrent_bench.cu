@@ -208,9 +208,8 @@ struct forced {
 };
 constexpr forced forced_kernels[] = {{mk::detail::general_kernel::grid, 1},   {mk::detail::general_kernel::tiles, 1},
                                      {mk::detail::general_kernel::search, 1}, {mk::detail::general_kernel::map, 1},
-                                     {mk::detail::general_kernel::grid, 2},   {mk::detail::general_kernel::map, 2},
-                                     {mk::detail::general_kernel::ladder, 1}};
-constexpr const char* forced_names[] = {"grid", "tiles", "srch", "map", "grid2", "map2", "lad"};
+                                     {mk::detail::general_kernel::grid, 2},   {mk::detail::general_kernel::map, 2}};
+constexpr const char* forced_names[] = {"grid", "tiles", "srch", "map", "grid2", "map2"};
 
 // MSTAR_BENCH_PROFILE (see main).
 int profile_tables(cudaStream_t stream, std::mt19937_64& rng, std::size_t l2, const std::string& wanted) {
@@ -407,13 +406,12 @@ int main() {
   std::printf("\n== bandwidth, several layers or pools, HBM-resident (memcpy: one copy of the same bytes) ==\n");
   // General tables (pools of different shapes or at unrelated addresses) are also timed through each
   // general kernel forced: the 2-D grid, the tiles kernel (block-uniform search) and the per-thread
-  // search kernel the first two replace, the map kernel, the 2-D grid and map kernels with two units
-  // a thread, and the ladder kernel (up to 8 groups; columns: gather and scatter us, then g/cpy and
-  // s/cpy).
-  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s | %-23s | %-23s | %-23s | %-23s\n",
+  // search kernel the first two replace, the map kernel, and the 2-D grid and map kernels with two
+  // units a thread (columns: gather and scatter us, then g/cpy and s/cpy).
+  std::printf("%-34s %5s %10s | %9s %9s %9s | %6s %6s %5s | %-23s | %-23s | %-23s | %-23s | %-23s | %-23s\n",
               "pools: layers x row", "rows", "moved", "gather_us", "scatter", "memcpy", "g/cpy", "s/cpy", "lnch",
               "grid g s g/c s/c", "tiles g s g/c s/c", "srch g s g/c s/c", "map g s g/c s/c", "grid2 g s g/c s/c",
-              "map2 g s g/c s/c", "lad g s g/c s/c");
+              "map2 g s g/c s/c");
   for (const multi_case& mc : multi_cases()) {
     auto sets = make_sets_of(mc.shapes, mc.rows);
     const std::size_t k = sets.size();

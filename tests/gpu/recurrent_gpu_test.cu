@@ -172,7 +172,7 @@ TEST_CASE("tables of many segments of mixed sizes on every general kernel match 
   const mk::detail::launch_policy saved = mk::detail::tuning();
   for (const auto kind : {mk::detail::general_kernel::automatic, mk::detail::general_kernel::grid,
                           mk::detail::general_kernel::tiles, mk::detail::general_kernel::search,
-                          mk::detail::general_kernel::map, mk::detail::general_kernel::ladder}) {
+                          mk::detail::general_kernel::map}) {
     CAPTURE(int(kind));
     mk::detail::tuning().general = kind;
     for (const std::int32_t rows : quick() ? std::vector<std::int32_t>{1, 33} : std::vector<std::int32_t>{1, 33, 300}) {
@@ -256,7 +256,6 @@ TEST_CASE("every launch policy the benchmark sweeps matches the host reference, 
   policies.push_back({0, 1, 2, false, mk::detail::general_kernel::tiles});
   policies.push_back({0, 1, 2, false, mk::detail::general_kernel::search});
   policies.push_back({0, 1, 2, false, mk::detail::general_kernel::map});
-  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::ladder});
   const mk::detail::launch_policy saved = mk::detail::tuning();
   for (std::size_t v = 0; v < policies.size(); ++v) {
     CAPTURE(v);

@@ -419,36 +419,13 @@ __global__ void __launch_bounds__(Threads) recurrent_tiles_kernel(const __grid_c
 // Many groups (see map_params): the block's group from the per-tile map. The group comes from a load,
 // so ptxas reads the entry's fields with register-indexed LDC, each warp through the MIO queue (Nsight
 // Compute: mio_throttle + short_scoreboard about a third of the stall cycles); reading the entry once
-// a block into shared memory instead measured slower (the barrier took their place; docs/kernels.md).
+// a block into shared memory instead measured slower (the barrier took their place), and so did
+// reading it at immediate offsets through the uniform datapath (a ladder of block-uniform branches);
+// docs/kernels.md.
 template <copy_op Op, int Threads, int Unroll, int Cap, int MapCap, bool Wide>
 __global__ void __launch_bounds__(Threads) recurrent_map_kernel(const __grid_constant__ map_params<Cap, MapCap> p) {
   const std::uint32_t g = p.group_of[blockIdx.x];
   copy_entry<Op, Threads, Unroll, Wide>(p.e[g], blockIdx.x - p.tile_begin[g], p.batch, p.slots);
-}
-
-// Up to 8 groups on a 1-D grid of tiles, each group's entry read at fixed offsets: the block finds
-// its group by block-uniform branches on the groups' first tiles (a binary search unrolled at compile
-// time: log2(Cap) levels, each reading tile_begin at a fixed offset) and copies with p.e[K] for a K
-// known at compile time, so every field of the entry is a uniform read at an immediate offset (ULDC)
-// as in the 2-D grid, without its empty blocks. The map kernel's group comes from a load, so ptxas
-// reads its entry with register-indexed LDC through the MIO queue instead (docs/kernels.md). The
-// price: Cap inlined copies of the body. tile_begin[k] for k >= ngroups holds the grid size.
-template <copy_op Op, int Threads, int Unroll, int Cap, bool Wide, int Lo = 0, int Hi = Cap>
-__device__ __forceinline__ void copy_ladder(const tiles_params<Cap>& p, std::uint32_t block) {
-  if constexpr (Hi - Lo == 1) {
-    copy_entry<Op, Threads, Unroll, Wide>(p.e[Lo], block - p.tile_begin[Lo], p.batch, p.slots);
-  } else {
-    constexpr int mid = (Lo + Hi) / 2;
-    if (block >= p.tile_begin[mid])
-      copy_ladder<Op, Threads, Unroll, Cap, Wide, mid, Hi>(p, block);
-    else
-      copy_ladder<Op, Threads, Unroll, Cap, Wide, Lo, mid>(p, block);
-  }
-}
-
-template <copy_op Op, int Threads, int Unroll, int Cap, bool Wide>
-__global__ void __launch_bounds__(Threads) recurrent_ladder_kernel(const __grid_constant__ tiles_params<Cap> p) {
-  copy_ladder<Op, Threads, Unroll, Cap, Wide>(p, blockIdx.x);
 }
 
 inline int sm_count() {
@@ -480,9 +457,8 @@ inline int sm_count() {
 // tuning() to run its sweep.
 // The kernel of tables that are not strided: automatic (launch_grouped says which), or one of four
 // forced (the benchmark and the tests): grid, tiles, search (recurrent_table_kernel, the per-thread
-// search the others replaced), map (recurrent_map_kernel where the tiles fit its map, else tiles),
-// ladder (recurrent_ladder_kernel for up to 8 groups, else tiles).
-enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map, ladder };
+// search the others replaced), map (recurrent_map_kernel where the tiles fit its map, else tiles).
+enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map };
 struct launch_policy {
   int unroll_from_waves = 8;
   int small_unroll = 1;
@@ -707,10 +683,7 @@ void launch_grid(copy_op op, const resolved_segment* seg, const segment_group* g
 }
 
 template <copy_op Op, int Unroll, int Cap, bool Wide>
-void launch_tiles_kernel(const tiles_params<Cap>& p, unsigned blocks, bool ladder, cudaStream_t stream) {
-  if constexpr (Cap <= 8) {
-    if (ladder) return recurrent_ladder_kernel<Op, copy_threads, Unroll, Cap, Wide><<<blocks, copy_threads, 0, stream>>>(p);
-  }
+void launch_tiles_kernel(const tiles_params<Cap>& p, unsigned blocks, cudaStream_t stream) {
   recurrent_tiles_kernel<Op, copy_threads, Unroll, Cap, Wide><<<blocks, copy_threads, 0, stream>>>(p);
 }
 
@@ -730,17 +703,17 @@ inline std::uint32_t lay_tiles(const segment_group* grp, std::size_t ng, std::ui
 template <int Cap>
 void launch_tiles(copy_op op, const resolved_segment* seg, const segment_group* grp, std::size_t ng,
                   std::int32_t rows, char* batch, const std::int32_t* slots, int unroll, bool wide,
-                  cudaStream_t stream, bool ladder = false) {
+                  cudaStream_t stream) {
   tiles_params<Cap> p;
   p.batch = batch;
   p.slots = slots;
   p.ngroups = std::int32_t(ng);
   const std::uint32_t at = lay_tiles(grp, ng, p.tile_begin);
-  std::fill(p.tile_begin + ng, p.tile_begin + Cap + 1, at);  // the ladder kernel reads up to Cap
+  p.tile_begin[ng] = at;
   fill_group_entries(seg, grp, ng, rows, p.e);
   dispatch(op, unroll, wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
     launch_tiles_kernel<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(
-        p, unsigned(at), ladder, stream);
+        p, unsigned(at), stream);
   });
 }
 
@@ -807,7 +780,7 @@ inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segme
     else
       launch_grid<int(max_segments)>(op, seg, grp, ng, most, rows, batch, slots, unroll, wide, stream);
   } else if (ng <= 8) {
-    launch_tiles<8>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream, kind == general_kernel::ladder);
+    launch_tiles<8>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
   } else if (ng <= 64) {
     launch_tiles<64>(op, seg, grp, ng, rows, batch, slots, unroll, wide, stream);
   } else {
