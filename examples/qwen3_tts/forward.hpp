@@ -69,6 +69,9 @@ struct talker_config {
   // it. Eager, a prefill step's ~400 launches (cuBLAS) took longer on the host than on the GPU: the
   // step's GPU time then depended on the host's speed (docs/example.md, "Prefill graphs").
   bool prefill_graphs = true;
+  // CUDA: the most prefill graphs kept (one a size seen; each ~400 nodes). Once that many are held, a
+  // step of a size not among them launches its kernels one by one; nothing is evicted.
+  std::uint32_t max_prefill_graphs = 256;
 
   // Small enough for the host backend's tests: the same structure, tiny widths.
   static talker_config host_small() {

@@ -250,6 +250,14 @@ struct talker_impl<mstar::cuda_backend>::state {
     QWEN3_CHECK(cudaGetLastError());
   }
 
+  // The graph key of a prefill step: (M of its Talker GEMMs, its rows) rounded up to the sizes graphs
+  // are captured for, as graph_for keys them.
+  static std::uint64_t prefill_graph_key(const talker_inputs& in, const talker_config& cfg) {
+    const std::uint32_t m = prefill_token_bucket(in.tokens, cfg.max_tokens);
+    const std::uint32_t rows = prefill_row_bucket(std::max(in.rows, 1u), cfg.max_bucket);
+    return std::uint64_t(m) << 32 | rows;
+  }
+
   // The graph of enqueue(m, bucket), captured on a private stream at its first use and kept:
   // talker_decode's per bucket (m = bucket), talker_prefill's per (token bucket, row bucket).
   cudaGraphExec_t graph_for(std::map<std::uint64_t, cudaGraphExec_t>& cache, std::uint32_t m, std::uint32_t bucket,
@@ -321,10 +329,12 @@ void talker_impl<mstar::cuda_backend>::forward(mstar::cuda_stream stream, const 
   QWEN3_CHECK(cudaGetLastError());
   if (phase == talker_phase::decode && s.cfg.graphs) {
     QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.graphs, in.bucket, in.bucket, "cudaGraphInstantiate (talker_decode)"), st));
-  } else if (phase == talker_phase::prefill && s.cfg.prefill_graphs) {
-    const std::uint32_t m = prefill_token_bucket(in.tokens, s.cfg.max_tokens);
-    const std::uint32_t rows = prefill_row_bucket(std::max(in.rows, 1u), s.cfg.max_bucket);
-    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.prefill_graphs, m, rows, "cudaGraphInstantiate (talker_prefill)"), st));
+  } else if (const std::uint64_t key = phase == talker_phase::prefill ? state::prefill_graph_key(in, s.cfg) : 0;
+             key != 0 && s.cfg.prefill_graphs &&
+             (s.prefill_graphs.size() < s.cfg.max_prefill_graphs || s.prefill_graphs.contains(key))) {
+    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.prefill_graphs, std::uint32_t(key >> 32), std::uint32_t(key),
+                                            "cudaGraphInstantiate (talker_prefill)"),
+                                st));
   } else {
     s.enqueue(st, phase == talker_phase::prefill ? std::max(in.tokens, 1u) : in.bucket, in.bucket);
   }

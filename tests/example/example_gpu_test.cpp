@@ -15,6 +15,7 @@
 #include "example/example_cases.hpp"
 #include "qwen3_tts/forward_cuda.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -84,7 +85,7 @@ TEST_CASE("Qwen3TtsGpu.audio is byte-identical under every batching on CUDA, and
   CHECK(r.talker.graphs() <= 10);
 }
 
-TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill) gives the same audio as graphs on" * doctest::skip(!has_gpu())) {
+TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill), or a full prefill-graph cache, gives the same audio as graphs on" * doctest::skip(!has_gpu())) {
   const auto specs = requests(4, 6);
   mstar::cuda_backend gpu;
   qwen3_tts::talker_config on;
@@ -105,6 +106,15 @@ TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill) gives the same audio as g
   CHECK(a.talker.prefill_graphs() > 0);
   CHECK(b.talker.graphs() == 0);
   CHECK(b.talker.prefill_graphs() == 0);
+  // A full prefill-graph cache: sizes not in it run eagerly, with the same audio.
+  auto capped = on;
+  capped.max_prefill_graphs = 1;
+  cuda_rig c(gpu, capped, cc);
+  const auto rc = run_fresh(c, specs, o);
+  const auto diff_c = qwen3_tts::compare_runs(ra.digests, rc.digests);
+  CHECK_MESSAGE(diff_c.empty(), describe(diff_c));
+  INFO("prefill sizes seen (graphs of the uncapped run): ", a.talker.prefill_graphs());
+  CHECK(c.talker.prefill_graphs() == std::min<std::size_t>(1, a.talker.prefill_graphs()));
 }
 
 TEST_CASE("Qwen3TtsGpu.a corrupted codec_state slot changes the audio after it and nothing before" *
