@@ -222,8 +222,8 @@ int profile_tables(cudaStream_t stream, std::mt19937_64& rng, std::size_t l2, co
   int profiled = 0;
   for (const multi_case& mc : multi_cases()) {
     const std::string label = std::string(mc.name) + " @" + std::to_string(mc.rows);  // rows: the names repeat
-    if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return label.find(n) != std::string::npos; }))
-      continue;
+    const auto wanted_here = [&](const std::string& n) { return label.find(n) != std::string::npos; };
+    if (std::none_of(names.begin(), names.end(), wanted_here)) continue;
     auto sets = sets_of(mc.shapes, mc.rows, l2, rng);
     const auto once = [&](const char* variant, mk::detail::launch_policy policy) {
       const mk::detail::launch_policy saved = mk::detail::tuning();

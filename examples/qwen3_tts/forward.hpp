@@ -6,9 +6,10 @@
 //
 // This header holds the configuration, the step inputs read from the engine's plans and the host
 // backend's implementation (plain C++ on the stream's host thread, small sizes); forward_cuda.hpp
-// declares the CUDA backend's (cuBLAS GEMMs for the cost, CUDA graphs per decode bucket and prefill size, integer
-// kernels for the output). Both produce the same bytes for a request whatever its batch, row index,
-// padding bucket or stream: the bytes come from synth.hpp's integer arithmetic, per row.
+// declares the CUDA backend's (cuBLAS GEMMs for the cost, CUDA graphs per decode bucket and prefill
+// size, integer kernels for the output). Both produce the same bytes for a request whatever its
+// batch, row index, padding bucket or stream: the bytes come from synth.hpp's integer arithmetic,
+// per row.
 //
 //   qwen3_tts::talker<mstar::host_backend> talker(backend, qwen3_tts::talker_config::host_small());
 //   qwen3_tts::codec<mstar::host_backend> codec(backend, qwen3_tts::codec_config::host_small());

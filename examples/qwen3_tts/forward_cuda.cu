@@ -327,16 +327,18 @@ void talker_impl<mstar::cuda_backend>::forward(mstar::cuda_stream stream, const 
   stage_talker<<<1, 256, 0, st>>>(in.samplers, in.positions, in.qo_indptr, in.rows, in.bucket, s.in_rows, s.in_pos,
                                   s.in_count);
   QWEN3_CHECK(cudaGetLastError());
-  if (phase == talker_phase::decode && s.cfg.graphs) {
-    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.graphs, in.bucket, in.bucket, "cudaGraphInstantiate (talker_decode)"), st));
-  } else if (const std::uint64_t key = phase == talker_phase::prefill ? state::prefill_graph_key(in, s.cfg) : 0;
-             key != 0 && s.cfg.prefill_graphs &&
+  const bool prefill = phase == talker_phase::prefill;
+  const std::uint64_t key = prefill ? state::prefill_graph_key(in, s.cfg) : 0;
+  if (!prefill && s.cfg.graphs) {
+    QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.graphs, in.bucket, in.bucket, "cudaGraphInstantiate (talker_decode)"),
+                                st));
+  } else if (prefill && s.cfg.prefill_graphs &&
              (s.prefill_graphs.size() < s.cfg.max_prefill_graphs || s.prefill_graphs.contains(key))) {
     QWEN3_CHECK(cudaGraphLaunch(s.graph_for(s.prefill_graphs, std::uint32_t(key >> 32), std::uint32_t(key),
                                             "cudaGraphInstantiate (talker_prefill)"),
                                 st));
-  } else {
-    s.enqueue(st, phase == talker_phase::prefill ? std::max(in.tokens, 1u) : in.bucket, in.bucket);
+  } else { // eager; a prefill past a full graph cache too
+    s.enqueue(st, prefill ? std::max(in.tokens, 1u) : in.bucket, in.bucket);
   }
   if (in.rows)
     QWEN3_CHECK(cudaMemcpyAsync(out.data(), s.out_frames, in.rows * sizeof(frame), cudaMemcpyDeviceToHost, st));

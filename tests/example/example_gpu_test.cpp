@@ -85,7 +85,9 @@ TEST_CASE("Qwen3TtsGpu.audio is byte-identical under every batching on CUDA, and
   CHECK(r.talker.graphs() <= 10);
 }
 
-TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill), or a full prefill-graph cache, gives the same audio as graphs on" * doctest::skip(!has_gpu())) {
+TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill), or a full prefill-graph cache, gives the same audio as "
+          "graphs on" *
+          doctest::skip(!has_gpu())) {
   const auto specs = requests(4, 6);
   mstar::cuda_backend gpu;
   qwen3_tts::talker_config on;
