@@ -10,6 +10,9 @@ and packs them, with its log and table, into study.tar; a .tar argument is read 
     python3 lane_study.py first-arm study.tar ...        # each process's first arm: decode alone vs later arms
     python3 lane_study.py clocks study.tar               # each run's SM clock and power (gpu_clocks.csv)
     python3 lane_study.py prefill study.tar ...          # prefill steps per run and, lane off, their GPU time
+    python3 lane_study.py docs study.tar                 # the targets table into docs/benchmarks.md (between
+                                                         # its lane-table markers) and the plot into
+                                                         # docs/lane_study.png; --benchmarks F, --png F, --no-plot
 
 Figures of an arm are the median of its runs (study_h200.sh: three alternating runs per arm; the
 median of two is their mean). Throughput is shown twice: over the whole run (from the first measured
@@ -127,6 +130,10 @@ def beside_ratio(arms, c, batching):
 
 
 def table(paths):
+    print("\n".join(table_lines(paths)))
+
+
+def table_lines(paths):
     arms, meta, identity = load(paths)
     cs = sorted({k[0] for k in arms})
     out = []
@@ -197,7 +204,52 @@ def table(paths):
             out.append("")
             out.append(f"Host time per pass on the GPU thread (talker_decode), p50 at c=128: {mean(p):.1f} us mean over "
                        f"arms, {max(p):.1f} us the largest (target <= 60 us: {'met' if max(p) <= 60 else 'NOT met'}).")
-    print("\n".join(out))
+    return out
+
+
+BEGIN, END = "<!-- lane-table:begin -->", "<!-- lane-table:end -->"
+
+
+def docs(argv):
+    """docs STUDY... [--benchmarks FILE] [--png FILE | --no-plot]: the targets table (and the lines after
+    it) replaces what stands between the lane-table markers in FILE (docs/benchmarks.md), and the plot
+    is drawn into --png (docs/lane_study.png). Text outside the markers is kept byte for byte."""
+    paths, bench, png, i = [], "docs/benchmarks.md", "docs/lane_study.png", 0
+    while i < len(argv):
+        if argv[i] == "--benchmarks" and i + 1 < len(argv):
+            bench, i = argv[i + 1], i + 2
+        elif argv[i] == "--png" and i + 1 < len(argv):
+            png, i = argv[i + 1], i + 2
+        elif argv[i] == "--no-plot":
+            png, i = None, i + 1
+        else:
+            paths, i = paths + [argv[i]], i + 1
+    if not paths:
+        sys.exit("lane_study.py docs: give study_h200.sh's study.tar (or qwen3tts --json files)")
+    with open(bench) as f:
+        text = f.read()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        sys.exit(f"lane_study.py docs: {bench} needs exactly one {BEGIN} line and one {END} line after it, "
+                 "around the lane table; add them where the table goes")
+    lines = table_lines(paths)
+    _, meta, _ = load(paths)
+    targets = lines[lines.index("Targets (per concurrency and codec batching):") + 2:]
+    names = " ".join(os.path.basename(p) for p in paths)
+    block = [BEGIN,
+             f"Written by `python3 examples/qwen3_tts/lane_study.py docs {names}` (study of {meta.get('date')}, "
+             f"{meta.get('machine')}):", ""] + targets + [END]
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(bench, "w") as f:
+        f.write(head + "\n".join(block) + tail)
+    print(f"lane_study.py docs: the lane table of {names} written into {bench}")
+    if png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            sys.exit(f"lane_study.py docs: the plot needs matplotlib (pip install matplotlib), or pass --no-plot")
+        plot(paths, png)
+        print(f"lane_study.py docs: the plot drawn into {png}")
 
 
 def first_arm(paths):
@@ -378,5 +430,7 @@ if __name__ == "__main__":
         plot([], sys.argv[3], arms=load_log(sys.argv[2]), meta={"machine": "NVIDIA H200", "date": "2026-12-03"})
     elif len(sys.argv) >= 4 and sys.argv[1] == "plot":
         plot(sys.argv[2:-1], sys.argv[-1])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "docs":
+        docs(sys.argv[2:])
     else:
         sys.exit(__doc__)

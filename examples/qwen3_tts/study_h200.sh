@@ -5,8 +5,10 @@
 # output (the JSON of each concurrency, study_c<N>.json; the log, study.log; the lane table,
 # lane_table.md, made by lane_study.py, which needs no matplotlib; gpu.txt and any build log) goes
 # into ONE file, $OUT/study.tar, rewritten after each concurrency, so that a run cut short still
-# returns what it measured. The table is printed last. The plot is made elsewhere from the tar:
-#   python3 examples/qwen3_tts/lane_study.py plot OUT/study.tar docs/lane_study.png
+# returns what it measured. The table is printed last. At the end it writes the targets table into
+# docs/benchmarks.md (between the lane-table markers) and the plot into docs/lane_study.png (when
+# matplotlib is there) and puts both in the tar; on the GPU machine the tree is a copy, so here:
+#   python3 examples/qwen3_tts/lane_study.py docs OUT/study.tar      (the same two files, in this tree)
 #
 #   bash examples/qwen3_tts/study_h200.sh [DIR]
 #
@@ -111,6 +113,19 @@ python3 examples/qwen3_tts/lane_study.py table "$W"/study_c*.json > "$W/lane_tab
 if [ -s "$W/gpu_clocks.csv" ]; then
   python3 examples/qwen3_tts/lane_study.py clocks "$W" >> "$W/lane_table.md" 2>&1 || echo "lane_study.py clocks failed" >> "$W/lane_table.md"
 fi
+# The targets table into docs/benchmarks.md (between its lane-table markers) and the plot into
+# docs/lane_study.png, in this tree (on the GPU machine a copy: both come back in the tar; here,
+# `python3 examples/qwen3_tts/lane_study.py docs OUT/study.tar` writes them again). The smoke run
+# writes into copies in the tar only, so a test never edits the tree.
+BM=docs/benchmarks.md PNG=docs/lane_study.png
+if [ "$SMOKE" = 1 ]; then cp docs/benchmarks.md "$W/benchmarks.md"; BM=$W/benchmarks.md PNG=$W/lane_study.png; fi
+PLOT=(--png "$PNG"); python3 -c "import matplotlib" 2>/dev/null || PLOT=(--no-plot)
+if python3 examples/qwen3_tts/lane_study.py docs "$W"/study_c*.json --benchmarks "$BM" "${PLOT[@]}" >> "$W/study.log" 2>&1; then
+  [ "$SMOKE" = 1 ] || cp docs/benchmarks.md "$W/benchmarks.md"
+  [ "$SMOKE" = 1 ] || [ "${PLOT[0]}" != --png ] || cp "$PNG" "$W/lane_study.png"
+else
+  echo "lane_study.py docs failed (study.log)" | tee -a "$W/lane_table.md"; rc=1
+fi
 echo "study rc=$rc, $((SECONDS - START)) s of runs" >> "$W/lane_table.md"
 pack
 rm -rf "$W"
@@ -119,9 +134,12 @@ rm -rf "$W"
 listing=$(tar -tf "$OUT/study.tar") || { echo "study.tar cannot be read"; rc=1; }
 echo "== outputs: $OUT/study.tar ($(echo "$listing" | tr '\n' ' '))"
 # The tar must hold every concurrency's JSON and the table, and lane_study.py must read it.
-for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log; do
+for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log benchmarks.md; do
   grep -qx "./$f" <<<"$listing" || { echo "study.tar lacks $f"; rc=1; }
 done
+written=$(tar -xOf "$OUT/study.tar" ./benchmarks.md 2>/dev/null) # read whole: see the listing above
+grep -q '^Written by `python3 examples/qwen3_tts/lane_study.py docs' <<<"$written" ||
+  { echo "study.tar's benchmarks.md lacks the lane table"; rc=1; }
 for cmd in table first-arm; do
   python3 examples/qwen3_tts/lane_study.py $cmd "$OUT/study.tar" >/dev/null || { echo "lane_study.py $cmd cannot read study.tar"; rc=1; }
 done

@@ -57,3 +57,30 @@ with tempfile.TemporaryDirectory() as d:
     assert rows["off"][4:] == ["10", "4.00", "25.00", "50%"], rows["off"]
     assert rows["on"][6:] == ["-", "-"], rows["on"]  # overlapping steps: no estimate
 print("lane_study.py prefill: ok")
+
+# docs: the targets table of a real study replaces the text between the lane-table markers, and
+# nothing else; markers missing is refused with the fix; a second run gives the same file.
+study = os.path.join(os.path.dirname(os.path.abspath(script)), "..", "..", "docs", "data",
+                     "lane_study_h200_2026-12-04_2fae93c_prefill_graphs.tar.gz")
+with tempfile.TemporaryDirectory() as d:
+    bench = os.path.join(d, "benchmarks.md")
+    before, after = "# Benchmarks\n\ntext before\n", "\ntext after\n"
+    with open(bench, "w") as f:
+        f.write(before + "<!-- lane-table:begin -->\nan old table\n<!-- lane-table:end -->" + after)
+    run = lambda: subprocess.run([sys.executable, script, "docs", study, "--benchmarks", bench, "--no-plot"],
+                                 capture_output=True, text=True)
+    out = run()
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, "lane_study.py docs failed"
+    text = open(bench).read()
+    assert text.startswith(before + "<!-- lane-table:begin -->\n"), text[:200]
+    assert text.endswith("<!-- lane-table:end -->" + after), text[-200:]
+    assert "an old table" not in text
+    assert "| 128 | all | 0.999 (met) |" in text and "geometric mean over the 10 cells: 1.003" in text, text
+    assert run().returncode == 0 and open(bench).read() == text, "a second run changed the file"
+    with open(bench, "w") as f:
+        f.write("no markers here\n")
+    out = run()
+    assert out.returncode != 0 and "lane-table" in out.stderr + out.stdout, (out.returncode, out.stderr)
+    assert open(bench).read() == "no markers here\n", "a refused run changed the file"
+print("lane_study.py docs: ok")
