@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 D=${1:-build-gpu}
 R=${OUT:?set OUT to the folder the report goes to}
 export LD_LIBRARY_PATH=$PWD/$D/lib:${LD_LIBRARY_PATH:-}
-TABLES=${PROFILE_TABLES:-"8 x 4 KiB (strided) @128,4 x 12 KiB (table) @64,2|6|10|14 KiB (table) @64,alt. (table) @64,1|2|3|4 KiB (table) @20"}
+TABLES=${PROFILE_TABLES:-"8 x 4 KiB (strided) @128;4 x 12 KiB (table) @64;2|6|10|14 KiB (table) @64;alt. (table) @64;1|2|3|4 KiB (table) @20"}
 MSTAR_BENCH_PROFILE=$TABLES ncu --profile-from-start off --cache-control none --clock-control none \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section MemoryWorkloadAnalysis --section SourceCounters --warp-sampling-interval 0 --import-source no \

@@ -215,9 +215,9 @@ constexpr const char* forced_names[] = {"grid", "tiles", "srch", "map", "grid2",
 int profile_tables(cudaStream_t stream, std::mt19937_64& rng, std::size_t l2, const std::string& wanted) {
   std::vector<std::string> names;
   for (std::size_t at = 0; at <= wanted.size();) {
-    const std::size_t comma = std::min(wanted.find(',', at), wanted.size());
-    if (comma > at) names.push_back(wanted.substr(at, comma - at));
-    at = comma + 1;
+    const std::size_t semicolon = std::min(wanted.find(';', at), wanted.size()); // names hold commas
+    if (semicolon > at) names.push_back(wanted.substr(at, semicolon - at));
+    at = semicolon + 1;
   }
   int profiled = 0;
   for (const multi_case& mc : multi_cases()) {
@@ -285,7 +285,7 @@ int main() {
   // =auto under the sweep's best (highest worst ratio to memcpy from 8 MiB moved, with one 1 MiB row
   // >= 0.6 and 1 x 4 KiB <= 3 us); unset, under the launcher's default.
   const char* sweep_env = std::getenv("MSTAR_BENCH_SWEEP");
-  // MSTAR_BENCH_PROFILE=<name>[,<name>...]: only the tables of the several-pools section whose name
+  // MSTAR_BENCH_PROFILE=<name>[;<name>...]: only the tables of the several-pools section whose name
   // and rows ("<name> @<rows>", as in "8 x 4 KiB (strided) @128") contain one of them, each gather and scatter (default, then every general kernel forced) launched
   // once between cudaProfilerStart and cudaProfilerStop after a warm-up over all copies, for Nsight
   // Compute with --profile-from-start off (bench/kernels/profile_h200.sh); nothing else runs.

@@ -128,10 +128,11 @@ inline std::uint32_t prefill_token_bucket(std::uint32_t tokens, std::uint32_t ma
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(rounded, std::max(max_tokens, tokens)));
 }
 inline std::uint32_t prefill_row_bucket(std::uint32_t rows, std::uint32_t max_bucket) {
-  std::uint32_t b = 1;
-  while (b < rows)
+  const std::uint64_t cap = std::max(max_bucket, rows);
+  std::uint64_t b = 1;
+  while (b < rows && b < cap)
     b = b < 2 ? 2 : (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4; // 2 -> 3 -> 4 -> 6 -> 8 -> 12 ...
-  return std::min(b, std::max(max_bucket, rows));
+  return static_cast<std::uint32_t>(std::min(b, cap));
 }
 
 // What a Talker step reads from the engine's plans (device pointers; host memory on the host backend).
@@ -194,6 +195,10 @@ inline void check_talker_call(const talker_inputs& in, std::size_t out_rows, con
   if (out_rows < in.rows)
     throw std::invalid_argument("qwen3_tts::talker: the output holds " + std::to_string(out_rows) +
                                 " frames for a " + std::to_string(in.rows) + "-row step; give it one frame per row");
+  if (in.rows > in.bucket)
+    throw std::invalid_argument("qwen3_tts::talker: a step of " + std::to_string(in.rows) + " rows in a bucket of " +
+                                std::to_string(in.bucket) + "; the bucket holds the rows and their padding, so give a "
+                                "bucket of at least the row count (the engine's plans do)");
   if (in.bucket > cfg.max_bucket || in.tokens > cfg.max_tokens)
     throw std::invalid_argument("qwen3_tts::talker: a step of bucket " + std::to_string(in.bucket) + " and " +
                                 std::to_string(in.tokens) + " tokens is beyond talker_config max_bucket " +

@@ -212,42 +212,52 @@ BEGIN, END = "<!-- lane-table:begin -->", "<!-- lane-table:end -->"
 
 def docs(argv):
     """docs STUDY... [--benchmarks FILE] [--png FILE | --no-plot]: the targets table (and the lines after
-    it) replaces what stands between the lane-table markers in FILE (docs/benchmarks.md), and the plot
-    is drawn into --png (docs/lane_study.png). Text outside the markers is kept byte for byte."""
+    it) replaces the lines between the lane-table marker lines in FILE (docs/benchmarks.md), and the
+    plot is drawn into --png (docs/lane_study.png). Every other line of FILE is kept as it was."""
+    usage = "usage: lane_study.py docs STUDY.tar|study_c*.json ... [--benchmarks FILE] [--png FILE | --no-plot]"
     paths, bench, png, i = [], "docs/benchmarks.md", "docs/lane_study.png", 0
     while i < len(argv):
-        if argv[i] == "--benchmarks" and i + 1 < len(argv):
-            bench, i = argv[i + 1], i + 2
-        elif argv[i] == "--png" and i + 1 < len(argv):
-            png, i = argv[i + 1], i + 2
+        if argv[i] in ("--benchmarks", "--png"):
+            if i + 1 >= len(argv):
+                sys.exit(f"lane_study.py docs: {argv[i]} needs a file; {usage}")
+            if argv[i] == "--benchmarks":
+                bench = argv[i + 1]
+            else:
+                png = argv[i + 1]
+            i += 2
         elif argv[i] == "--no-plot":
             png, i = None, i + 1
+        elif argv[i].startswith("--"):
+            sys.exit(f"lane_study.py docs: unknown option {argv[i]}; {usage}")
         else:
             paths, i = paths + [argv[i]], i + 1
     if not paths:
-        sys.exit("lane_study.py docs: give study_h200.sh's study.tar (or qwen3tts --json files)")
-    with open(bench) as f:
-        text = f.read()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        sys.exit(f"lane_study.py docs: {bench} needs exactly one {BEGIN} line and one {END} line after it, "
-                 "around the lane table; add them where the table goes")
-    lines = table_lines(paths)
-    _, meta, _ = load(paths)
-    targets = lines[lines.index("Targets (per concurrency and codec batching):") + 2:]
-    names = " ".join(os.path.basename(p) for p in paths)
-    block = [BEGIN,
-             f"Written by `python3 examples/qwen3_tts/lane_study.py docs {names}` (study of {meta.get('date')}, "
-             f"{meta.get('machine')}):", ""] + targets + [END]
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(bench, "w") as f:
-        f.write(head + "\n".join(block) + tail)
-    print(f"lane_study.py docs: the lane table of {names} written into {bench}")
-    if png:
+        sys.exit(f"lane_study.py docs: give study_h200.sh's study.tar (or qwen3tts --json files); {usage}")
+    if png:  # before anything is written: a missing plotter leaves the file as it was
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            sys.exit(f"lane_study.py docs: the plot needs matplotlib (pip install matplotlib), or pass --no-plot")
+            sys.exit("lane_study.py docs: the plot needs matplotlib (pip install matplotlib), or pass --no-plot")
+    with open(bench, newline="") as f:
+        lines = f.read().splitlines(keepends=True)
+    marks = [(n, l.rstrip("\r\n")) for n, l in enumerate(lines) if l.rstrip("\r\n") in (BEGIN, END)]
+    if [m for _, m in marks] != [BEGIN, END]:
+        sys.exit(f"lane_study.py docs: {bench} needs exactly one line {BEGIN} and, after it, one line {END}, "
+                 "around the lane table; add them where the table goes")
+    eol = "\r\n" if lines[marks[0][0]].endswith("\r\n") else "\n"
+    table = table_lines(paths)
+    _, meta, _ = load(paths)
+    targets = table[table.index("Targets (per concurrency and codec batching):") + 2:]
+    names = " ".join(os.path.basename(p) for p in paths)
+    block = [f"Written by `python3 examples/qwen3_tts/lane_study.py docs {names}` (study of {meta.get('date')}, "
+             f"{meta.get('machine')}):", ""] + targets
+    out = lines[:marks[0][0] + 1] + [l + eol for l in block] + lines[marks[1][0]:]
+    tmp = bench + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        f.write("".join(out))
+    os.replace(tmp, bench)
+    print(f"lane_study.py docs: the lane table of {names} written into {bench}")
+    if png:
         plot(paths, png)
         print(f"lane_study.py docs: the plot drawn into {png}")
 

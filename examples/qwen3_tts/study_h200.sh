@@ -138,7 +138,7 @@ for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log
   grep -qx "./$f" <<<"$listing" || { echo "study.tar lacks $f"; rc=1; }
 done
 written=$(tar -xOf "$OUT/study.tar" ./benchmarks.md 2>/dev/null) # read whole: see the listing above
-grep -q '^Written by `python3 examples/qwen3_tts/lane_study.py docs' <<<"$written" ||
+grep -q '^Written by `python3 examples/qwen3_tts/lane_study.py docs study_c' <<<"$written" ||
   { echo "study.tar's benchmarks.md lacks the lane table"; rc=1; }
 for cmd in table first-arm; do
   python3 examples/qwen3_tts/lane_study.py $cmd "$OUT/study.tar" >/dev/null || { echo "lane_study.py $cmd cannot read study.tar"; rc=1; }

@@ -116,7 +116,8 @@ TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill), or a full prefill-graph 
   const auto diff_c = qwen3_tts::compare_runs(ra.digests, rc.digests);
   CHECK_MESSAGE(diff_c.empty(), describe(diff_c));
   INFO("prefill sizes seen (graphs of the uncapped run): ", a.talker.prefill_graphs());
-  CHECK(c.talker.prefill_graphs() == std::min<std::size_t>(1, a.talker.prefill_graphs()));
+  CHECK(a.talker.prefill_graphs() >= 2); // so the capped run did run some prefill eagerly
+  CHECK(c.talker.prefill_graphs() == 1);
 }
 
 TEST_CASE("Qwen3TtsGpu.a corrupted codec_state slot changes the audio after it and nothing before" *

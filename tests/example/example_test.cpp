@@ -255,6 +255,24 @@ TEST_CASE("Qwen3Tts.a prefill graph's sizes cover the step, waste at most 1/8 of
   }
   CHECK(row_sizes == std::set<std::uint32_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256});
   CHECK(qwen3_tts::prefill_row_bucket(100, 100) == 100); // capped at max_bucket
+  CHECK(qwen3_tts::prefill_row_bucket(4'000'000'000u, 256) == 4'000'000'000u); // no overflow past 2^31
+  CHECK(qwen3_tts::prefill_row_bucket(0, 256) == 1);
+}
+
+TEST_CASE("Qwen3Tts.a talker step with more rows than its bucket is refused with the fix") {
+  qwen3_tts::talker_inputs in;
+  in.rows = 5;
+  in.bucket = 4;
+  in.tokens = 5;
+  try {
+    qwen3_tts::detail::check_talker_call(in, 8, qwen3_tts::talker_config::host_small());
+    FAIL("a 5-row step in a bucket of 4 was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("5 rows in a bucket of 4") != std::string::npos);
+    CHECK(std::string(e.what()).find("bucket of at least the row count") != std::string::npos);
+  }
+  in.bucket = 5;
+  CHECK_NOTHROW(qwen3_tts::detail::check_talker_call(in, 8, qwen3_tts::talker_config::host_small()));
 }
 
 TEST_CASE("Qwen3Tts.compare_runs names each request that differs, is missing, or is extra") {

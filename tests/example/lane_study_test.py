@@ -83,4 +83,22 @@ with tempfile.TemporaryDirectory() as d:
     out = run()
     assert out.returncode != 0 and "lane-table" in out.stderr + out.stdout, (out.returncode, out.stderr)
     assert open(bench).read() == "no markers here\n", "a refused run changed the file"
+    # A marker inside a line (a code span) is not a marker line; refused, unchanged.
+    with open(bench, "w") as f:
+        f.write("see `<!-- lane-table:begin -->` and `<!-- lane-table:end -->`\n")
+    assert run().returncode != 0, "markers inside a line were taken"
+    # CRLF files keep their line ends, outside the block and in it.
+    with open(bench, "w", newline="") as f:
+        f.write("a\r\n<!-- lane-table:begin -->\r\nold\r\n<!-- lane-table:end -->\r\nb\r\n")
+    assert run().returncode == 0
+    raw = open(bench, "rb").read()
+    assert raw.startswith(b"a\r\n<!-- lane-table:begin -->\r\nWritten by") and raw.endswith(b"<!-- lane-table:end -->\r\nb\r\n")
+    assert b"\n" not in raw.replace(b"\r\n", b""), "a bare LF in a CRLF file"
+    # An unknown option or a missing value is refused before anything is written.
+    before_bytes = raw
+    for bad in (["--pgn", "x.png"], ["--benchmarks"]):
+        out = subprocess.run([sys.executable, script, "docs", study, "--benchmarks", bench, "--no-plot"] + bad,
+                             capture_output=True, text=True)
+        assert out.returncode != 0 and "lane_study.py docs" in out.stderr, (bad, out.stderr)
+        assert open(bench, "rb").read() == before_bytes, bad
 print("lane_study.py docs: ok")
