@@ -133,8 +133,8 @@ def table(paths):
     print("\n".join(table_lines(paths)))
 
 
-def table_lines(paths):
-    arms, meta, identity = load(paths)
+def table_lines(paths, loaded=None):
+    arms, meta, identity = loaded or load(paths)
     cs = sorted({k[0] for k in arms})
     out = []
     out.append(f"Machine: {meta.get('machine')}; backend {meta.get('backend')}; config {meta.get('config')} "
@@ -245,8 +245,8 @@ def docs(argv):
         sys.exit(f"lane_study.py docs: {bench} needs exactly one line {BEGIN} and, after it, one line {END}, "
                  "around the lane table; add them where the table goes")
     eol = "\r\n" if lines[marks[0][0]].endswith("\r\n") else "\n"
-    table = table_lines(paths)
-    _, meta, _ = load(paths)
+    loaded = load(paths)
+    table, meta = table_lines(paths, loaded), loaded[1]
     targets = table[table.index("Targets (per concurrency and codec batching):") + 2:]
     names = " ".join(os.path.basename(p) for p in paths)
     block = [f"Written by `python3 examples/qwen3_tts/lane_study.py docs {names}` (study of {meta.get('date')}, "
@@ -316,9 +316,9 @@ def clocks(path):
         digits = "".join(ch for ch in name.split("/")[-1] if ch.isdigit())
         return int(digits) if digits else 0
 
-    docs = documents([path] if path.endswith((".tar", ".tar.gz", ".tgz")) else
-                     sorted((f"{path}/{n}" for n in os.listdir(path)
-                             if n.startswith("study_c") and n.endswith(".json")), key=by_c))
+    jsons = documents([path] if path.endswith((".tar", ".tar.gz", ".tgz")) else
+                      sorted((f"{path}/{n}" for n in os.listdir(path)
+                              if n.startswith("study_c") and n.endswith(".json")), key=by_c))
 
     def during(a):
         t0, t1 = a.get("started_unix_s"), a.get("ended_unix_s")
@@ -331,7 +331,7 @@ def clocks(path):
     print("| c | codec batching | lane | steady audio s/s per run | decode alone p50 ms per run | SM MHz per run | "
           "power W per run |")
     print("| ---: | --- | --- | --- | --- | --- | --- |")
-    for d in docs:
+    for d in jsons:
         by = defaultdict(list)
         for a in d["arms"]:
             by[(a["c"], a["codec_batching"], a["lane"])].append(a)

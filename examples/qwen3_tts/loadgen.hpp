@@ -53,8 +53,9 @@ struct load_options {
   // talker_prefill's batching across time (worker node_options::min_batch, max_wait): while the chain
   // has other work, a prefill step waits for this many rows or until its oldest row has waited
   // prefill_max_wait. A prefill step of a few rows costs about what one of one row costs (H200, c = 128,
-  // without the wait: 3.4-4.1 ms a step of 2-3 requests, 34-43 % of the GPU time; lane_study.py prefill).
-  // prefill_max_wait 0: no waiting.
+  // eager prefill without the wait: 3.4-4.1 ms a step of 2-3 requests, 34-43 % of the GPU time; with
+  // prefill graphs and the wait 1.6-2.4 ms, 12-21 %; lane_study.py prefill). prefill_max_wait 0: no
+  // waiting.
   std::uint32_t prefill_min_batch = 8;
   std::chrono::microseconds prefill_max_wait{8000};
   bool prefill_waits() const { return prefill_min_batch > 1 && prefill_max_wait.count() > 0; }
