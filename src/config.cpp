@@ -1341,6 +1341,22 @@ private:
                           res.key, line_note(rentry(r)), dep.key, line_note(dep_at));
       break;
     }
+    case rule::attention_positions: {
+      if (!has_res(r)) break;
+      const auto& res = d_.resources[r];
+      std::vector<std::string_view> positions;
+      for (const auto& other : d_.resources)
+        if (other.kind == resource_kind::positions) positions.push_back(other.key);
+      t.names = fmt::format("resource '{}' (attention), depends_on [{}]", res.key, fmt::join(res.depends_on, ", "));
+      t.at = rmarks(r) && !rmarks(r)->depends_on.empty() ? mark_at(rmarks(r)->depends_on, 0) : rentry(r);
+      t.fix = positions.empty()
+                  ? fmt::format("define a resource of kind positions and add its key to the depends_on of resource "
+                                "'{}'{}.",
+                                res.key, line_note(rentry(r)))
+                  : fmt::format("add '{}' to the depends_on of resource '{}'{}.", positions.front(), res.key,
+                                line_note(t.at));
+      break;
+    }
     default: side_lane(t); break;
     }
     return t;

@@ -256,6 +256,7 @@ struct model_rule_broken {
   static_assert(Rule != rule::self_dependency, MSTAR_SENTENCE_SELF_DEPENDENCY);
   static_assert(Rule != rule::dependency_cycle, MSTAR_SENTENCE_DEPENDENCY_CYCLE);
   static_assert(Rule != rule::preplan_dependency, MSTAR_SENTENCE_PREPLAN_DEPENDENCY);
+  static_assert(Rule != rule::attention_positions, MSTAR_SENTENCE_ATTENTION_POSITIONS);
   static_assert(Rule != rule::lane_kv_cache, MSTAR_SENTENCE_LANE_KV_CACHE);
   static_assert(Rule != rule::lane_attention, MSTAR_SENTENCE_LANE_ATTENTION);
   static_assert(Rule != rule::lane_positions, MSTAR_SENTENCE_LANE_POSITIONS);

@@ -61,6 +61,10 @@
   "a resource that pre-plans depends on a resource that does not pre-plan, so its staged plan could read "   \
   "state that is not staged. Way out: set preplan: false on the dependent resource, or let the dependency "  \
   "pre-plan."
+#define MSTAR_SENTENCE_ATTENTION_POSITIONS                                                                   \
+  "attention metadata reads the committed positions of its rows, so an attention resource must depend on a " \
+  "positions resource. Way out: add the positions resource's key to the attention resource's depends_on "    \
+  "(and define a resource of kind positions if the model has none)."
 
 // Side-lane admission: the refusal list. A node may take a side lane only if every resource it
 // declares is a recurrent pool that no other node declares and that keeps no KV-keyed snapshots.
@@ -131,6 +135,7 @@ enum class rule : std::uint8_t {
   self_dependency,
   dependency_cycle,
   preplan_dependency,
+  attention_positions,
   lane_kv_cache,
   lane_attention,
   lane_positions,
@@ -172,6 +177,7 @@ constexpr std::string_view id_of(rule r) {
   case rule::self_dependency: return "self_dependency";
   case rule::dependency_cycle: return "dependency_cycle";
   case rule::preplan_dependency: return "preplan_dependency";
+  case rule::attention_positions: return "attention_positions";
   case rule::lane_kv_cache: return "lane_kv_cache";
   case rule::lane_attention: return "lane_attention";
   case rule::lane_positions: return "lane_positions";
@@ -210,6 +216,7 @@ constexpr std::string_view sentence(rule r) {
   case rule::self_dependency: return MSTAR_SENTENCE_SELF_DEPENDENCY;
   case rule::dependency_cycle: return MSTAR_SENTENCE_DEPENDENCY_CYCLE;
   case rule::preplan_dependency: return MSTAR_SENTENCE_PREPLAN_DEPENDENCY;
+  case rule::attention_positions: return MSTAR_SENTENCE_ATTENTION_POSITIONS;
   case rule::lane_kv_cache: return MSTAR_SENTENCE_LANE_KV_CACHE;
   case rule::lane_attention: return MSTAR_SENTENCE_LANE_ATTENTION;
   case rule::lane_positions: return MSTAR_SENTENCE_LANE_POSITIONS;

@@ -202,7 +202,9 @@ constexpr void check_structure(const model_desc& m, report& r) {
 }
 
 // Dependency order: unknown keys, self-dependencies and cycles are refused; a resource that
-// pre-plans may depend only on resources that pre-plan. Fills r.order (dependencies first).
+// pre-plans may depend only on resources that pre-plan. Fills r.order (dependencies first). Once the
+// order stands, every attention resource must depend on a positions resource (the engine binds the
+// attention plan to the committed positions it reads).
 constexpr void check_dependencies(const model_desc& m, report& r) {
   const std::size_t n = m.resources.size();
   bool sound = true;
@@ -240,7 +242,16 @@ constexpr void check_dependencies(const model_desc& m, report& r) {
     }
     if (!progressed) break;
   }
-  if (r.order.size() == n) return;
+  if (r.order.size() == n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (m.resources[i].kind != resource_kind::attention) continue;
+      bool reads_positions = false;
+      for (auto key : m.resources[i].depends_on)
+        reads_positions = reads_positions || m.resources[resource_index(m, key)].kind == resource_kind::positions;
+      if (!reads_positions) r.add({.rule = rule::attention_positions, .resource = u8(i)});
+    }
+    return;
+  }
   // Report one resource that lies on a cycle: walk dependencies among the unordered ones until a
   // resource repeats.
   std::size_t at = 0;

@@ -119,6 +119,7 @@ std::vector<rule_case> rule_cases() {
       {rule::self_dependency, "[kv_cache, positions]", "[kv_cache, positions, attention]", true},
       {rule::dependency_cycle, "{kind: kv_cache,", "{kind: kv_cache, depends_on: [attention],", true},
       {rule::preplan_dependency, "{kind: positions}", "{kind: positions, preplan: false}", true},
+      {rule::attention_positions, "[kv_cache, positions]", "[kv_cache]", true},
       {rule::lane_kv_cache, "[codec_state]}", "[codec_state, kv_cache]}", true},
       {rule::lane_attention, "[codec_state]}", "[codec_state, attention]}", true},
       {rule::lane_positions, "[codec_state]}", "[codec_state, positions]}", true},

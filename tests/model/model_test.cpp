@@ -264,6 +264,7 @@ using SelfPositions = mstar::positions<"positions", mstar::depends_on<"positions
 using CycleKv       = mstar::kv_cache<"kv_cache", mstar::depends_on<"attention">>;
 using CycleAttn     = mstar::attention<"attention", mstar::depends_on<"kv_cache">>;
 using LatePositions = mstar::positions<"positions", mstar::no_preplan>;
+using BlindAttention = mstar::attention<"attention", mstar::depends_on<"kv_cache">>;
 template <class... Resources>
 using talker_declaring = mstar::group<"Talker", mstar::node<"talker_decode", mstar::declares<Resources...>, mstar::walk::chain>>;
 template <class TalkerGroup>
@@ -340,6 +341,10 @@ struct preplan_dependency
     : refusal<with_talker<talker_declaring<q::KvCache, q::Attention, LatePositions>>, rule::preplan_dependency> {
   static constexpr std::string_view node = "", resource = "attention";
 };
+struct attention_positions
+    : refusal<with_talker<talker_declaring<q::KvCache, BlindAttention, q::Positions>>, rule::attention_positions> {
+  static constexpr std::string_view node = "", resource = "attention";
+};
 
 #define MSTAR_REFUSALS                                                                                                 \
   kv_on_lane, attention_on_lane, positions_on_lane, sampler_on_lane, shared_pool_on_lane, kv_keyed_pool_on_lane,       \
@@ -347,7 +352,7 @@ struct preplan_dependency
       spans_on_lane, stop_checks_on_lane, second_side_node, second_side_group, duplicate_resource, duplicate_node,     \
       duplicate_group, duplicate_worker, node_twice_in_group, resource_twice_in_node, group_twice_in_worker,           \
       dependency_twice, one_slot, zero_dimension, no_layers, snapshots_on_kv, zero_tp, unknown_dependency,             \
-      self_dependency, dependency_cycle, preplan_dependency
+      self_dependency, dependency_cycle, preplan_dependency, attention_positions
 
 // Compile-time proof, per refusal, that the one change breaks exactly its rule.
 template <class... R>
@@ -468,13 +473,15 @@ TEST_CASE("resources come in dependency order: every resource after the resource
   using A = mstar::sampler<"a", mstar::depends_on<"b">>;
   using B = mstar::positions<"b", mstar::depends_on<"c", "d">>;
   using C = mstar::kv_cache<"c", mstar::depends_on<"d">>;
-  using D = mstar::attention<"d">;
-  using M = mstar::model<"m", mstar::worker<"gpu0", mstar::group<"G", mstar::node<"n", mstar::declares<A, B, C, D>>>>>;
+  using D = mstar::attention<"d", mstar::depends_on<"e">>;
+  using E = mstar::positions<"e">;
+  using M =
+      mstar::model<"m", mstar::worker<"gpu0", mstar::group<"G", mstar::node<"n", mstar::declares<A, B, C, D, E>>>>>;
   static_assert(M::verdict.ok());
   std::vector<std::string_view> order;
   for (auto i : M::verdict.order)
     order.push_back(M::descriptor.resources[i].key);
-  CHECK(order == std::vector<std::string_view>{"d", "c", "b", "a"});
+  CHECK(order == std::vector<std::string_view>{"e", "d", "c", "b", "a"});
 
   // The same property for the Qwen3-TTS model, whose attention depends on kv_cache and positions.
   const auto& desc = q::Model::descriptor;
@@ -616,6 +623,12 @@ std::vector<broken> broken_models() {
        [](M m) { m.resources[0].depends_on.push_back("attention"); }, "", "kv_cache", "", ""},
       {"positions do not pre-plan, under attention that does", rule::preplan_dependency,
        [](M m) { m.resources[2].preplans = false; }, "", "attention", "", ""},
+      {"attention depends on the KV cache only", rule::attention_positions,
+       [](M m) {
+         m.resources[1].depends_on.clear();
+         m.resources[1].depends_on.push_back("kv_cache");
+       },
+       "", "attention", "", ""},
       {"codec_chunk declares the KV cache", rule::lane_kv_cache,
        [](M m) { m.nodes[2].resources.push_back("kv_cache"); }, "codec_chunk", "kv_cache", "Codec", "gpu0"},
       {"codec_chunk declares attention", rule::lane_attention, [](M m) { m.nodes[2].resources.push_back("attention"); },
