@@ -15,6 +15,7 @@
 //   engine.remove_request(r, chain);                           // codec_state's slot is zeroed on `lane`
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -84,18 +85,23 @@ public:
   std::optional<request_ref> add_request(request_id id) { return requests_.add(id); }
   // Retires r (a step naming it from now on fails), waits for the steps in flight to settle, tears
   // every resource down (side keys on the lane's stream once registered, the rest on
-  // `stream`) and frees r's index. False when r was not live (already removed).
+  // `stream`) and frees r's index. False when r was not live (already removed). When a resource's
+  // teardown throws, the others are still torn down, the index is quarantined (never handed out
+  // again: that resource may still hold state under it, which a new request there would inherit;
+  // quarantined() counts them, and max_requests shrinks by one each) and the first error is rethrown.
   bool remove_request(request_ref r, stream_type stream) {
     if (!requests_.retire(r)) return false;
     try {
       runner_.remove_request(r, stream);
     } catch (...) {
-      requests_.release(r);
+      quarantined_.fetch_add(1, std::memory_order_relaxed);
       throw;
     }
     requests_.release(r);
     return true;
   }
+  // Request indices held back after a failed teardown (see remove_request).
+  std::uint32_t quarantined() const noexcept { return quarantined_.load(std::memory_order_relaxed); }
 
   // ---- side lanes ----
   template <class Node>
@@ -150,6 +156,7 @@ private:
   Backend* backend_;
   engine_options options_;
   request_table requests_;
+  std::atomic<std::uint32_t> quarantined_{0};
   resources_type resources_;
   runner_type runner_;
 };

@@ -450,7 +450,8 @@ public:
     }
   }
   // Tears request r down on every resource, dependents first; a side resource on its lane's stream
-  // once registered, everything else on `stream`. Retire r in the request table first.
+  // once registered, everything else on `stream`. Retire r in the request table first. Every
+  // resource is visited even when one throws; the first exception is rethrown after the last.
   void remove_request(request_ref r, stream_type stream) {
     settle();
     std::array<stream_type, resources_type::count> where{};
@@ -459,7 +460,15 @@ public:
       for (std::size_t i = 0; i < resources_type::count; ++i)
         where[i] = has_owner_[i] ? owner_[i] : stream;
     }
-    resources_->for_each_reverse([&](auto i, auto& res) { res.remove_request(r, where[decltype(i)::value]); });
+    std::exception_ptr first;
+    resources_->for_each_reverse([&](auto i, auto& res) {
+      try {
+        res.remove_request(r, where[decltype(i)::value]);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    });
+    if (first) std::rethrow_exception(first);
   }
 
   stage_type& stage() noexcept { return stage_; }

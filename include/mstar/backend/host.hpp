@@ -16,9 +16,12 @@
 //
 // Enqueueing takes a per-stream spin lock (several host threads may enqueue on one stream, as on
 // CUDA) and never allocates: tasks live in a fixed ring of `queue_capacity` slots, captures up to
-// 104 bytes inline; a full ring makes the producer wait. A task that throws marks its stream: the
-// next synchronize on that stream (or on an event recorded on it) rethrows the first such exception
-// and clears it. Priorities are recorded but do not change the host threads' scheduling.
+// 104 bytes inline; a full ring makes the producer wait. A task that throws marks its stream with
+// the first such exception, as a failed kernel marks a CUDA stream: query on an event recorded on
+// that stream after the task rethrows it (and keeps it, as cudaEventQuery keeps reporting a sticky
+// error); synchronize on such an event, or on the stream, rethrows it and clears it. An event
+// recorded before the failing task completes without it. Priorities are recorded but do not change
+// the host threads' scheduling.
 #pragma once
 
 #include <atomic>
@@ -80,7 +83,9 @@ struct host_stream_state {
   alignas(128) wake_word done;                         // host threads and other streams wait for executed
   alignas(128) std::atomic<bool> stop{false};
   std::mutex error_mutex;
-  std::exception_ptr error;
+  std::exception_ptr error;             // the first task that threw since the error was last taken
+  std::uint64_t error_task = 0;         // ... and its position in the stream (0-based)
+  std::atomic<bool> has_error{false};   // error is set (queries skip the mutex otherwise)
   std::thread thread;
 };
 
@@ -209,10 +214,21 @@ public:
           if (options_.check_ordering) checker_.join(st.index, clock);
         });
   }
+  // True once the work before the event's record ran; rethrows the exception of a task of that work
+  // that threw, as cudaEventQuery reports a failed kernel, and keeps it (synchronize clears it).
   bool query(host_event e) const {
     auto& ev = event(e);
-    std::lock_guard g(ev.lock);
-    return ev.stream == nullptr || ev.stream->executed.load(std::memory_order_acquire) >= ev.position;
+    detail::host_stream_state* from = nullptr;
+    std::uint64_t position = 0;
+    {
+      std::lock_guard g(ev.lock);
+      if (ev.stream == nullptr) return true;
+      if (ev.stream->executed.load(std::memory_order_acquire) < ev.position) return false;
+      from = ev.stream;
+      position = ev.position;
+    }
+    rethrow_before(*from, position, false);
+    return true;
   }
   void synchronize(host_event e) {
     auto& ev = event(e);
@@ -228,7 +244,7 @@ public:
     if (from == nullptr) return;
     wait_for(*from, position);
     if (options_.check_ordering) checker_.learn(clock);
-    rethrow(*from);
+    rethrow_before(*from, position, true);
   }
   void synchronize(host_stream s) {
     auto& st = stream(s);
@@ -356,7 +372,11 @@ private:
         t.run(t.storage);
       } catch (...) {
         std::lock_guard g(st.error_mutex);
-        if (!st.error) st.error = std::current_exception();
+        if (!st.error) {
+          st.error = std::current_exception();
+          st.error_task = head;
+          st.has_error.store(true, std::memory_order_release);
+        }
       }
       t.destroy(t.storage);
       ++head;
@@ -369,13 +389,18 @@ private:
     st.done.wait_until([&] { return st.executed.load(std::memory_order_acquire) >= position; },
                        options_.spin_before_sleep);
   }
-  static void rethrow(detail::host_stream_state& st) {
+  static void rethrow(detail::host_stream_state& st) { rethrow_before(st, ~std::uint64_t{0}, true); }
+  // Rethrows the stream's error when the task that raised it sits before `position`; `take` clears it.
+  static void rethrow_before(detail::host_stream_state& st, std::uint64_t position, bool take) {
+    if (!st.has_error.load(std::memory_order_acquire)) return;
     std::exception_ptr e;
     {
       std::lock_guard g(st.error_mutex);
-      e = std::exchange(st.error, nullptr);
+      if (!st.error || st.error_task >= position) return;
+      e = take ? std::exchange(st.error, nullptr) : st.error;
+      if (take) st.has_error.store(false, std::memory_order_relaxed);
     }
-    if (e) std::rethrow_exception(e);
+    std::rethrow_exception(e);
   }
   static void stop_stream(detail::host_stream_state& st) {
     st.stop.store(true, std::memory_order_release);

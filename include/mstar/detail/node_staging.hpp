@@ -66,7 +66,7 @@ public:
   entry& acquire(stream_type stream) {
     auto& e = entries_[cursor_.fetch_add(1, std::memory_order_relaxed) % entries_.size()];
     if (e.used) {
-      for (std::uint32_t spins = 0; !backend_->query(e.done); ++spins)
+      for (std::uint32_t spins = 0; !done(e.done); ++spins)
         if (spins < 64)
           spin_pause();
         else
@@ -79,6 +79,15 @@ public:
     return e;
   }
   plan_arena arena(entry& e) const { return plan_arena(e.host, e.device, capacity_); }
+  // Whether the entry's last use ran. An error of stream work before it (a failed step's kernel)
+  // belongs to that step's own event, where the worker reports it: here it only means "ran".
+  bool done(const event_type& e) const {
+    try {
+      return backend_->query(e);
+    } catch (...) {
+      return true;
+    }
+  }
   // One copy of the entry's first `bytes` to the device on `stream`, and its event.
   void submit(entry& e, std::size_t bytes, stream_type stream) {
     if (bytes != 0) backend_->copy_to_device(e.device, e.host, bytes, stream);
