@@ -139,6 +139,7 @@ struct arm_result {
   std::vector<planned_request> plan;
   // Measured requests only.
   std::uint64_t completed = 0, cancelled = 0, failed = 0;
+  std::string first_failure; // "request <id>: <reason>" of the first measured request that failed
   double wall_s = 0, audio_s = 0, audio_per_s = 0;
   // The steady-state window (see the top of the file); steady_s 0 when it is empty (too few requests
   // after the warmup: every request was submitted before the warmup ended).
@@ -306,7 +307,7 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
     } else if (r.how == mstar::request_end::cancelled) {
       ++out.cancelled;
     } else {
-      ++out.failed;
+      if (out.failed++ == 0) out.first_failure = "request " + std::to_string(id) + ": " + r.why;
     }
   }
   out.wall_s = measure_begin < 0 ? 0.0 : double(measure_end - measure_begin) * 1e-9;

@@ -36,6 +36,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,7 @@ struct tts_result {
     std::uint32_t frames = 0;     // its width
   };
   std::vector<chunk> chunk_log; // every audio chunk, in order (the load generator's steady-state window)
+  std::string why;              // a failed request's reason (the worker's end hook)
 };
 
 namespace detail {
@@ -260,7 +262,7 @@ public:
     return node == decode_node && r.decoded + 1 < r.in.frames;
   }
 
-  void end(request_state& s, mstar::request_id id, mstar::request_end how) {
+  void end(request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
     tts_result res;
     if (s.req) { // a request cancelled before it started has no data
       auto& r = *s.req;
@@ -271,6 +273,7 @@ public:
       s.req.reset();
     }
     res.how = how;
+    res.why = std::string(why);
     res.ended = mstar::metrics::now_ns();
     {
       std::lock_guard g(lock_);

@@ -294,8 +294,9 @@ struct request_timing {
 
 // Per-request latencies over many requests: first-output latency (submit to first output), the gaps
 // between consecutive outputs, and total time (submit to finish) of requests that completed.
-// Cancelled requests are counted, and their outputs and gaps still recorded, but not their total.
-// One writer at a time, like histogram.
+// Cancelled and failed requests are counted (apart), and their outputs and gaps still recorded, but
+// not their total. One writer at a time, like histogram.
+enum class request_outcome : std::uint8_t { completed, cancelled, failed };
 class request_recorder {
 public:
   static void on_submit(request_timing& r, nanos t = now_ns()) noexcept { r = request_timing{.submitted = t}; }
@@ -312,14 +313,20 @@ public:
     bump(outputs_);
   }
 
-  void on_finish(request_timing& r, bool completed, nanos t = now_ns()) noexcept {
+  void on_finish(request_timing& r, request_outcome how, nanos t = now_ns()) noexcept {
     r.finished = t;
-    if (completed) {
+    switch (how) {
+    case request_outcome::completed:
       total_.record(t - r.submitted);
       bump(completed_);
-    } else {
-      bump(cancelled_);
+      break;
+    case request_outcome::cancelled: bump(cancelled_); break;
+    case request_outcome::failed: bump(failed_); break;
     }
+  }
+  // completed, or else cancelled.
+  void on_finish(request_timing& r, bool completed, nanos t = now_ns()) noexcept {
+    on_finish(r, completed ? request_outcome::completed : request_outcome::cancelled, t);
   }
 
   void merge_from(const request_recorder& o) noexcept {
@@ -328,6 +335,7 @@ public:
     total_.merge_from(o.total_);
     bump(completed_, o.completed());
     bump(cancelled_, o.cancelled());
+    bump(failed_, o.failed());
     bump(outputs_, o.outputs());
   }
 
@@ -336,6 +344,7 @@ public:
   const histogram& total() const noexcept { return total_; }
   std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_relaxed); }
   std::uint64_t cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  std::uint64_t failed() const noexcept { return failed_.load(std::memory_order_relaxed); }
   std::uint64_t outputs() const noexcept { return outputs_.load(std::memory_order_relaxed); }
 
 private:
@@ -343,7 +352,7 @@ private:
     a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
   histogram first_output_, gap_, total_;
-  std::atomic<std::uint64_t> completed_{0}, cancelled_{0}, outputs_{0};
+  std::atomic<std::uint64_t> completed_{0}, cancelled_{0}, failed_{0}, outputs_{0};
 };
 
 // A span of time the GPU was busy (a kernel, a step from launch-side event to completion event).
@@ -377,6 +386,45 @@ inline nanos busy_time(std::span<const interval> intervals, nanos window_begin, 
   return busy;
 }
 
+// The busy time of a long run in bounded memory: intervals are kept up to `keep` at once; when full,
+// their union up to the last end among them (the cut) is added to a running total and they are
+// dropped, and later intervals count from the cut. Exact when intervals arrive in order of their
+// begin; steps landing out of order across two streams can lose the part of a late interval that
+// lies before the cut and that no folded interval covered. One writer.
+class busy_tracker {
+public:
+  explicit busy_tracker(std::size_t keep = std::size_t{1} << 16) { kept_.reserve(keep); }
+  void start(nanos t0) {
+    t0_ = cut_ = t0;
+    folded_ = 0;
+    kept_.clear();
+  }
+  void add(nanos begin, nanos end) {
+    begin = std::max(begin, cut_);
+    if (end <= begin || kept_.capacity() == 0) return;
+    if (kept_.size() == kept_.capacity()) {
+      nanos last = cut_;
+      for (const interval& i : kept_)
+        last = std::max(last, i.end);
+      folded_ += busy_time(kept_, cut_, last);
+      cut_ = last;
+      kept_.clear();
+      begin = std::max(begin, cut_);
+      if (end <= begin) return;
+    }
+    kept_.push_back({begin, end});
+  }
+  // Busy time from start() to `end`.
+  nanos busy(nanos end) const { return folded_ + busy_time(kept_, cut_, end); }
+  double fraction(nanos end) const { return end > t0_ ? double(busy(end)) / double(end - t0_) : 0.0; }
+  std::span<const interval> kept() const noexcept { return kept_; } // since the last fold
+  nanos started() const noexcept { return t0_; }
+
+private:
+  std::vector<interval> kept_;
+  nanos t0_ = 0, cut_ = 0, folded_ = 0;
+};
+
 // busy_time over the window's length; 0 for an empty window.
 inline double busy_fraction(std::span<const interval> intervals, nanos window_begin, nanos window_end) {
   if (window_end <= window_begin) return 0.0;
@@ -409,7 +457,7 @@ struct phase_row {
 };
 
 struct request_summary {
-  std::uint64_t completed = 0, cancelled = 0, outputs = 0;
+  std::uint64_t completed = 0, cancelled = 0, failed = 0, outputs = 0;
   distribution first_output, gap, total;
 };
 
@@ -430,6 +478,7 @@ inline summary summarize(std::span<const thread_recorder* const> threads, const 
   if (requests != nullptr)
     out.requests = {.completed = requests->completed(),
                     .cancelled = requests->cancelled(),
+                    .failed = requests->failed(),
                     .outputs = requests->outputs(),
                     .first_output = describe(requests->first_output()),
                     .gap = describe(requests->gaps()),
@@ -497,10 +546,10 @@ inline std::string format(const summary& s) {
   table("phase time per thread", s.per_thread);
   table("phase time per node, all threads", s.per_node);
   const request_summary& q = s.requests;
-  if (q.completed + q.cancelled > 0) {
-    detail::appendf(out, "requests: %llu completed, %llu cancelled, %llu outputs (ms)\n",
+  if (q.completed + q.cancelled + q.failed > 0) {
+    detail::appendf(out, "requests: %llu completed, %llu cancelled, %llu failed, %llu outputs (ms)\n",
                     static_cast<unsigned long long>(q.completed), static_cast<unsigned long long>(q.cancelled),
-                    static_cast<unsigned long long>(q.outputs));
+                    static_cast<unsigned long long>(q.failed), static_cast<unsigned long long>(q.outputs));
     auto line = [&](const char* name, const distribution& d) {
       detail::appendf(out, "  %-13s %10llu %10.3f %10.3f %10.3f %10.3f\n", name,
                       static_cast<unsigned long long>(d.count), double(d.p50) / 1e6, double(d.p95) / 1e6,

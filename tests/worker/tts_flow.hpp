@@ -25,6 +25,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace worker_test {
@@ -34,6 +35,7 @@ namespace worker_test {
 struct pool_hooks {
   static inline std::atomic<int> refuse_admits{0};
   static inline std::atomic<int> raise_admits{0};
+  static inline std::atomic<int> raise_removes{0}; // the next teardowns of the codec pool throw
   static inline std::atomic<bool> gate_closed{false};
   static inline std::atomic<int> admits_at_gate{0};
   static inline std::atomic<std::uint64_t> sequence{0};
@@ -43,6 +45,7 @@ struct pool_hooks {
   static void reset() {
     refuse_admits = 0;
     raise_admits = 0;
+    raise_removes = 0;
     gate_closed = false;
     admits_at_gate = 0;
     last_admit_exit = 0;
@@ -75,6 +78,8 @@ struct hooked_pool : mstar::recurrent_state_pool<Backend, float> {
       std::uint64_t expected = 0;
       pool_hooks::first_remove_after_gate.compare_exchange_strong(expected, ++pool_hooks::sequence);
     }
+    if (pool_hooks::raise_removes.load() > 0 && pool_hooks::raise_removes.fetch_sub(1) > 0)
+      throw std::runtime_error("injected raise in the codec pool's teardown");
     base::remove_request(r, st);
   }
 };
@@ -199,6 +204,7 @@ struct result {
   mstar::request_end how = mstar::request_end::failed;
   std::vector<std::uint8_t> audio;
   std::uint32_t windows = 0;
+  std::string why; // the end hook's reason (failed requests)
 };
 
 // The Qwen3-TTS-shaped flow: prefill, then one decode row per frame, and a codec window once the
@@ -258,10 +264,11 @@ struct tts_flow {
     return false;
   }
   bool finished(const request_state& s) const { return s.prefilled && s.coded == s.in.frames; }
-  void end(request_state& s, mstar::request_id id, mstar::request_end how) {
+  void end(request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
     std::lock_guard g(lock);
     auto& r = results[id];
     r.how = how;
+    r.why = std::string(why);
     r.audio = std::move(s.audio);
     r.windows = s.chunk;
     s.codes.clear();

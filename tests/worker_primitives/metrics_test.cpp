@@ -288,6 +288,76 @@ TEST_CASE("GPU busy time counts overlapping intervals once and clips them to the
   }
 }
 
+TEST_CASE("failed requests are counted apart from cancelled ones, and merge") {
+  mm::request_recorder rec;
+  mm::request_timing a, b, c;
+  rec.on_submit(a, 0);
+  rec.on_finish(a, mm::request_outcome::failed, 10);
+  rec.on_submit(b, 0);
+  rec.on_finish(b, mm::request_outcome::cancelled, 10);
+  rec.on_submit(c, 0);
+  rec.on_finish(c, mm::request_outcome::completed, 30);
+  CHECK(rec.failed() == 1);
+  CHECK(rec.cancelled() == 1);
+  CHECK(rec.completed() == 1);
+  CHECK(rec.total().count() == 1); // only completed requests have a total
+  mm::request_recorder other;
+  other.merge_from(rec);
+  const auto s = mm::summarize(std::span<const mm::thread_recorder* const>{}, &other);
+  CHECK(s.requests.failed == 1);
+  CHECK(s.requests.cancelled == 1);
+  CHECK(mm::format(s).find("1 completed, 1 cancelled, 1 failed") != std::string::npos);
+}
+
+// Steps landing in order of their end on two overlapping "streams", as the worker sees them: keeping 8
+// intervals at a time folds about 60 times, and the busy time matches the union of all of them.
+TEST_CASE("busy_tracker folds intervals in bounded memory and keeps the union of a whole run") {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> gap(0, 40), len(1, 80);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<mm::interval> all;
+    mm::nanos chain_at = 0, lane_at = 0;
+    for (int i = 0; i < 250; ++i) {
+      chain_at += gap(rng);
+      all.push_back({chain_at, chain_at + len(rng)});
+      chain_at = all.back().end;
+      if (i % 3 == 0) { // a lane step beside the chain
+        lane_at = std::max(lane_at, chain_at - 50) + gap(rng);
+        all.push_back({lane_at, lane_at + len(rng)});
+        lane_at = all.back().end;
+      }
+    }
+    std::stable_sort(all.begin(), all.end(), [](const mm::interval& x, const mm::interval& y) { return x.end < y.end; });
+    const mm::nanos end = all.back().end + 10;
+    mm::busy_tracker everything(all.size()), folding(8);
+    everything.start(0);
+    folding.start(0);
+    for (const auto& i : all) {
+      everything.add(i.begin, i.end);
+      folding.add(i.begin, i.end);
+    }
+    const auto exact = mm::busy_time(all, 0, end);
+    CHECK(everything.busy(end) == exact);
+    CHECK(folding.kept().size() <= 8);
+    // Exact up to the parts of late lane intervals that lie before a cut and that no folded interval
+    // covered: a small share of the run.
+    CHECK(folding.busy(end) <= exact);
+    CHECK(double(folding.busy(end)) >= 0.97 * double(exact));
+    CHECK(folding.fraction(end) == doctest::Approx(double(folding.busy(end)) / double(end)));
+  }
+  // In order of their begin (one stream), folding is exact.
+  mm::busy_tracker one(4);
+  one.start(100);
+  mm::nanos at = 100, want = 0;
+  for (int i = 0; i < 100; ++i) {
+    one.add(at, at + 7);
+    want += 7;
+    at += 10;
+  }
+  CHECK(one.busy(at) == want);
+  CHECK(one.fraction(at) == doctest::Approx(double(want) / double(at - 100)));
+}
+
 TEST_CASE("the report names every thread, node and phase with records, and the request and GPU lines") {
   mm::recorder_layout layout{.nodes = {"talker_decode", "codec_chunk"}, .user_phases = {"route"}};
   mm::thread_recorder gpu("GPU", layout), main_thread("main", layout);

@@ -15,7 +15,11 @@
 //                                    an output for the client (first-output latency and gaps count these)
 //   finished(state)                  main thread; true when nothing is left to run
 //   end(state, id, how)              main thread; the request's last hook: completed, cancelled or failed
-//                                    (its resources are torn down already)
+//                                    (its resources are torn down already). A flow may take a fourth
+//   end(state, id, how, why)         argument, a std::string_view: for a failed request, why it failed
+//                                    (the message of the forward, resource, stream task or flow hook
+//                                    that raised, or the stall breaker's); empty otherwise. The view
+//                                    lives until the hook returns.
 //   batch_key(node, payload)         GPU thread, const: rows of a node with different keys never share a
 //                                    step when the node batches per_key (one codec step per chunk width)
 //
@@ -46,6 +50,7 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include "mstar/detail/step_view.hpp"
@@ -69,9 +74,20 @@ concept worker_flow =
       { f.ready(s, node, r, p) } -> std::same_as<bool>;
       { f.landed(s, node, cp) } -> std::same_as<bool>;
       { cf.finished(cs) } -> std::same_as<bool>;
-      f.end(s, id, how);
+      requires requires { f.end(s, id, how); } || requires { f.end(s, id, how, std::string_view{}); };
       { cf.batch_key(node, cp) } -> std::convertible_to<std::uint32_t>;
     };
+
+namespace detail {
+// The flow's end hook, with the reason where it takes one.
+template <class F>
+void flow_end(F& f, typename F::request_state& s, request_id id, request_end how, std::string_view why) {
+  if constexpr (requires { f.end(s, id, how, why); })
+    f.end(s, id, how, why);
+  else
+    f.end(s, id, how);
+}
+} // namespace detail
 
 // The optional continues() hook: the flow says which rows will be followed by a row of the same node.
 template <class F>

@@ -155,7 +155,9 @@ struct worker_options {
   // Sizes preallocated at construction.
   std::uint32_t step_records = 8;            // steps between forming and their return to the main thread
   std::size_t trace_events = std::size_t{1} << 16; // per recording thread; 0: no trace
-  std::size_t busy_intervals = std::size_t{1} << 16; // stream intervals kept for the GPU busy fraction
+  // Stream intervals kept at once for the GPU busy fraction; when full they are folded into a running
+  // total (their union), so the fraction covers the whole run whatever its length.
+  std::size_t busy_intervals = std::size_t{1} << 16;
 
   // Whether stage_wait resolves to spinning, given the CPUs the process may use.
   bool spins_for_stage(std::size_t allowed_cpus) const noexcept {

@@ -187,7 +187,7 @@ public:
       records_[i].done = backend_->create_event();
       free_records_.push_back(i);
     }
-    busy_.reserve(options_.busy_intervals);
+    busy_ = metrics::busy_tracker(options_.busy_intervals);
     slot_of_.assign(max_requests_, 0);
     slot_stamp_.assign(max_requests_, 0);
     found_.resize(max_batch_);
@@ -246,6 +246,7 @@ public:
     if (started_) throw std::logic_error("mstar::threaded_worker::start: already started");
     check_forwards(std::make_index_sequence<node_count>{});
     t0_ = metrics::now_ns();
+    busy_.start(t0_);
     const auto& a = options_.affinity;
     plan_thread_ = std::thread([this, cpu = a.plan] {
       if (thread_begins(2, cpu)) plan_loop();
@@ -291,7 +292,7 @@ public:
   }
   void cancel(request_id id) {
     std::lock_guard g(inbox_lock_);
-    inbox_cancels_.push_back(id);
+    inbox_cancels_.push_back({inbox_submits_.size(), id});
     inbox_flag_.store(true, std::memory_order_release);
   }
   // Blocks until every submitted request has ended.
@@ -326,7 +327,7 @@ public:
     double busy = -1.0;
     if (stopped_) {
       const auto end = t1_;
-      busy = metrics::busy_fraction(std::span<const metrics::interval>(busy_.data(), busy_.size()), t0_, end);
+      busy = busy_.fraction(end);
     }
     return metrics::summarize({&main_rec_, &gpu_rec_, &plan_rec_}, &requests_rec_, busy);
   }
@@ -340,8 +341,9 @@ public:
   stream_type chain_stream() const noexcept { return chain_; }
   // The lane's stream, once the first side step on the lane created it (read after stop()).
   std::optional<stream_type> lane_stream() const { return lane_; }
-  // GPU-thread time stamps of steps landing; busy intervals (read after stop()).
-  std::span<const metrics::interval> busy_intervals() const { return busy_; }
+  // The steps' busy intervals (read after stop()): the last ones, up to worker_options::busy_intervals
+  // (earlier ones are folded into the busy fraction as the run goes).
+  std::span<const metrics::interval> busy_intervals() const { return busy_.kept(); }
 
   template <class Node>
   static constexpr std::uint8_t node_index = detail::named_index(Model::descriptor.nodes, Node::name);
@@ -401,6 +403,7 @@ private:
     std::array<bool, node_count> parked{};
     bool live = false, cancelled = false, failed = false;
     bool stepped = false; // a step of it landed: it holds what its admits gave it
+    std::string failure;  // why it failed (for the flow's end hook)
   };
   struct parked_row {
     std::uint32_t index = 0;
@@ -479,6 +482,7 @@ private:
     try {
       detail::backoff wait(options_.main_backoff);
       for (;;) {
+        if (abort_.load(std::memory_order_acquire)) break;
         bool did = false;
         routing_.store(true, std::memory_order_release);
         if (inbox_flag_.load(std::memory_order_acquire)) did |= take_inbox();
@@ -486,24 +490,90 @@ private:
         did |= admit_backlog();
         if (!did) did = break_stall();
         routing_.store(false, std::memory_order_release);
-        if (stopping_.load(std::memory_order_acquire) && live_ == 0 && backlog_.empty()) break;
+        // A submit that came after this pass looked at the inbox is taken (and ended) first.
+        if (stopping_.load(std::memory_order_acquire) && live_ == 0 && backlog_.empty() &&
+            !inbox_flag_.load(std::memory_order_acquire))
+          break;
         if (did)
           wait.reset();
         else
           wait.pause();
       }
     } catch (...) {
-      std::lock_guard g(inbox_lock_);
-      main_error_ = std::current_exception();
-      main_failed_ = true;
-      idle_cv_.notify_all();
+      fatal(std::current_exception());
     }
+    if (abort_.load(std::memory_order_acquire)) end_all_failed();
     gpu_stop_.store(true, std::memory_order_release);
   }
 
+  // An exception outside any one request's work (a backend call that failed outside a step, a flow
+  // hook outside a request, a worker bug) on any of the three threads: the worker stops. wait_idle()
+  // and stop() rethrow the first such error; every request still queued or live ends failed with it
+  // as the reason (its resources are not torn down: the engine's state is unknown).
+  void fatal(std::exception_ptr e) noexcept {
+    std::lock_guard g(inbox_lock_);
+    if (!main_error_) main_error_ = e;
+    main_failed_ = true;
+    abort_.store(true, std::memory_order_release);
+    idle_cv_.notify_all();
+  }
+  void end_all_failed() noexcept {
+    // The GPU thread launches nothing more; the work it launched may still read and write the live
+    // requests' buffers, so it runs out before their end hooks.
+    while (!gpu_exited_.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    for (auto stream : {std::optional<stream_type>(chain_), lane_})
+      if (stream) {
+        try {
+          backend_->synchronize(*stream);
+        } catch (...) {
+        }
+      }
+    std::string why = "the worker stopped on an error";
+    try {
+      std::lock_guard g(inbox_lock_);
+      if (main_error_) std::rethrow_exception(main_error_);
+    } catch (const std::exception& e) {
+      why += std::string(": ") + e.what();
+    } catch (...) {
+    }
+    const auto finish = [&](request_state& state, request_id id, metrics::request_timing& t) {
+      try {
+        requests_rec_.on_finish(t, metrics::request_outcome::failed);
+        detail::flow_end(*flow_, state, id, request_end::failed, why);
+      } catch (...) {
+      }
+      ended(id);
+    };
+    std::vector<submission> inbox;
+    {
+      std::lock_guard g(inbox_lock_);
+      inbox.swap(inbox_submits_);
+      inbox_cancels_.clear();
+    }
+    for (auto& sub : inbox)
+      backlog_.push_back(std::move(sub));
+    for (auto& sub : backlog_) {
+      try {
+        end_unstarted(sub, request_end::failed, why);
+      } catch (...) {
+      }
+    }
+    backlog_.clear();
+    for (auto& s : slots_)
+      if (s.live) {
+        s.live = false;
+        finish(s.state, s.id, s.timing);
+      }
+    by_id_.clear();
+    live_ = 0;
+  }
+
+  // Submits and cancels in the order the client made them: a cancel applies to the submissions made
+  // before it only (a cancel of an ended id followed by a submit reusing it leaves the new request).
   bool take_inbox() {
     std::vector<submission> subs;
-    std::vector<request_id> cancels;
+    std::vector<std::pair<std::size_t, request_id>> cancels;
     bool stopping;
     {
       std::lock_guard g(inbox_lock_);
@@ -512,10 +582,14 @@ private:
       cancels.swap(inbox_cancels_);
       stopping = stopping_.load(std::memory_order_relaxed);
     }
-    for (auto& s : subs)
-      backlog_.push_back(std::move(s));
-    for (auto id : cancels)
+    std::size_t next = 0;
+    for (const auto& [before, id] : cancels) {
+      for (; next < before; ++next)
+        backlog_.push_back(std::move(subs[next]));
       cancel_now(id);
+    }
+    for (; next < subs.size(); ++next)
+      backlog_.push_back(std::move(subs[next]));
     if (stopping) {
       while (!backlog_.empty())
         cancel_now(backlog_.front().id);
@@ -528,18 +602,33 @@ private:
     return true;
   }
 
+  // A request that never got an index ends: its end hook (on a fresh state) and its metrics.
+  void end_unstarted(const submission& sub, request_end how, std::string_view why) {
+    request_state s{};
+    metrics::request_timing t{};
+    metrics::request_recorder::on_submit(t, sub.at);
+    requests_rec_.on_finish(t, how == request_end::cancelled ? metrics::request_outcome::cancelled
+                                                             : metrics::request_outcome::failed);
+    detail::flow_end(*flow_, s, sub.id, how, why);
+    ended(sub.id);
+  }
+
+  // Marks a live request failed, keeping the first reason; settle() then tears it down.
+  void fail(std::uint32_t index, std::string why) {
+    auto& s = slots_[index];
+    if (!s.live || s.cancelled || s.failed) return;
+    s.failed = true;
+    s.failure = std::move(why);
+  }
+
   void cancel_now(request_id id) {
     for (auto it = backlog_.begin(); it != backlog_.end(); ++it)
       if (it->id == id) {
-        request_state s{};
         main_buf_->instant(t_main_, n_cancel_, metrics::now_ns());
-        flow_->end(s, id, request_end::cancelled);
-        metrics::request_timing t{};
-        metrics::request_recorder::on_submit(t, it->at);
-        requests_rec_.on_finish(t, false);
+        const auto sub = std::move(*it);
         backlog_.erase(it);
         counters_.cancel_backlog.fetch_add(1, std::memory_order_relaxed);
-        ended(id);
+        end_unstarted(sub, request_end::cancelled, {});
         return;
       }
     auto found = by_id_.find(id);
@@ -573,6 +662,18 @@ private:
     bool did = false;
     while (!backlog_.empty()) {
       auto ref = engine_->add_request(backlog_.front().id);
+      if (!ref && live_ == 0) {
+        // No live request will ever free an index: every free one was quarantined after a failed
+        // teardown (engine::remove_request). The request fails instead of waiting forever.
+        const auto sub = std::move(backlog_.front());
+        backlog_.pop_front();
+        end_unstarted(sub, request_end::failed,
+                      "no request index can be given: " + std::to_string(engine_->quarantined()) +
+                          " were quarantined after failed teardowns (see stderr) and none is live; rebuild the "
+                          "engine, or raise engine_options.max_requests");
+        did = true;
+        continue;
+      }
       if (!ref) break;
       auto sub = std::move(backlog_.front());
       backlog_.pop_front();
@@ -585,10 +686,17 @@ private:
       s.parked.fill(false);
       s.live = true;
       s.cancelled = s.failed = s.stepped = false;
+      s.failure.clear();
       metrics::request_recorder::on_submit(s.timing, sub.at);
       by_id_[sub.id] = ref->index;
       ++live_;
-      flow_->start(s.state, sub.id, sub.input);
+      try {
+        flow_->start(s.state, sub.id, sub.input);
+      } catch (const std::exception& e) {
+        fail(ref->index, std::string("the flow's start hook threw: ") + e.what());
+      } catch (...) {
+        fail(ref->index, "the flow's start hook threw a non-standard exception");
+      }
       settle(ref->index);
       did = true;
     }
@@ -609,15 +717,22 @@ private:
       auto& rec = records_[d.record];
       const auto now = metrics::now_ns();
       for (std::uint32_t i = 0; i < rec.count; ++i) {
-        auto& s = slots_[rec.rows[i].request.index];
+        const auto index = rec.rows[i].request.index;
+        auto& s = slots_[index];
         returned(rec.rows[i], rec.node);
         if (rec.status != record_status::ok) {
-          if (!s.cancelled) s.failed = true;
+          fail(index, std::string(Model::descriptor.nodes[rec.node].name) + " step failed: " + rec.error);
           continue;
         }
         if (s.cancelled || s.failed) continue;
         s.stepped = true;
-        if (flow_->landed(s.state, rec.node, rec.payloads[i])) requests_rec_.on_output(s.timing, now);
+        try {
+          if (flow_->landed(s.state, rec.node, rec.payloads[i])) requests_rec_.on_output(s.timing, now);
+        } catch (const std::exception& e) {
+          fail(index, std::string("the flow's landed hook threw: ") + e.what());
+        } catch (...) {
+          fail(index, "the flow's landed hook threw a non-standard exception");
+        }
       }
       for (std::uint32_t i = 0; i < rec.count; ++i)
         settle(rec.rows[i].request.index);
@@ -661,9 +776,21 @@ private:
       if (s.out_node[n] || s.parked[n]) continue;
       row r{};
       payload_type p{};
-      if (!flow_->ready(s.state, n, r, p)) continue;
-      r.request = s.ref;
-      if (reserve(n, r)) {
+      bool reserved = false;
+      try {
+        if (!flow_->ready(s.state, n, r, p)) continue;
+        r.request = s.ref;
+        reserved = reserve(n, r);
+      } catch (const std::exception& e) {
+        fail(index, row_error(n, e.what()));
+      } catch (...) {
+        fail(index, row_error(n, "a non-standard exception"));
+      }
+      if (s.failed) { // its ready hook or a resource refused it for good (beyond a per-request limit)
+        settle(index);
+        return;
+      }
+      if (reserved) {
         push_ready(index, n, r, p);
       } else {
         s.parked[n] = true;
@@ -672,6 +799,10 @@ private:
         main_buf_->instant(t_main_, n_park_, metrics::now_ns(), {n_rows_, 1});
       }
     }
+  }
+
+  static std::string row_error(std::uint8_t n, std::string_view what) {
+    return "readying its " + std::string(Model::descriptor.nodes[n].name) + " row failed: " + std::string(what);
   }
 
   void push_ready(std::uint32_t index, std::uint8_t n, const row& r, const payload_type& p) {
@@ -690,7 +821,9 @@ private:
   // cache the blocks the row's tokens need beyond those the request holds (both idempotent). False
   // when one is full: the row parks here while the chain keeps scheduling. A parked row keeps no KV
   // reservation (given back here), so rows parked on different resources never wait on each other's
-  // blocks; its pool slot, like any pool reservation, stays with the request until teardown.
+  // blocks; its pool slot, like any pool reservation, stays with the request until teardown. Throws
+  // what a resource throws for a row it can never take (a request past max_blocks_per_request): the
+  // callers fail that request alone.
   bool reserve(std::uint8_t n, const row& r) {
     auto timer = main_rec_.time(n, metrics::phase::admit);
     bool ok = true;
@@ -760,7 +893,9 @@ private:
                  "requests' full length (max_requests x the longest request's tokens) or admit fewer requests.\n",
                  static_cast<unsigned long long>(s.id), static_cast<unsigned>(live_), nodes.c_str());
     counters_.stall_failures.fetch_add(1, std::memory_order_relaxed);
-    s.failed = true;
+    fail(victim, "failed to break a stall: every live request waited for capacity (rows parked on " + nodes +
+                     ") with none in flight; size the KV cache for the live requests' full length or admit "
+                     "fewer requests");
     settle(victim); // unparks, then tears down (nothing of it is out)
     return true;
   }
@@ -786,6 +921,7 @@ private:
   // (break_stall) fail nearly every request in turn: each prefill took the victim's blocks, parked
   // on its first decode row and became the next victim.
   void retry_parked() {
+    std::vector<std::uint32_t> failed; // requests a resource refused for good: settled after the walk
     for (int pass = 0; pass < 2; ++pass)
       for (std::uint8_t n = 0; n < node_count; ++n) {
         auto& q = parked_[n];
@@ -799,7 +935,21 @@ private:
             ++it;
             continue;
           }
-          if (!reserve(n, it->r)) break;
+          bool reserved = false;
+          try {
+            reserved = reserve(n, it->r);
+          } catch (const std::exception& e) {
+            fail(it->index, row_error(n, e.what()));
+          } catch (...) {
+            fail(it->index, row_error(n, "a non-standard exception"));
+          }
+          if (s.failed) {
+            s.parked[n] = false;
+            failed.push_back(it->index);
+            it = q.erase(it);
+            continue;
+          }
+          if (!reserved) break;
           s.parked[n] = false;
           const auto entry = *it;
           it = q.erase(it);
@@ -807,6 +957,8 @@ private:
           push_ready(entry.index, n, entry.r, entry.payload);
         }
       }
+    for (const auto index : failed)
+      settle(index);
   }
 
   void teardown(std::uint32_t index, request_end how) {
@@ -824,8 +976,14 @@ private:
     main_buf_->complete(t_main_, n_teardown_, begin, end);
     counters_.teardowns.fetch_add(1, std::memory_order_relaxed);
     s.live = false;
-    requests_rec_.on_finish(s.timing, how == request_end::completed, end);
-    flow_->end(s.state, s.id, how);
+    requests_rec_.on_finish(s.timing,
+                            how == request_end::completed   ? metrics::request_outcome::completed
+                            : how == request_end::cancelled ? metrics::request_outcome::cancelled
+                                                            : metrics::request_outcome::failed,
+                            end);
+    const std::string why = how == request_end::failed ? std::move(s.failure) : std::string();
+    s.failure.clear();
+    detail::flow_end(*flow_, s.state, s.id, how, why);
     by_id_.erase(s.id);
     --live_;
     epoch_.fetch_add(1, std::memory_order_release);
@@ -844,9 +1002,19 @@ private:
   // GPU thread
   // =============================================================================================
   void gpu_loop() {
+    try {
+      gpu_passes();
+    } catch (...) {
+      fatal(std::current_exception());
+    }
+    plan_stop_.store(true, std::memory_order_release);
+    gpu_exited_.store(true, std::memory_order_release);
+  }
+  void gpu_passes() {
     detail::backoff wait(options_.gpu_backoff);
     std::uint64_t seen_epoch = epoch_.load(std::memory_order_acquire);
     for (;;) {
+      if (abort_.load(std::memory_order_acquire)) return;
       bool did = drain_ready();
       std::uint32_t back;
       while (recycle_ring_.try_pop(back))
@@ -882,7 +1050,6 @@ private:
     }
     // A stage no chain step came to take (every request ended): drop it, so no resource keeps it.
     if (stage_pending_) drop_stage();
-    plan_stop_.store(true, std::memory_order_release);
   }
 
   // Ready rows from the main thread into the per-node queues.
@@ -1519,7 +1686,17 @@ private:
     for (std::size_t i = 0; i < in_flight_.size();) {
       const auto rec_index = in_flight_[i];
       auto& rec = records_[rec_index];
-      if (!backend_->query(rec.done)) {
+      bool done = false;
+      try {
+        done = backend_->query(rec.done);
+      } catch (const std::exception& e) {
+        stream_failed(rec, e.what());
+        done = true;
+      } catch (...) {
+        stream_failed(rec, "a non-standard exception");
+        done = true;
+      }
+      if (!done) {
         ++i;
         continue;
       }
@@ -1535,6 +1712,19 @@ private:
     return did;
   }
 
+  // The step's stream work raised (a host-backend task threw; on CUDA, an asynchronous error, sticky
+  // there): the step fails with the message. The host backend keeps a task's error for later queries
+  // until it is synchronized, so it is taken here and reported once, for this step.
+  void stream_failed(step_record& rec, std::string_view what) {
+    try {
+      backend_->synchronize(rec.done);
+    } catch (...) {
+    }
+    if (rec.status == record_status::ok) counters_.failed_steps.fetch_add(1, std::memory_order_relaxed);
+    if (rec.status == record_status::ok || rec.error.empty()) rec.error = "its stream work raised: " + std::string(what);
+    rec.status = record_status::failed;
+  }
+
   void landed(step_record& rec, metrics::nanos now) {
     auto b = rec.device_begin.load(std::memory_order_relaxed);
     auto e = rec.device_end.load(std::memory_order_relaxed);
@@ -1542,7 +1732,7 @@ private:
       b = rec.launched;
       e = now;
     }
-    if (busy_.size() < busy_.capacity()) busy_.push_back({b, e});
+    busy_.add(b, e);
     gpu_buf_->complete(rec.on_lane ? t_lane_ : t_chain_, node_name_id_[rec.node], b, e, {n_rows_, rec.count});
     const double d = double(e - b);
     if (rec.side) {
@@ -1573,8 +1763,16 @@ private:
   // Plan thread
   // =============================================================================================
   void plan_loop() {
+    try {
+      plan_passes();
+    } catch (...) {
+      fatal(std::current_exception());
+    }
+  }
+  void plan_passes() {
     detail::backoff wait(options_.plan_backoff);
     for (;;) {
+      if (abort_.load(std::memory_order_acquire)) return;
       std::uint32_t rec_index;
       if (!to_plan_.try_pop(rec_index)) {
         if (plan_stop_.load(std::memory_order_acquire)) break;
@@ -1640,6 +1838,8 @@ private:
   detail::spsc_ring<plan_ack> from_plan_;               // plan -> GPU
   std::vector<step_record> records_;
   std::atomic<bool> gpu_stop_{false}, plan_stop_{false};
+  std::atomic<bool> abort_{false}; // a thread hit a fatal error (see fatal()): every loop stops
+  std::atomic<bool> gpu_exited_{false};
   bool spin_for_stage_ = false;          // worker_options::stage_wait, resolved at construction
   std::atomic<bool> chain_busy_{false}; // GPU -> plan: a chain step is in flight (a stage request may come)
   std::atomic<bool> routing_{false}; // the main thread is in a pass that may push ready rows
@@ -1678,7 +1878,7 @@ private:
   metrics::nanos last_chain_end_ = 0;
   metrics::nanos settle_since_ = 0;
   metrics::nanos gpu_busy_end_ = 0;  // GPU thread: when its last loop pass that did something ended
-  std::vector<metrics::interval> busy_;
+  metrics::busy_tracker busy_;
 
   typename forward_tuple<typename Model::nodes>::type forwards_;
   stream_type chain_{};
@@ -1699,7 +1899,7 @@ private:
   std::mutex inbox_lock_;
   std::condition_variable idle_cv_;
   std::vector<submission> inbox_submits_;
-  std::vector<request_id> inbox_cancels_;
+  std::vector<std::pair<std::size_t, request_id>> inbox_cancels_; // (submits queued before it, id)
   std::unordered_set<request_id> ids_;
   std::atomic<bool> inbox_flag_{false}, stopping_{false};
   std::uint64_t submitted_ = 0, ended_ = 0;
