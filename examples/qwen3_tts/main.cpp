@@ -41,6 +41,7 @@
 #include <vector>
 
 #include <mstar/backend/host.hpp>
+#include <mstar/compare.hpp>
 #include <mstar/config.hpp>
 
 #include "qwen3_tts/loadgen.hpp"
@@ -115,7 +116,7 @@ std::string hex64(std::uint64_t v) {
   return b;
 }
 
-double median(std::vector<double> v) {
+[[maybe_unused]] double median(std::vector<double> v) { // the CUDA figures only
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[(v.size() - 1) / 2];
@@ -249,7 +250,7 @@ private:
 };
 #endif
 
-std::uint32_t bucket_of(std::uint32_t rows, const std::vector<std::uint32_t>& buckets) {
+[[maybe_unused]] std::uint32_t bucket_of(std::uint32_t rows, const std::vector<std::uint32_t>& buckets) {
   return mstar::bucket_for(rows, buckets);
 }
 
@@ -334,6 +335,7 @@ void print_phases(const arm_result& r) {
               "state (all slots busy): %.1f s of audio in %.2f s\n",
               static_cast<unsigned long long>(r.completed), static_cast<unsigned long long>(r.cancelled),
               static_cast<unsigned long long>(r.failed), r.audio_s, r.wall_s, r.steady_audio_s, r.steady_s);
+  if (r.failed != 0) std::printf("  first failure: %s\n", r.first_failure.c_str());
 }
 
 // ---- JSON ----
@@ -733,6 +735,11 @@ int main(int argc, char** argv) {
     if (!st.side_lane)
       std::printf("note: %s runs codec_chunk on a chain (no side lane): every arm runs with the lane off\n",
                   cli.config.c_str());
+    // What the file sets beyond those two is not applied: the engine runs the compiled model.
+    for (const auto& d : mstar::differences(m.desc, qwen3_tts::Model::descriptor, "the config", "the compiled model"))
+      if (d.find("codec_state': slots") == std::string::npos && d.find("side_stream") == std::string::npos &&
+          d.find("model name") == std::string::npos)
+        std::printf("note: not applied (this program runs the compiled model's geometry): %s\n", d.c_str());
 
     // The backend and its sizes.
     const bool device = cuda_device_present();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <mstar/compare.hpp>
 #include <mstar/config.hpp>
 
 #include "qwen3_tts/model.hpp"
@@ -440,6 +441,36 @@ TEST_CASE("Config.a_drift_between_the_cpp_model_and_the_yaml_is_seen_by_the_comp
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   CHECK_FALSE(mstar::canonical(a.model().desc) == mstar::canonical(b.model().desc));
+  // differences() names the one change, and nothing for the same model written twice.
+  CHECK(mstar::differences(a.model().desc, a.model().desc).empty());
+  const auto d = mstar::differences(a.model().desc, b.model().desc, "base", "edited");
+  REQUIRE(d.size() == 1);
+  CHECK(d[0] == "resource 'codec_state': slots 9 in base, 10 in edited");
+}
+
+TEST_CASE("Config.differences_names_every_kind_of_change_and_ignores_order") {
+  const auto r = mstar::load_model(source_root + "/configs/qwen3tts.yaml");
+  REQUIRE_MESSAGE(r.ok(), all_messages(r));
+  CHECK(mstar::differences(r.model().desc, mstar::describe<qwen3_tts::Model>, "file", "model").empty());
+  auto m = mstar::describe<qwen3_tts::Model>;
+  std::reverse(m.nodes.begin(), m.nodes.end()); // order is not a difference
+  m.resources[0].blocks += 1;
+  m.nodes[0].walks.spans = !m.nodes[0].walks.spans;
+  m.groups[1].side_stream = !m.groups[1].side_stream;
+  m.workers[0].streams = 3;
+  m.resources.push_back(m.resources[2]);
+  m.resources.back().key = "extra";
+  const auto d = mstar::differences(r.model().desc, m, "file", "model");
+  std::string all;
+  for (const auto& s : d)
+    all += s + "\n";
+  INFO(all);
+  CHECK(d.size() == 5);
+  CHECK(all.find("resource 'kv_cache': blocks") != std::string::npos);
+  CHECK(all.find("resource 'extra' only in model") != std::string::npos);
+  CHECK(all.find(": walks") != std::string::npos);
+  CHECK(all.find(": side_stream") != std::string::npos);
+  CHECK(all.find("worker 'gpu0': streams 1 in file, 3 in model") != std::string::npos);
 }
 
 TEST_CASE("Config.a_loaded_model_keeps_its_names_valid_after_copies_and_moves") {
