@@ -16,6 +16,7 @@ Usage: run_consumers.py MODE --source-root DIR --meson MESON --cxx CXX... [--cma
 
 import argparse
 import concurrent.futures
+import json
 import os
 import re
 import shlex
@@ -101,6 +102,13 @@ def mode_subproject(args, tmp, env):
     # subproject too.
     run(args.meson + ["compile", "-C", build], env=env)
     check_output(os.path.join(build, "consumer"), env)
+    # A plain dependency('mstar') builds mstar's library only: none of its examples, kernels, tools,
+    # tests or benchmarks (a consumer's build must not pay for them).
+    targets = json.loads(run(args.meson + ["introspect", "--targets", build], env=env))
+    names = sorted(t["name"] for t in targets if t.get("subproject") == "mstar")
+    if names != ["mstar_config"]:
+        raise Failure(f"the mstar subproject builds {names}; expected only ['mstar_config']")
+    print("the mstar subproject builds its library only: " + ", ".join(names))
 
 
 def install(args, tmp, env):
@@ -222,6 +230,7 @@ def mode_cmake(args, tmp, env):
     os.makedirs(proj)
     shutil.copy(os.path.join(HERE, "cmake", "CMakeLists.txt"), proj)
     shutil.copy(os.path.join(HERE, "consumer.cpp"), proj)
+    shutil.copy(os.path.join(HERE, "consumer_config.cpp"), proj)
     build = os.path.join(tmp, "consumer-build")
     cmd = args.cmake + ["-S", proj, "-B", build, f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release"]
     # The C++ compiler this build uses (the last word of a launcher command such as `ccache c++`).
@@ -234,6 +243,12 @@ def mode_cmake(args, tmp, env):
         raise Failure(f"CMake found mstar at {m.group(1) if m else '(nowhere)'}, not under {prefix}\n{out}")
     run(args.cmake + ["--build", build, "--verbose"], env=env)
     check_output(os.path.join(build, "consumer"), env)
+    # The YAML loader through mstar::config (a static library linking yaml-cpp and fmt).
+    out = run([os.path.join(build, "consumer_config")], env=env)
+    want = "valid.yaml: valid\nrefused.yaml: refused, 1 error(s)\n"
+    if out != want:
+        raise Failure(f"consumer_config printed:\n{out}\nexpected:\n{want}")
+    print("consumer_config (mstar::config) printed:\n" + out)
 
 
 def main():
