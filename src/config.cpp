@@ -5,6 +5,8 @@
 #include "mstar/config.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -122,6 +124,16 @@ std::string suggestion(std::string_view written, const Range& candidates) {
       best = c;
     }
   }
+  // Names other frameworks use for the same fields, too far in spelling for the edit distance.
+  static constexpr std::pair<std::string_view, std::string_view> aliases[] = {
+      {"block_size", "block_tokens"}, {"page_size", "block_tokens"}, {"tokens_per_block", "block_tokens"},
+      {"num_blocks", "blocks"},       {"num_layers", "layers"},      {"num_slots", "slots"},
+      {"state_shape", "shape"},       {"dims", "shape"},             {"dependencies", "depends_on"},
+      {"type", "kind"},               {"side_lane", "side_stream"},  {"walk", "walks"}};
+  if (best.empty())
+    for (const auto& [alias, field] : aliases)
+      if (written == alias && std::find(std::begin(candidates), std::end(candidates), field) != std::end(candidates))
+        best = field;
   return best.empty() ? std::string() : fmt::format(" Did you mean '{}'?", best);
 }
 
@@ -405,8 +417,27 @@ public:
            "the config nests too deeply for the YAML parser. Way out: flatten it; see docs/config.md.");
       return finish();
     } catch (const YAML::ParserException& e) {
+      // A tab in a line's indentation is the usual cause, and the parser's message does not say so.
+      int tab_line = 0, line = 1;
+      bool leading = true;
+      for (const char c : text) {
+        if (c == '\n') {
+          ++line;
+          leading = true;
+        } else if (leading && c == '\t') {
+          tab_line = line;
+          break;
+        } else if (c != ' ') {
+          leading = false;
+        }
+      }
+      const std::string tab_note =
+          tab_line == 0 ? std::string()
+                        : fmt::format(" Line {} indents with a tab, which YAML does not allow: indent with spaces.",
+                                      tab_line);
       fail(mark_from(e.mark), load_rule::syntax,
-           fmt::format("the text is not valid YAML: {}. Way out: fix the YAML syntax at this position.", e.msg));
+           fmt::format("the text is not valid YAML: {}. Way out: fix the YAML syntax at this position.{}", e.msg,
+                       tab_note));
       return finish();
     } catch (const std::exception& e) {
       fail({}, load_rule::internal, fmt::format("the YAML parser failed: {}.", e.what()));

@@ -105,6 +105,25 @@ TEST_CASE("HostileYaml.a_config_cut_before_its_workers_names_the_missing_field")
   CHECK(e.message.find("Way out: add a workers: list") != std::string::npos);
 }
 
+TEST_CASE("HostileYaml.a_tab_in_the_indentation_is_named_as_the_cause_of_the_syntax_error") {
+  const auto& text = qwen3tts_text();
+  const auto e = expect_error(edit(text, "    block_tokens: 16", "\tblock_tokens: 16"), "syntax", "not valid YAML");
+  CHECK(e.message.find("indents with a tab") != std::string::npos);
+  // A syntax error without a tab says nothing about tabs.
+  const auto cut = text.find("[kv_cache, positions]") + 10;
+  const auto plain = expect_error(text.substr(0, cut), "syntax", "not valid YAML");
+  CHECK(plain.message.find("tab") == std::string::npos);
+}
+
+TEST_CASE("HostileYaml.other_frameworks_names_for_a_field_suggest_mstars") {
+  const auto& t = qwen3tts_text();
+  expect_error(edit(t, "block_tokens: 16", "block_size: 16"), "unknown_key", "Did you mean 'block_tokens'?");
+  expect_error(edit(t, "layers: 8", "num_layers: 8"), "unknown_key", "Did you mean 'layers'?");
+  // An alias is offered only where its field is allowed: a pool has no block_tokens.
+  const auto e = expect_error(edit(t, "layers: 8", "layers: 8\n    block_size: 4"), "unknown_key", "");
+  CHECK(e.message.find("Did you mean") == std::string::npos);
+}
+
 TEST_CASE("HostileYaml.a_config_cut_inside_a_flow_list_is_a_syntax_error_with_a_position") {
   const auto& text = qwen3tts_text();
   const auto cut = text.find("[kv_cache, positions]") + 10;

@@ -1450,7 +1450,8 @@ private:
                               std::to_string(o.min_batch);
     if (is_side(std::uint8_t(n)))
       throw std::invalid_argument(which + ", but the node is a side node; min_batch applies to chain nodes "
-                                          "(a side step's rows wait for audio): set it to 0");
+                                          "(a side step runs beside the chain as soon as it can, and its clients wait on its output): set "
+                                          "it to 0");
     if (o.min_batch > o.max_batch)
       throw std::invalid_argument(which + ", above the node's max_batch " + std::to_string(o.max_batch) +
                                   " (engine_options.max_batch when 0); lower min_batch or raise max_batch");
