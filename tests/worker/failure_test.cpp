@@ -46,15 +46,6 @@ struct gated_end_flow : tts_flow {
   }
 };
 
-// A flow whose batch_key (GPU thread, outside any step) throws once armed: a fatal error.
-struct throwing_key_flow : tts_flow {
-  mutable std::atomic<bool> armed{false};
-  std::uint32_t batch_key(std::uint8_t node, const tts_payload& p) const {
-    if (node == codec_node && armed.load()) throw std::runtime_error("injected batch_key failure");
-    return tts_flow::batch_key(node, p);
-  }
-};
-
 // The decode forward, with a task that throws for one request's first frame after the step's work.
 template <class W>
 void install_throwing_decode(W& w, mstar::host_backend& backend, std::uint64_t bad_seed) {

@@ -289,6 +289,16 @@ struct tts_flow_predicting : tts_flow {
 static_assert(!mstar::predicts_continuation<tts_flow>);
 static_assert(mstar::predicts_continuation<tts_flow_predicting>);
 
+// A flow whose batch_key (GPU thread, outside any step) throws once armed: a fatal error for the
+// worker (the codec must batch per_key for the hook to be read).
+struct throwing_key_flow : tts_flow {
+  mutable std::atomic<bool> armed{false};
+  std::uint32_t batch_key(std::uint8_t node, const tts_payload& p) const {
+    if (node == codec_node && armed.load()) throw std::runtime_error("injected batch_key failure");
+    return tts_flow::batch_key(node, p);
+  }
+};
+
 using Worker = mstar::threaded_worker<Model, mstar::host_backend, tts_flow>;
 using PredictingWorker = mstar::threaded_worker<Model, mstar::host_backend, tts_flow_predicting>;
 
@@ -307,6 +317,23 @@ inline void enqueue_decode(mstar::host_backend& backend, const Ctx& ctx) {
   });
 }
 
+// The codec step's work: each row's window from its slot's state (device copy of the slots:
+// stream-ordered, unlike the host staging).
+template <class Ctx>
+inline void enqueue_codec(mstar::host_backend& backend, const Ctx& ctx) {
+  const auto& plan = ctx.template plan<CodecState>();
+  const auto* pool = &ctx.template resource<CodecState>();
+  const std::int32_t* slots = plan.slots;
+  const std::uint32_t rows = plan.rows;
+  const tts_payload* p = ctx.payloads.data();
+  backend.enqueue(ctx.stream, [pool, slots, rows, p] {
+    for (std::uint32_t i = 0; i < rows; ++i) {
+      const auto slot = static_cast<std::uint32_t>(slots[i]);
+      codec_window(pool->state(0, slot), pool->state(1, slot), p[i].codes, p[i].first, p[i].width, p[i].audio);
+    }
+  });
+}
+
 // The forwards, as host work enqueued on the step's stream.
 template <class M = tts_model<512>, class W>
 inline void install_forwards(W& w, mstar::host_backend& backend) {
@@ -319,19 +346,7 @@ inline void install_forwards(W& w, mstar::host_backend& backend) {
     });
   });
   w.template forward<typename M::Decode>([&backend](const auto& ctx) { enqueue_decode(backend, ctx); });
-  w.template forward<typename M::Codec>([&backend](const auto& ctx) {
-    const auto& plan = ctx.template plan<CodecState>();
-    const auto* pool = &ctx.template resource<CodecState>();
-    const std::int32_t* slots = plan.slots; // the device copy: stream-ordered, unlike the host staging
-    const std::uint32_t rows = plan.rows;
-    const tts_payload* p = ctx.payloads.data();
-    backend.enqueue(ctx.stream, [pool, slots, rows, p] {
-      for (std::uint32_t i = 0; i < rows; ++i) {
-        const auto slot = static_cast<std::uint32_t>(slots[i]);
-        codec_window(pool->state(0, slot), pool->state(1, slot), p[i].codes, p[i].first, p[i].width, p[i].audio);
-      }
-    });
-  });
+  w.template forward<typename M::Codec>([&backend](const auto& ctx) { enqueue_codec(backend, ctx); });
 }
 
 // Every pool back to its full free count, and no request left in the table.

@@ -142,17 +142,7 @@ TEST_CASE("Worker.the codec batches one step per chunk width or one step for eve
           break;
         }
       steps.fetch_add(1);
-      const auto& plan = ctx.template plan<CodecState>();
-      const auto* pool = &ctx.template resource<CodecState>();
-      const std::int32_t* slots = plan.slots;
-      const std::uint32_t rows = plan.rows;
-      const tts_payload* p = ctx.payloads.data();
-      backend.enqueue(ctx.stream, [pool, slots, rows, p] {
-        for (std::uint32_t i = 0; i < rows; ++i) {
-          const auto slot = static_cast<std::uint32_t>(slots[i]);
-          codec_window(pool->state(0, slot), pool->state(1, slot), p[i].codes, p[i].first, p[i].width, p[i].audio);
-        }
-      });
+      enqueue_codec(backend, ctx);
     });
     const auto in = inputs(48, 11);
     s.worker.start();

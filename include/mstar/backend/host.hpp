@@ -17,11 +17,12 @@
 // Enqueueing takes a per-stream spin lock (several host threads may enqueue on one stream, as on
 // CUDA) and never allocates: tasks live in a fixed ring of `queue_capacity` slots, captures up to
 // 104 bytes inline; a full ring makes the producer wait. A task that throws marks its stream with
-// the first such exception, as a failed kernel marks a CUDA stream: query on an event recorded on
-// that stream after the task rethrows it (and keeps it, as cudaEventQuery keeps reporting a sticky
-// error); synchronize on such an event, or on the stream, rethrows it and clears it. An event
-// recorded before the failing task completes without it. Priorities are recorded but do not change
-// the host threads' scheduling.
+// its exception, as a failed kernel marks a CUDA stream: query on an event recorded on that stream
+// after the task rethrows it (and keeps it, as cudaEventQuery keeps reporting a sticky error);
+// synchronize on such an event rethrows it and clears the errors of the tasks before the event (a
+// later task's error stays, for the events after it), synchronize on the stream clears them all. An
+// event recorded before a failing task completes without its error. Priorities are recorded but do
+// not change the host threads' scheduling.
 #pragma once
 
 #include <atomic>
@@ -83,9 +84,12 @@ struct host_stream_state {
   alignas(128) wake_word done;                         // host threads and other streams wait for executed
   alignas(128) std::atomic<bool> stop{false};
   std::mutex error_mutex;
-  std::exception_ptr error;             // the first task that threw since the error was last taken
-  std::uint64_t error_task = 0;         // ... and its position in the stream (0-based)
-  std::atomic<bool> has_error{false};   // error is set (queries skip the mutex otherwise)
+  // Tasks that threw and whose exception was not taken yet, with their positions in the stream
+  // (0-based), oldest first; up to max_kept_errors (a stream whose errors nobody takes keeps the
+  // first ones).
+  std::vector<std::pair<std::uint64_t, std::exception_ptr>> errors;
+  std::atomic<bool> has_error{false}; // errors is not empty (queries skip the mutex otherwise)
+  static constexpr std::size_t max_kept_errors = 1024;
   std::thread thread;
 };
 
@@ -372,11 +376,9 @@ private:
         t.run(t.storage);
       } catch (...) {
         std::lock_guard g(st.error_mutex);
-        if (!st.error) {
-          st.error = std::current_exception();
-          st.error_task = head;
-          st.has_error.store(true, std::memory_order_release);
-        }
+        if (st.errors.size() < detail::host_stream_state::max_kept_errors)
+          st.errors.emplace_back(head, std::current_exception());
+        st.has_error.store(true, std::memory_order_release);
       }
       t.destroy(t.storage);
       ++head;
@@ -390,15 +392,22 @@ private:
                        options_.spin_before_sleep);
   }
   static void rethrow(detail::host_stream_state& st) { rethrow_before(st, ~std::uint64_t{0}, true); }
-  // Rethrows the stream's error when the task that raised it sits before `position`; `take` clears it.
+  // Rethrows the oldest error of a task before `position`; `take` clears every error before it
+  // (the errors of later tasks stay, for the events recorded after them).
   static void rethrow_before(detail::host_stream_state& st, std::uint64_t position, bool take) {
     if (!st.has_error.load(std::memory_order_acquire)) return;
     std::exception_ptr e;
     {
       std::lock_guard g(st.error_mutex);
-      if (!st.error || st.error_task >= position) return;
-      e = take ? std::exchange(st.error, nullptr) : st.error;
-      if (take) st.has_error.store(false, std::memory_order_relaxed);
+      if (st.errors.empty() || st.errors.front().first >= position) return;
+      e = st.errors.front().second;
+      if (take) {
+        std::size_t n = 0;
+        while (n < st.errors.size() && st.errors[n].first < position)
+          ++n;
+        st.errors.erase(st.errors.begin(), st.errors.begin() + static_cast<std::ptrdiff_t>(n));
+        st.has_error.store(!st.errors.empty(), std::memory_order_relaxed);
+      }
     }
     std::rethrow_exception(e);
   }

@@ -284,6 +284,17 @@ public:
     std::lock_guard g(inbox_lock_);
     if (stopping_.load(std::memory_order_relaxed))
       throw std::logic_error("mstar::threaded_worker::submit: the worker is stopping");
+    if (main_failed_) {
+      std::string why = "an error";
+      try {
+        if (main_error_) std::rethrow_exception(main_error_);
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
+      throw std::runtime_error("mstar::threaded_worker::submit: the worker stopped on " + why +
+                               "; stop() it and start a new one");
+    }
     if (!ids_.insert(id).second) return false;
     inbox_submits_.push_back({id, std::move(input), metrics::now_ns()});
     ++submitted_;
@@ -583,10 +594,16 @@ private:
       stopping = stopping_.load(std::memory_order_relaxed);
     }
     std::size_t next = 0;
-    for (const auto& [before, id] : cancels) {
-      for (; next < before; ++next)
+    try {
+      for (const auto& [before, id] : cancels) {
+        for (; next < before; ++next)
+          backlog_.push_back(std::move(subs[next]));
+        cancel_now(id);
+      }
+    } catch (...) { // a fatal error in a cancel: the later submissions still reach the backlog, and end
+      for (; next < subs.size(); ++next)
         backlog_.push_back(std::move(subs[next]));
-      cancel_now(id);
+      throw;
     }
     for (; next < subs.size(); ++next)
       backlog_.push_back(std::move(subs[next]));
@@ -638,6 +655,10 @@ private:
     }
     auto& s = slots_[found->second];
     if (s.cancelled) return;
+    if (s.failed) { // it fails already (its rows come back first): it ends failed, with its reason
+      counters_.cancel_ended.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     {
       bool parked = false, side = false;
       for (std::uint8_t n = 0; n < node_count; ++n) {
@@ -768,7 +789,19 @@ private:
     bool parked = false;
     for (bool p : s.parked)
       parked |= p;
-    if (s.outstanding == 0 && !parked && flow_->finished(s.state)) {
+    bool finished = false;
+    try {
+      finished = s.outstanding == 0 && !parked && flow_->finished(s.state);
+    } catch (const std::exception& e) {
+      fail(index, std::string("the flow's finished hook threw: ") + e.what());
+    } catch (...) {
+      fail(index, "the flow's finished hook threw a non-standard exception");
+    }
+    if (s.failed) {
+      settle(index);
+      return;
+    }
+    if (finished) {
       teardown(index, request_end::completed);
       return;
     }
@@ -798,7 +831,9 @@ private:
         counters_.parked.fetch_add(1, std::memory_order_relaxed);
         main_buf_->instant(t_main_, n_park_, metrics::now_ns(), {n_rows_, 1});
       }
+      if (s.failed) break; // push_ready's continues hook threw
     }
+    if (s.failed) settle(index);
   }
 
   static std::string row_error(std::uint8_t n, std::string_view what) {
@@ -809,7 +844,15 @@ private:
     auto& s = slots_[index];
     bool continues = true;
     if constexpr (predicts_continuation<Flow>) {
-      if (!is_side(n)) continues = static_cast<bool>(flow_->continues(s.state, n, p));
+      // A throw fails the request; the row still goes out (and is dropped by the GPU thread once the
+      // request's settle() sets its cancel word), so the bookkeeping stays the same on every path.
+      try {
+        if (!is_side(n)) continues = static_cast<bool>(flow_->continues(s.state, n, p));
+      } catch (const std::exception& e) {
+        fail(index, std::string("the flow's continues hook threw: ") + e.what());
+      } catch (...) {
+        fail(index, "the flow's continues hook threw a non-standard exception");
+      }
     }
     s.out_node[n] = true;
     ++s.outstanding;
@@ -955,6 +998,7 @@ private:
           it = q.erase(it);
           counters_.unparked.fetch_add(1, std::memory_order_relaxed);
           push_ready(entry.index, n, entry.r, entry.payload);
+          if (s.failed) failed.push_back(entry.index); // its continues hook threw
         }
       }
     for (const auto index : failed)
@@ -1599,30 +1643,42 @@ private:
         gpu_rec_.record(n, stage_drop_phase(), t2 - t0);
       }
     }
-    stamp(rec.device_begin, stream);
+    // From here to the commit the step is open in the runner (a teardown waits for it to settle): a
+    // backend call that throws in between (a fatal error) abandons it on the way out.
+    bool open = true;
+    metrics::nanos t3 = 0;
     try {
-      const context_type<Node> ctx(engine_->resources(), stream, engine_type::runner_type::view(step),
-                                   std::span<const payload_type>(rec.payloads.data(), rec.count), *backend_);
-      std::get<node_index<Node>>(forwards_)(ctx);
-    } catch (const std::exception& e) {
-      runner.abandon(step);
-      rec.status = record_status::failed;
-      rec.error = e.what();
-    } catch (...) {
-      runner.abandon(step);
-      rec.status = record_status::failed;
-      rec.error = "a non-standard exception";
-    }
-    stamp(rec.device_end, stream);
-    backend_->record(rec.done, stream);
-    const auto t3 = metrics::now_ns();
-    gpu_rec_.record(n, metrics::phase::launch, t3 - t2);
-    if (rec.status == record_status::ok) {
-      auto c = runner.commit(step);
-      if (!c) {
+      stamp(rec.device_begin, stream);
+      try {
+        const context_type<Node> ctx(engine_->resources(), stream, engine_type::runner_type::view(step),
+                                     std::span<const payload_type>(rec.payloads.data(), rec.count), *backend_);
+        std::get<node_index<Node>>(forwards_)(ctx);
+      } catch (const std::exception& e) {
+        open = false;
+        runner.abandon(step);
         rec.status = record_status::failed;
-        rec.error = c.message();
+        rec.error = e.what();
+      } catch (...) {
+        open = false;
+        runner.abandon(step);
+        rec.status = record_status::failed;
+        rec.error = "a non-standard exception";
       }
+      stamp(rec.device_end, stream);
+      backend_->record(rec.done, stream);
+      t3 = metrics::now_ns();
+      gpu_rec_.record(n, metrics::phase::launch, t3 - t2);
+      if (rec.status == record_status::ok) {
+        open = false;
+        auto c = runner.commit(step);
+        if (!c) {
+          rec.status = record_status::failed;
+          rec.error = c.message();
+        }
+      }
+    } catch (...) {
+      if (open) runner.abandon(step);
+      throw;
     }
     const auto t4 = metrics::now_ns();
     gpu_rec_.record(n, metrics::phase::commit, t4 - t3);

@@ -1,0 +1,398 @@
+// More of the worker when things go wrong (from a second review, each failing on c8eb9a8): errors of
+// two failing steps on one stream, a fatal error between admit and commit (stop() must return: the
+// case exits the process with code 3 after 3 s otherwise), submits after a fatal error, a failed
+// request cancelled, a fatal error inside the inbox. failure_test.cpp has the first set.
+#include <doctest/doctest.h>
+
+#include "worker/tts_flow.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+
+using namespace worker_test;
+
+namespace {
+
+template <class Flow>
+using worker_of = mstar::threaded_worker<Model, mstar::host_backend, Flow>;
+
+} // namespace
+
+// The host backend kept one error per stream: a second task that threw while the first task's error
+// was still held was dropped, so the event recorded after the second task reported nothing once the
+// first error was taken by synchronize on the first event.
+TEST_CASE("Failures.host backend: a second failing task's error survives synchronize on the first one's event") {
+  mstar::host_backend backend;
+  auto s = backend.create_stream();
+  auto ea = backend.create_event(), eb = backend.create_event();
+  backend.enqueue(s, [] { throw std::runtime_error("task A failed"); });
+  backend.record(ea, s);
+  backend.enqueue(s, [] { throw std::runtime_error("task B failed"); });
+  backend.record(eb, s);
+  while (true) {
+    try {
+      if (backend.query(eb)) break;
+    } catch (...) {
+      break;
+    }
+  }
+  CHECK_THROWS_WITH_AS((void)backend.query(ea), "task A failed", std::runtime_error);
+  CHECK_THROWS_WITH_AS(backend.synchronize(ea), "task A failed", std::runtime_error);
+  // Task B threw before eb was recorded: eb must report it.
+  bool b_reported = false;
+  try {
+    (void)backend.query(eb);
+  } catch (const std::exception& e) {
+    b_reported = std::string(e.what()) == "task B failed";
+  }
+  CHECK(b_reported);
+  backend.destroy_event(ea);
+  backend.destroy_event(eb);
+}
+
+// The same at the worker: lane off (side steps on the chain stream), two steps in flight on it, the
+// stream work of both raising (a kernel fault that leaves the outputs unwritten). The second step's
+// requests must fail; when its error was dropped, those not also in the first step ended "completed"
+// with bytes no task wrote.
+namespace {
+struct two_fault_run {
+  bool useful = false; // step two held a request that step one did not
+  int wrong = 0;       // requests of step two (only) that did not end failed
+  std::string detail;
+};
+two_fault_run run_two_faults() {
+  pool_hooks::reset();
+  mstar::host_backend backend;
+  Engine engine(backend, options(16));
+  tts_flow flow;
+  mstar::worker_options o;
+  o.lane = mstar::lane_mode::off;
+  Worker w(engine, flow, std::move(o));
+  install_forwards(w, backend);
+  std::atomic<bool> armed{false};
+  std::atomic<int> faulted{0}; // failing steps launched (0, 1, 2)
+  std::atomic<int> decodes{0};
+  std::atomic<bool> second_in{false}, two_ran{false};
+  std::mutex seeds_lock;
+  std::set<std::uint64_t> second_seeds, first_seeds;
+  // A faulting forward enqueues a throwing task instead of its work. The first (a codec step of one
+  // row) then holds its stream until the second (the next decode step) enqueued its fault behind it;
+  // the second holds the GPU thread until the stream ran it: both ran before step one is polled.
+  auto fault = [&](const auto& ctx, bool codec) -> bool {
+    if (!armed.load()) return false;
+    const int k = faulted.load();
+    if (k >= 2 || (k == 0) != codec) return false;
+    if (k == 0 && ctx.payloads.size() != 1) return false;
+    faulted.store(k + 1);
+    {
+      std::lock_guard g(seeds_lock);
+      for (const auto& p : ctx.payloads)
+        (k == 0 ? first_seeds : second_seeds).insert(p.seed);
+    }
+    backend.enqueue(ctx.stream, [k] { throw std::runtime_error(k == 0 ? "fault one" : "fault two"); });
+    if (k == 0) {
+      backend.enqueue(ctx.stream, [&second_in] {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (!second_in.load() && std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+      });
+    } else {
+      backend.enqueue(ctx.stream, [&two_ran] { two_ran = true; });
+      second_in = true;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!two_ran.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    }
+    return true;
+  };
+  w.forward<Decode>([&](const auto& ctx) {
+    ++decodes;
+    if (!fault(ctx, false)) enqueue_decode(backend, ctx);
+  });
+  w.forward<Codec>([&](const auto& ctx) {
+    if (!fault(ctx, true)) enqueue_codec(backend, ctx);
+  });
+  auto input = [](mstar::request_id id) { return tts_input{id + 1, 4, id == 0 ? 400u : 40u}; };
+  w.start();
+  REQUIRE(w.submit(0, input(0))); // ahead of the others: its codec windows come at other times
+  while (decodes.load() < 20)
+    std::this_thread::yield();
+  for (mstar::request_id i = 1; i < 4; ++i)
+    REQUIRE(w.submit(i, input(i)));
+  while (decodes.load() < 24)
+    std::this_thread::yield();
+  armed = true;
+  w.wait_idle();
+  w.stop();
+  two_fault_run out;
+  if (faulted.load() < 2 || !two_ran.load()) return out;
+  std::lock_guard g(flow.lock);
+  std::lock_guard g2(seeds_lock);
+  for (const auto& [id, r] : flow.results) {
+    const auto in = input(id);
+    if (!second_seeds.count(in.seed) || first_seeds.count(in.seed)) continue;
+    out.useful = true;
+    if (r.how != mstar::request_end::failed) {
+      ++out.wrong;
+      out.detail += "request " + std::to_string(id) + " (in step two only) ended " +
+                    (r.how == mstar::request_end::completed ? "completed" : "cancelled") + ", audio " +
+                    (r.audio == reference_audio(in) ? "right" : "WRONG (never written)") + "; ";
+    }
+  }
+  return out;
+}
+} // namespace
+
+TEST_CASE("Failures.two failing steps in flight on one stream: both steps' requests fail") {
+  int useful = 0, wrong = 0;
+  std::string detail;
+  for (int attempt = 0; attempt < 20 && useful < 3; ++attempt) {
+    const auto r = run_two_faults();
+    useful += r.useful;
+    wrong += r.wrong;
+    detail += r.detail;
+  }
+  INFO(useful << " useful runs; " << detail);
+  REQUIRE(useful > 0);
+  CHECK(wrong == 0);
+}
+
+// Docs: a fatal error ends "every request still live or queued" failed. A submit made after the
+// worker stopped on its error was accepted (true) and never ended; it is refused (throws) now.
+TEST_CASE("Failures.a submit after a fatal error is refused or ended, never lost") {
+  pool_hooks::reset();
+  mstar::host_backend backend;
+  Engine engine(backend, options(4));
+  throwing_key_flow flow;
+  mstar::worker_options o;
+  o.nodes.resize(3);
+  o.nodes[codec_node].batch = mstar::batching::per_key;
+  worker_of<throwing_key_flow> w(engine, flow, std::move(o));
+  install_forwards(w, backend);
+  w.start();
+  flow.armed = true;
+  REQUIRE(w.submit(1, tts_input{1, 4, 3}));
+  CHECK_THROWS(w.wait_idle()); // returns once fatal() ran; the main thread then ends what it holds
+  for (;;) {                   // end_all_failed has ended request 1: the main thread is done
+    {
+      std::lock_guard g(flow.lock);
+      if (flow.results.count(1)) break;
+    }
+    std::this_thread::yield();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  bool accepted = false, threw = false;
+  try {
+    accepted = w.submit(2, tts_input{2, 4, 3});
+  } catch (...) {
+    threw = true;
+  }
+  CHECK_THROWS(w.stop());
+  std::lock_guard g(flow.lock);
+  INFO("submit after the fatal error: accepted " << accepted << ", threw " << threw);
+  if (accepted) CHECK(flow.results.count(2) == 1); // accepted, so it must get its end hook
+}
+
+namespace {
+
+// A host backend whose worker-side enqueue (the device time stamp after the forward) throws once armed:
+// a backend call failing outside any step's catch on the GPU thread, between admit and commit (on CUDA,
+// cudaEventRecord after an asynchronous fault does the same).
+struct flaky_backend : mstar::host_backend {
+  std::atomic<bool> arm{false}, threw{false};
+  template <class F>
+  void enqueue(mstar::host_stream s, F&& f) {
+    if (arm.exchange(false)) {
+      threw = true;
+      throw std::runtime_error("injected backend failure on the GPU thread");
+    }
+    mstar::host_backend::enqueue(s, std::forward<F>(f));
+  }
+};
+
+using FlakyEngine = mstar::engine<Model, flaky_backend>;
+
+struct throwing_start_flow : tts_flow {
+  std::atomic<bool> gate{false}, in_gate{false};
+  flaky_backend* backend = nullptr;
+  void start(request_state& s, mstar::request_id id, const tts_input& in) {
+    tts_flow::start(s, id, in);
+    if (id != 100) return;
+    in_gate = true;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!backend->threw.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20)); // the GPU thread's fatal() is in
+    throw std::runtime_error("start hook of request 100 fails"); // that request fails: teardown
+  }
+};
+
+} // namespace
+
+// The GPU thread dies between a step's admit and its commit: the runner's flight window stays open.
+// The main thread, still in its pass, tears a request down (here one whose start hook threw):
+// engine::remove_request -> step_runner::settle() waited for that window forever and stop() never
+// returned; the worker now abandons the open step on the way out.
+TEST_CASE("Failures.a fatal error on the GPU thread between admit and commit does not hang stop()") {
+  pool_hooks::reset();
+  flaky_backend backend;
+  FlakyEngine engine(backend, options(4));
+  throwing_start_flow flow;
+  flow.backend = &backend;
+  mstar::threaded_worker<Model, flaky_backend, throwing_start_flow> w(engine, flow, {});
+  install_forwards(w, backend);
+  std::atomic<bool> want{false}, waiting{false};
+  w.forward<Decode>([&](const auto& ctx) {
+    if (want.exchange(false)) {
+      waiting = true;
+      while (!flow.in_gate.load()) // the main thread is inside request 100's start hook
+        std::this_thread::yield();
+      backend.arm = true; // the worker's next enqueue (its time stamp after this forward) throws
+    }
+    enqueue_decode(backend, ctx);
+  });
+  w.start();
+  want = true; // request 1's first decode forward waits for request 100's start hook
+  REQUIRE(w.submit(1, tts_input{1, 4, 20}));
+  while (!waiting.load())
+    std::this_thread::yield();
+  REQUIRE(w.submit(100, tts_input{2, 4, 3}));
+  try {
+    w.wait_idle();
+  } catch (const std::exception& e) {
+    MESSAGE("wait_idle: " << e.what());
+  }
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    try {
+      w.stop();
+    } catch (const std::exception& e) {
+      MESSAGE("stop: " << e.what());
+    }
+    stopped = true;
+  });
+  for (int i = 0; i < 300 && !stopped.load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!stopped.load()) {
+    std::fprintf(stderr, "HANG: stop() has not returned after 3 s (main thread stuck in step_runner::settle)\n");
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  stopper.join();
+  CHECK(backend.threw.load());
+}
+
+namespace {
+// Tells when request 2's prefill landed (the main thread routed every step that landed before it).
+struct prefill_spy_flow : tts_flow {
+  std::atomic<bool> z_prefilled{false};
+  bool landed(request_state& s, std::uint8_t node, const tts_payload& p) {
+    if (node == prefill_node && s.in.seed == 2) z_prefilled = true;
+    return tts_flow::landed(s, node, p);
+  }
+};
+} // namespace
+
+// A request that failed (its decode step raised) while another row of it was still out (a codec step
+// on the lane) is cancelled before that row lands: it ended "cancelled", its reason dropped and the
+// metrics counting it cancelled (cancel_now did not look at s.failed; stop() did the same to every
+// failed request still waiting for a row). It ends failed now.
+TEST_CASE("Failures.a failed request cancelled while a row is out still ends failed, with its reason") {
+  pool_hooks::reset();
+  mstar::host_backend backend;
+  Engine engine(backend, options(4));
+  prefill_spy_flow flow;
+  worker_of<prefill_spy_flow> w(engine, flow, {});
+  install_forwards(w, backend);
+  std::atomic<bool> gate{true}, codec_held{false}, decode_threw{false};
+  w.forward<Codec>([&](const auto& ctx) {
+    backend.enqueue(ctx.stream, [&gate, &codec_held] { // holds the lane: request 1's codec row stays out
+      codec_held = true;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (gate.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    });
+    enqueue_codec(backend, ctx);
+  });
+  w.forward<Decode>([&](const auto& ctx) {
+    if (codec_held.load() && !decode_threw.exchange(true)) throw std::runtime_error("decode raised");
+    enqueue_decode(backend, ctx);
+  });
+  w.start();
+  REQUIRE(w.submit(1, tts_input{1, 4, 20}));
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!decode_threw.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  REQUIRE(decode_threw.load());
+  // Request 2's prefill runs on the chain after the failed decode step: once it landed, request 1 is
+  // failed (its failed step was routed) and waits for its codec row.
+  REQUIRE(w.submit(2, tts_input{2, 4, 2}));
+  until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!flow.z_prefilled.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  REQUIRE(flow.z_prefilled.load());
+  REQUIRE(gate.load()); // request 1's codec row is still out
+  w.cancel(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  gate = false;
+  w.wait_idle();
+  w.stop();
+  std::lock_guard g(flow.lock);
+  REQUIRE(flow.results.count(1) == 1);
+  INFO("how " << int(flow.results.at(1).how) << ", why '" << flow.results.at(1).why << "'");
+  CHECK(flow.results.at(1).how == mstar::request_end::failed);
+  CHECK(flow.results.at(1).why.find("decode raised") != std::string::npos);
+  CHECK(w.request_metrics().failed() == 1);
+}
+
+namespace {
+// The main thread is held in request 100's start hook; request 5's end hook throws (a fatal error,
+// outside the per-request hooks the docs list).
+struct throwing_end_flow : tts_flow {
+  std::atomic<bool> gate{false}, in_gate{false};
+  void start(request_state& s, mstar::request_id id, const tts_input& in) {
+    if (id == 100) {
+      in_gate = true;
+      while (gate.load())
+        std::this_thread::yield();
+    }
+    tts_flow::start(s, id, in);
+  }
+  void end(request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
+    tts_flow::end(s, id, how, why);
+    if (id == 5) throw std::runtime_error("end hook of request 5 throws");
+  }
+};
+} // namespace
+
+// take_inbox moves the batch's submissions into a local vector and applies cancels in order; when a
+// cancel's end hook threw, the submissions after it in that batch were neither in the inbox nor in the
+// backlog, so end_all_failed never ended them (request 6 got no end hook).
+TEST_CASE("Failures.a fatal error inside take_inbox loses the batch's later submissions") {
+  pool_hooks::reset();
+  mstar::host_backend backend;
+  Engine engine(backend, options(4));
+  throwing_end_flow flow;
+  worker_of<throwing_end_flow> w(engine, flow, {});
+  install_forwards(w, backend);
+  w.start();
+  flow.gate = true;
+  REQUIRE(w.submit(100, tts_input{1, 4, 2}));
+  while (!flow.in_gate.load())
+    std::this_thread::yield();
+  REQUIRE(w.submit(5, tts_input{5, 4, 2}));
+  w.cancel(5); // ends 5 from the backlog: its end hook throws
+  REQUIRE(w.submit(6, tts_input{6, 4, 2}));
+  flow.gate = false;
+  CHECK_THROWS(w.wait_idle());
+  CHECK_THROWS(w.stop());
+  std::lock_guard g(flow.lock);
+  CHECK(flow.results.count(100) == 1);
+  CHECK(flow.results.count(5) == 1);
+  CHECK(flow.results.count(6) == 1); // queued when the worker stopped: must end failed
+}
