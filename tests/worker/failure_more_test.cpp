@@ -307,12 +307,14 @@ TEST_CASE("Failures.a failed request cancelled while a row is out still ends fai
   mstar::host_backend backend;
   Engine engine(backend, options(4));
   prefill_spy_flow flow;
-  worker_of<prefill_spy_flow> w(engine, flow, {});
+  mstar::worker_options o;
+  o.lane = mstar::lane_mode::on; // the held codec step blocks the lane, never the chain
+  worker_of<prefill_spy_flow> w(engine, flow, std::move(o));
   install_forwards(w, backend);
-  std::atomic<bool> gate{true}, codec_held{false}, decode_threw{false};
+  std::atomic<bool> gate{true}, codec_launched{false}, decode_threw{false};
   w.forward<Codec>([&](const auto& ctx) {
-    backend.enqueue(ctx.stream, [&gate, &codec_held] { // holds the lane: request 1's codec row stays out
-      codec_held = true;
+    codec_launched = true; // on the GPU thread, before any later decode step's forward
+    backend.enqueue(ctx.stream, [&gate] { // holds the lane: request 1's codec row stays out
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       while (gate.load() && std::chrono::steady_clock::now() < until)
         std::this_thread::yield();
@@ -320,7 +322,7 @@ TEST_CASE("Failures.a failed request cancelled while a row is out still ends fai
     enqueue_codec(backend, ctx);
   });
   w.forward<Decode>([&](const auto& ctx) {
-    if (codec_held.load() && !decode_threw.exchange(true)) throw std::runtime_error("decode raised");
+    if (codec_launched.load() && !decode_threw.exchange(true)) throw std::runtime_error("decode raised");
     enqueue_decode(backend, ctx);
   });
   w.start();
