@@ -49,9 +49,9 @@
 
 namespace qwen3_tts {
 
-inline constexpr std::uint8_t prefill_node = mstar::detail::named_index(Model::descriptor.nodes, "talker_prefill");
-inline constexpr std::uint8_t decode_node = mstar::detail::named_index(Model::descriptor.nodes, "talker_decode");
-inline constexpr std::uint8_t codec_node = mstar::detail::named_index(Model::descriptor.nodes, "codec_chunk");
+inline constexpr std::uint8_t prefill_node = Model::node_index<TalkerPrefill>;
+inline constexpr std::uint8_t decode_node = Model::node_index<TalkerDecode>;
+inline constexpr std::uint8_t codec_node = Model::node_index<CodecChunk>;
 
 // What a client submits.
 struct tts_request {

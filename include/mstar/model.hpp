@@ -319,6 +319,16 @@ public:
   static_assert(detail::enforce_all<built, built_, verdict>(std::make_index_sequence<max_findings>{}));
   static_assert(!verdict.truncated, "mstar: the model breaks more rules than a report holds; fix the first ones.");
 
+  // Node's index in the model's node order (descriptor.nodes: workers in order, each worker's groups
+  // in order, each group's nodes in order): the `node` a flow's hooks receive and the index of
+  // worker_options::nodes.
+  template <class Node>
+  static constexpr std::uint8_t node_index = [] {
+    constexpr auto i = detail::named_index(descriptor.nodes, Node::name);
+    static_assert(i != no_index, "mstar::model::node_index: the node is not part of this model");
+    return i;
+  }();
+
   // Where Node runs (chain or side lane) and, on a side lane, the keys the lane owns.
   template <class Node>
   static constexpr const node_lane& lane_of() {

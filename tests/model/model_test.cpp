@@ -468,6 +468,15 @@ TEST_CASE(
 // ---------------------------------------------------------------------------------------------
 // Dependency order and canonical equality.
 
+TEST_CASE("node_index numbers the nodes in the model's node order: workers, their groups, their nodes") {
+  static_assert(q::Model::node_index<q::TalkerPrefill> == 0);
+  static_assert(q::Model::node_index<q::TalkerDecode> == 1);
+  static_assert(q::Model::node_index<q::CodecChunk> == 2);
+  for (const auto* name : {"talker_prefill", "talker_decode", "codec_chunk"})
+    CHECK(q::Model::descriptor.nodes[mstar::detail::named_index(q::Model::descriptor.nodes, name)].name == name);
+  CHECK(q::Model::descriptor.nodes[q::Model::node_index<q::CodecChunk>].name == "codec_chunk");
+}
+
 TEST_CASE("resources come in dependency order: every resource after the resources it depends on") {
   // Declared in the reverse of dependency order, so a validator that kept declaration order fails.
   using A = mstar::sampler<"a", mstar::depends_on<"b">>;

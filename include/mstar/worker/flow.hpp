@@ -2,7 +2,8 @@
 // supplies), and what a forward function sees of a step.
 //
 // A flow is a plain object with three types and six hooks. The worker owns one request_state per live
-// request (reset to request_state{} when the request starts) and calls the hooks in this order:
+// request (reset to request_state{} when the request starts) and calls the hooks in this order (a
+// hook's `node` is the node's index in the model's node order, Model::node_index<Node>):
 //
 //   start(state, id, input)          main thread; the request got a place in the engine
 //   ready(state, node, row, payload) main thread; called for each node the request has no row queued or
