@@ -1,7 +1,8 @@
 // More of the worker when things go wrong (from a second review, each failing on c8eb9a8): errors of
 // two failing steps on one stream, a fatal error between admit and commit (stop() must return: the
 // case exits the process with code 3 after 3 s otherwise), submits after a fatal error, a failed
-// request cancelled, a fatal error inside the inbox. failure_test.cpp has the first set.
+// request cancelled, a fatal error inside the inbox; from a third review, more than 1024 pending
+// stream errors and throwing finished/continues hooks. failure_test.cpp has the first set.
 #include <doctest/doctest.h>
 
 #include "worker/tts_flow.hpp"
@@ -397,4 +398,72 @@ TEST_CASE("Failures.a fatal error inside take_inbox loses the batch's later subm
   CHECK(flow.results.count(100) == 1);
   CHECK(flow.results.count(5) == 1);
   CHECK(flow.results.count(6) == 1); // queued when the worker stopped: must end failed
+}
+
+// The host backend keeps up to max_kept_errors (1024) untaken errors per stream. It dropped the newest
+// past the cap: a step whose forward enqueued >= 1024 failing tasks hid the error of the next step on
+// the same stream (lane off: a side step behind a chain step), which then reported nothing once the
+// first step's event was synchronized. Now the newest replaces the last kept.
+TEST_CASE("Failures.host backend: a later step's error survives when an earlier step left >= 1024 errors") {
+  mstar::host_backend backend;
+  auto s = backend.create_stream();
+  auto ea = backend.create_event(), eb = backend.create_event();
+  for (int i = 0; i < 1024; ++i)
+    backend.enqueue(s, [] { throw std::runtime_error("step A kernel failed"); });
+  backend.record(ea, s);
+  backend.enqueue(s, [] { throw std::runtime_error("step B failed"); });
+  backend.record(eb, s);
+  for (;;) {
+    try {
+      if (backend.query(eb)) break;
+    } catch (...) {
+      break;
+    }
+  }
+  CHECK_THROWS_WITH_AS(backend.synchronize(ea), "step A kernel failed", std::runtime_error);
+  bool b_reported = false;
+  try {
+    (void)backend.query(eb);
+  } catch (const std::exception& e) {
+    b_reported = std::string(e.what()) == "step B failed";
+  }
+  CHECK(b_reported);
+  backend.destroy_event(ea);
+  backend.destroy_event(eb);
+}
+
+namespace {
+struct throwing_hooks_flow : tts_flow_predicting {
+  bool finished(const tts_flow::request_state& s) const {
+    if (s.in.seed == 2 && tts_flow::finished(s)) throw std::runtime_error("finished boom");
+    return tts_flow::finished(s);
+  }
+  bool continues(const tts_flow::request_state& s, std::uint8_t node, const tts_payload& p) const {
+    if (s.in.seed == 3) throw std::runtime_error("continues boom");
+    return tts_flow_predicting::continues(s, node, p);
+  }
+};
+} // namespace
+
+// A throwing finished or continues hook fails that request alone, with the reason, and the others run.
+TEST_CASE("Failures.throwing finished/continues hooks fail only their request") {
+  pool_hooks::reset();
+  mstar::host_backend backend;
+  Engine engine(backend, options(4));
+  throwing_hooks_flow flow;
+  mstar::threaded_worker<Model, mstar::host_backend, throwing_hooks_flow> w(engine, flow, {});
+  install_forwards(w, backend);
+  w.start();
+  for (mstar::request_id i = 1; i <= 3; ++i)
+    REQUIRE(w.submit(i, tts_input{i, 4, 8}));
+  w.wait_idle();
+  w.stop();
+  std::lock_guard g(flow.lock);
+  REQUIRE(flow.results.size() == 3);
+  CHECK(flow.results.at(1).how == mstar::request_end::completed);
+  CHECK(flow.results.at(2).how == mstar::request_end::failed);
+  CHECK(flow.results.at(2).why.find("finished boom") != std::string::npos);
+  CHECK(flow.results.at(3).how == mstar::request_end::failed);
+  CHECK(flow.results.at(3).why.find("continues boom") != std::string::npos);
+  CHECK(pools_full(engine));
 }

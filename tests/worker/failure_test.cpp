@@ -277,8 +277,6 @@ TEST_CASE("a submit right before stop() always gets its end() hook") {
   CHECK(lost == 0);
 }
 
-// Keeping 16 intervals folds them into the running total 30 times and more: the fraction must match
-// the one computed from every interval.
 // Keeping 16 intervals, a run of some hundred steps folds them many times. Before the fold, the
 // fraction was the union of the 16 kept intervals over the run; now it covers every step, so it is
 // several times what the kept intervals alone give (the fold's exactness: busy_tracker's test).

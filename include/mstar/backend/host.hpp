@@ -85,8 +85,9 @@ struct host_stream_state {
   alignas(128) std::atomic<bool> stop{false};
   std::mutex error_mutex;
   // Tasks that threw and whose exception was not taken yet, with their positions in the stream
-  // (0-based), oldest first; up to max_kept_errors (a stream whose errors nobody takes keeps the
-  // first ones).
+  // (0-based), oldest first; up to max_kept_errors (reserved at creation, so the stream thread never
+  // allocates for them): when full, the newest replaces the last kept, so the oldest error is still
+  // reported first and an event after the newest failing task still reports one.
   std::vector<std::pair<std::uint64_t, std::exception_ptr>> errors;
   std::atomic<bool> has_error{false}; // errors is not empty (queries skip the mutex otherwise)
   static constexpr std::size_t max_kept_errors = 1024;
@@ -147,6 +148,7 @@ public:
     st->priority = priority;
     st->mask = options_.queue_capacity - 1;
     st->ring = std::make_unique<detail::host_task[]>(options_.queue_capacity);
+    st->errors.reserve(detail::host_stream_state::max_kept_errors);
     auto* raw = st.get();
     raw->thread = std::thread([raw, spin = options_.spin_before_sleep] { run_stream(*raw, spin); });
     streams_.push_back(std::move(st));
@@ -378,6 +380,8 @@ private:
         std::lock_guard g(st.error_mutex);
         if (st.errors.size() < detail::host_stream_state::max_kept_errors)
           st.errors.emplace_back(head, std::current_exception());
+        else
+          st.errors.back() = {head, std::current_exception()};
         st.has_error.store(true, std::memory_order_release);
       }
       t.destroy(t.storage);

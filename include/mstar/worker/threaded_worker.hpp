@@ -1669,8 +1669,8 @@ private:
       t3 = metrics::now_ns();
       gpu_rec_.record(n, metrics::phase::launch, t3 - t2);
       if (rec.status == record_status::ok) {
+        auto c = runner.commit(step); // closes the step (abandon after it does nothing)
         open = false;
-        auto c = runner.commit(step);
         if (!c) {
           rec.status = record_status::failed;
           rec.error = c.message();
