@@ -735,11 +735,17 @@ int main(int argc, char** argv) {
     if (!st.side_lane)
       std::printf("note: %s runs codec_chunk on a chain (no side lane): every arm runs with the lane off\n",
                   cli.config.c_str());
-    // What the file sets beyond those two is not applied: the engine runs the compiled model.
-    for (const auto& d : mstar::differences(m.desc, qwen3_tts::Model::descriptor, "the config", "the compiled model"))
-      if (d.find("codec_state': slots") == std::string::npos && d.find("side_stream") == std::string::npos &&
-          d.find("model name") == std::string::npos)
-        std::printf("note: not applied (this program runs the compiled model's geometry): %s\n", d.c_str());
+    // What the file sets beyond those two (and its name) is not applied: the engine runs the compiled
+    // model. The applied fields are copied onto the compiled side, so only the rest differs.
+    auto compiled = qwen3_tts::Model::descriptor;
+    compiled.name = m.desc.name;
+    for (auto& r : compiled.resources)
+      if (r.key == "codec_state") r.slots = slots;
+    for (auto& g : compiled.groups)
+      for (const auto& f : m.desc.groups)
+        if (f.name == g.name) g.side_stream = f.side_stream;
+    for (const auto& d : mstar::differences(m.desc, compiled, "the config", "the compiled model"))
+      std::printf("note: not applied (this program runs the compiled model's geometry): %s\n", d.c_str());
 
     // The backend and its sizes.
     const bool device = cuda_device_present();

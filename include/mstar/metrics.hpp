@@ -386,43 +386,48 @@ inline nanos busy_time(std::span<const interval> intervals, nanos window_begin, 
   return busy;
 }
 
-// The busy time of a long run in bounded memory: intervals are kept up to `keep` at once; when full,
-// their union up to the last end among them (the cut) is added to a running total and they are
-// dropped, and later intervals count from the cut. Exact when intervals arrive in order of their
-// begin; steps landing out of order across two streams can lose the part of a late interval that
-// lies before the cut and that no folded interval covered. One writer.
+// The busy time of a run of any length, in O(1) time and memory per interval (the GPU thread adds
+// one per landed step): the union is kept as the closed runs' total plus one open run. An interval
+// that overlaps the open run, or starts before it and reaches it, extends it; one after it closes it
+// and opens a new one; one wholly before it (a step of the other stream landing late) is added as it
+// is. Exact when intervals arrive in order of their begin; a late interval is clipped at the end of
+// the closed runs, and two late intervals that overlap each other count their overlap twice. The last
+// `keep` intervals are also kept, as they were given, for inspection (kept()). One writer.
 class busy_tracker {
 public:
   explicit busy_tracker(std::size_t keep = std::size_t{1} << 16) { kept_.reserve(keep); }
   void start(nanos t0) {
-    t0_ = cut_ = t0;
+    t0_ = floor_ = run_begin_ = run_end_ = t0;
     folded_ = 0;
     kept_.clear();
   }
   void add(nanos begin, nanos end) {
-    begin = std::max(begin, cut_);
-    if (end <= begin || kept_.capacity() == 0) return;
-    if (kept_.size() == kept_.capacity()) {
-      nanos last = cut_;
-      for (const interval& i : kept_)
-        last = std::max(last, i.end);
-      folded_ += busy_time(kept_, cut_, last);
-      cut_ = last;
-      kept_.clear();
-      begin = std::max(begin, cut_);
-      if (end <= begin) return;
+    if (kept_.capacity() != 0) {
+      if (kept_.size() == kept_.capacity()) kept_.clear(); // never reallocates
+      kept_.push_back({begin, end});
     }
-    kept_.push_back({begin, end});
+    begin = std::max(begin, floor_);
+    if (end <= begin) return;
+    if (begin > run_end_) {
+      folded_ += run_end_ - run_begin_;
+      floor_ = run_end_;
+      run_begin_ = begin;
+      run_end_ = end;
+    } else if (end < run_begin_) {
+      folded_ += end - begin;
+    } else {
+      run_begin_ = std::min(run_begin_, begin);
+      run_end_ = std::max(run_end_, end);
+    }
   }
-  // Busy time from start() to `end`.
-  nanos busy(nanos end) const { return folded_ + busy_time(kept_, cut_, end); }
+  // Busy time from start() to `end` (at or after the last interval's end).
+  nanos busy(nanos end) const { return folded_ + std::max<nanos>(0, std::min(end, run_end_) - run_begin_); }
   double fraction(nanos end) const { return end > t0_ ? double(busy(end)) / double(end - t0_) : 0.0; }
-  std::span<const interval> kept() const noexcept { return kept_; } // since the last fold
-  nanos started() const noexcept { return t0_; }
+  std::span<const interval> kept() const noexcept { return kept_; } // up to `keep`, the latest
 
 private:
   std::vector<interval> kept_;
-  nanos t0_ = 0, cut_ = 0, folded_ = 0;
+  nanos t0_ = 0, floor_ = 0, run_begin_ = 0, run_end_ = 0, folded_ = 0;
 };
 
 // busy_time over the window's length; 0 for an empty window.

@@ -277,9 +277,9 @@ TEST_CASE("a submit right before stop() always gets its end() hook") {
   CHECK(lost == 0);
 }
 
-// Keeping 16 intervals, a run of some hundred steps folds them many times. Before the fold, the
-// fraction was the union of the 16 kept intervals over the run; now it covers every step, so it is
-// several times what the kept intervals alone give (the fold's exactness: busy_tracker's test).
+// Keeping 16 intervals of a run of some hundred steps: the fraction was once the union of the kept
+// intervals over the run (it fell toward 0 on long runs); it covers every step, so it is several
+// times what the kept intervals alone give (the running union's exactness: busy_tracker's test).
 TEST_CASE("the GPU busy fraction covers the whole run whatever the number of intervals kept") {
   pool_hooks::reset();
   mstar::host_backend backend;

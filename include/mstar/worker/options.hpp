@@ -155,8 +155,8 @@ struct worker_options {
   // Sizes preallocated at construction.
   std::uint32_t step_records = 8;            // steps between forming and their return to the main thread
   std::size_t trace_events = std::size_t{1} << 16; // per recording thread; 0: no trace
-  // Stream intervals kept at once for the GPU busy fraction; when full they are folded into a running
-  // total (their union), so the fraction covers the whole run whatever its length.
+  // Step intervals kept for inspection (threaded_worker::busy_intervals(): the latest, up to this
+  // many); the GPU busy fraction covers the whole run whatever this is (metrics::busy_tracker).
   std::size_t busy_intervals = std::size_t{1} << 16;
 
   // Whether stage_wait resolves to spinning, given the CPUs the process may use.

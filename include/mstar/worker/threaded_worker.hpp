@@ -284,17 +284,8 @@ public:
     std::lock_guard g(inbox_lock_);
     if (stopping_.load(std::memory_order_relaxed))
       throw std::logic_error("mstar::threaded_worker::submit: the worker is stopping");
-    if (main_failed_) {
-      std::string why = "an error";
-      try {
-        if (main_error_) std::rethrow_exception(main_error_);
-      } catch (const std::exception& e) {
-        why = e.what();
-      } catch (...) {
-      }
-      throw std::runtime_error("mstar::threaded_worker::submit: the worker stopped on " + why +
-                               "; stop() it and start a new one");
-    }
+    if (abort_.load(std::memory_order_relaxed))
+      throw std::runtime_error("mstar::threaded_worker::submit: " + fatal_why_ + "; stop() it and start a new one");
     if (!ids_.insert(id).second) return false;
     inbox_submits_.push_back({id, std::move(input), metrics::now_ns()});
     ++submitted_;
@@ -309,7 +300,7 @@ public:
   // Blocks until every submitted request has ended.
   void wait_idle() {
     std::unique_lock g(inbox_lock_);
-    idle_cv_.wait(g, [&] { return ended_ == submitted_ || main_failed_; });
+    idle_cv_.wait(g, [&] { return ended_ == submitted_ || abort_.load(std::memory_order_relaxed); });
     if (main_error_) std::rethrow_exception(main_error_);
   }
   // Cancels what is still live, tears it down, and joins the threads.
@@ -352,12 +343,12 @@ public:
   stream_type chain_stream() const noexcept { return chain_; }
   // The lane's stream, once the first side step on the lane created it (read after stop()).
   std::optional<stream_type> lane_stream() const { return lane_; }
-  // The steps' busy intervals (read after stop()): the last ones, up to worker_options::busy_intervals
-  // (earlier ones are folded into the busy fraction as the run goes).
+  // The steps' busy intervals (read after stop()): the latest, up to worker_options::busy_intervals
+  // (the busy fraction covers every step).
   std::span<const metrics::interval> busy_intervals() const { return busy_.kept(); }
 
   template <class Node>
-  static constexpr std::uint8_t node_index = detail::named_index(Model::descriptor.nodes, Node::name);
+  static constexpr std::uint8_t node_index = Model::template node_index<Node>;
 
 private:
   // ---------------------------------------------------------------------------------------------
@@ -523,8 +514,13 @@ private:
   // as the reason (its resources are not torn down: the engine's state is unknown).
   void fatal(std::exception_ptr e) noexcept {
     std::lock_guard g(inbox_lock_);
-    if (!main_error_) main_error_ = e;
-    main_failed_ = true;
+    if (!main_error_) {
+      main_error_ = e;
+      try {
+        fatal_why_ = "the worker stopped on an error: " + what_of(e);
+      } catch (...) { // no memory for the message: keep the default
+      }
+    }
     abort_.store(true, std::memory_order_release);
     idle_cv_.notify_all();
   }
@@ -540,22 +536,7 @@ private:
         } catch (...) {
         }
       }
-    std::string why = "the worker stopped on an error";
-    try {
-      std::lock_guard g(inbox_lock_);
-      if (main_error_) std::rethrow_exception(main_error_);
-    } catch (const std::exception& e) {
-      why += std::string(": ") + e.what();
-    } catch (...) {
-    }
-    const auto finish = [&](request_state& state, request_id id, metrics::request_timing& t) {
-      try {
-        requests_rec_.on_finish(t, metrics::request_outcome::failed);
-        detail::flow_end(*flow_, state, id, request_end::failed, why);
-      } catch (...) {
-      }
-      ended(id);
-    };
+    const std::string_view why = fatal_why_; // written before abort_ was set
     std::vector<submission> inbox;
     {
       std::lock_guard g(inbox_lock_);
@@ -574,7 +555,11 @@ private:
     for (auto& s : slots_)
       if (s.live) {
         s.live = false;
-        finish(s.state, s.id, s.timing);
+        try {
+          finish_request(s.state, s.id, s.timing, request_end::failed, why);
+        } catch (...) {
+        }
+        ended(s.id);
       }
     by_id_.clear();
     live_ = 0;
@@ -619,15 +604,32 @@ private:
     return true;
   }
 
-  // A request that never got an index ends: its end hook (on a fresh state) and its metrics.
+  static_assert(int(request_end::completed) == int(metrics::request_outcome::completed) &&
+                int(request_end::cancelled) == int(metrics::request_outcome::cancelled) &&
+                int(request_end::failed) == int(metrics::request_outcome::failed));
+  // A request ends: its metrics and the flow's end hook (the caller then calls ended()).
+  void finish_request(request_state& state, request_id id, metrics::request_timing& t, request_end how,
+                      std::string_view why, metrics::nanos at = metrics::now_ns()) {
+    requests_rec_.on_finish(t, static_cast<metrics::request_outcome>(how), at);
+    detail::flow_end(*flow_, state, id, how, why);
+  }
+  // A request that never got an index ends (on a fresh state).
   void end_unstarted(const submission& sub, request_end how, std::string_view why) {
     request_state s{};
     metrics::request_timing t{};
     metrics::request_recorder::on_submit(t, sub.at);
-    requests_rec_.on_finish(t, how == request_end::cancelled ? metrics::request_outcome::cancelled
-                                                             : metrics::request_outcome::failed);
-    detail::flow_end(*flow_, s, sub.id, how, why);
+    finish_request(s, sub.id, t, how, why);
     ended(sub.id);
+  }
+  // An exception's message, for a failure's reason.
+  static std::string what_of(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what();
+    } catch (...) {
+      return "a non-standard exception";
+    }
   }
 
   // Marks a live request failed, keeping the first reason; settle() then tears it down.
@@ -713,10 +715,8 @@ private:
       ++live_;
       try {
         flow_->start(s.state, sub.id, sub.input);
-      } catch (const std::exception& e) {
-        fail(ref->index, std::string("the flow's start hook threw: ") + e.what());
       } catch (...) {
-        fail(ref->index, "the flow's start hook threw a non-standard exception");
+        fail(ref->index, "the flow's start hook threw: " + what_of(std::current_exception()));
       }
       settle(ref->index);
       did = true;
@@ -749,10 +749,8 @@ private:
         s.stepped = true;
         try {
           if (flow_->landed(s.state, rec.node, rec.payloads[i])) requests_rec_.on_output(s.timing, now);
-        } catch (const std::exception& e) {
-          fail(index, std::string("the flow's landed hook threw: ") + e.what());
         } catch (...) {
-          fail(index, "the flow's landed hook threw a non-standard exception");
+          fail(index, "the flow's landed hook threw: " + what_of(std::current_exception()));
         }
       }
       for (std::uint32_t i = 0; i < rec.count; ++i)
@@ -792,10 +790,8 @@ private:
     bool finished = false;
     try {
       finished = s.outstanding == 0 && !parked && flow_->finished(s.state);
-    } catch (const std::exception& e) {
-      fail(index, std::string("the flow's finished hook threw: ") + e.what());
     } catch (...) {
-      fail(index, "the flow's finished hook threw a non-standard exception");
+      fail(index, "the flow's finished hook threw: " + what_of(std::current_exception()));
     }
     if (s.failed) {
       settle(index);
@@ -805,7 +801,7 @@ private:
       teardown(index, request_end::completed);
       return;
     }
-    for (std::uint8_t n = 0; n < node_count; ++n) {
+    for (std::uint8_t n = 0; n < node_count && !s.failed; ++n) { // a continues hook may fail it
       if (s.out_node[n] || s.parked[n]) continue;
       row r{};
       payload_type p{};
@@ -814,15 +810,10 @@ private:
         if (!flow_->ready(s.state, n, r, p)) continue;
         r.request = s.ref;
         reserved = reserve(n, r);
-      } catch (const std::exception& e) {
-        fail(index, row_error(n, e.what()));
       } catch (...) {
-        fail(index, row_error(n, "a non-standard exception"));
+        fail(index, row_error(n));
       }
-      if (s.failed) { // its ready hook or a resource refused it for good (beyond a per-request limit)
-        settle(index);
-        return;
-      }
+      if (s.failed) break; // its ready hook or a resource refused it for good (past a per-request limit)
       if (reserved) {
         push_ready(index, n, r, p);
       } else {
@@ -831,13 +822,14 @@ private:
         counters_.parked.fetch_add(1, std::memory_order_relaxed);
         main_buf_->instant(t_main_, n_park_, metrics::now_ns(), {n_rows_, 1});
       }
-      if (s.failed) break; // push_ready's continues hook threw
     }
-    if (s.failed) settle(index);
+    if (s.failed) settle(index); // to the failed branch above
   }
 
-  static std::string row_error(std::uint8_t n, std::string_view what) {
-    return "readying its " + std::string(Model::descriptor.nodes[n].name) + " row failed: " + std::string(what);
+  // The reason of a request whose row for node n raised while readied (inside a catch).
+  static std::string row_error(std::uint8_t n) {
+    return "readying its " + std::string(Model::descriptor.nodes[n].name) +
+           " row failed: " + what_of(std::current_exception());
   }
 
   void push_ready(std::uint32_t index, std::uint8_t n, const row& r, const payload_type& p) {
@@ -848,10 +840,8 @@ private:
       // request's settle() sets its cancel word), so the bookkeeping stays the same on every path.
       try {
         if (!is_side(n)) continues = static_cast<bool>(flow_->continues(s.state, n, p));
-      } catch (const std::exception& e) {
-        fail(index, std::string("the flow's continues hook threw: ") + e.what());
       } catch (...) {
-        fail(index, "the flow's continues hook threw a non-standard exception");
+        fail(index, "the flow's continues hook threw: " + what_of(std::current_exception()));
       }
     }
     s.out_node[n] = true;
@@ -981,10 +971,8 @@ private:
           bool reserved = false;
           try {
             reserved = reserve(n, it->r);
-          } catch (const std::exception& e) {
-            fail(it->index, row_error(n, e.what()));
           } catch (...) {
-            fail(it->index, row_error(n, "a non-standard exception"));
+            fail(it->index, row_error(n));
           }
           if (s.failed) {
             s.parked[n] = false;
@@ -1020,14 +1008,9 @@ private:
     main_buf_->complete(t_main_, n_teardown_, begin, end);
     counters_.teardowns.fetch_add(1, std::memory_order_relaxed);
     s.live = false;
-    requests_rec_.on_finish(s.timing,
-                            how == request_end::completed   ? metrics::request_outcome::completed
-                            : how == request_end::cancelled ? metrics::request_outcome::cancelled
-                                                            : metrics::request_outcome::failed,
-                            end);
     const std::string why = how == request_end::failed ? std::move(s.failure) : std::string();
     s.failure.clear();
-    detail::flow_end(*flow_, s.state, s.id, how, why);
+    finish_request(s.state, s.id, s.timing, how, why, end);
     by_id_.erase(s.id);
     --live_;
     epoch_.fetch_add(1, std::memory_order_release);
@@ -1653,16 +1636,11 @@ private:
         const context_type<Node> ctx(engine_->resources(), stream, engine_type::runner_type::view(step),
                                      std::span<const payload_type>(rec.payloads.data(), rec.count), *backend_);
         std::get<node_index<Node>>(forwards_)(ctx);
-      } catch (const std::exception& e) {
-        open = false;
-        runner.abandon(step);
-        rec.status = record_status::failed;
-        rec.error = e.what();
       } catch (...) {
         open = false;
         runner.abandon(step);
         rec.status = record_status::failed;
-        rec.error = "a non-standard exception";
+        rec.error = what_of(std::current_exception());
       }
       stamp(rec.device_end, stream);
       backend_->record(rec.done, stream);
@@ -1746,11 +1724,8 @@ private:
       bool done = false;
       try {
         done = backend_->query(rec.done);
-      } catch (const std::exception& e) {
-        stream_failed(rec, e.what());
-        done = true;
       } catch (...) {
-        stream_failed(rec, "a non-standard exception");
+        stream_failed(rec, what_of(std::current_exception()));
         done = true;
       }
       if (!done) {
@@ -1960,7 +1935,7 @@ private:
   std::unordered_set<request_id> ids_;
   std::atomic<bool> inbox_flag_{false}, stopping_{false};
   std::uint64_t submitted_ = 0, ended_ = 0;
-  bool main_failed_ = false;
+  std::string fatal_why_ = "the worker stopped on an error"; // set with abort_, under inbox_lock_
   std::exception_ptr main_error_;
 
   std::thread main_thread_, gpu_thread_, plan_thread_;
