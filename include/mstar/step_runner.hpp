@@ -56,6 +56,19 @@
 
 namespace mstar {
 
+namespace detail {
+// An exception's message: what() of a std::exception, else "a non-standard exception".
+inline std::string what_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "a non-standard exception";
+  }
+}
+} // namespace detail
+
 enum class step_status : std::uint8_t { ok, refused, failed };
 
 // How a phase of a step ended.
@@ -71,15 +84,7 @@ struct step_outcome {
   bool failed() const noexcept { return status == step_status::failed; }
   std::string message() const {
     if (status == step_status::refused) return std::string(why->message());
-    if (status == step_status::failed && error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        return e.what();
-      } catch (...) {
-        return "a non-standard exception";
-      }
-    }
+    if (status == step_status::failed && error) return detail::what_of(error);
     return "ok";
   }
   static step_outcome refuse(std::uint8_t resource, const refusal& why) {

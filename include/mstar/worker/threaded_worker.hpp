@@ -517,7 +517,7 @@ private:
     if (!main_error_) {
       main_error_ = e;
       try {
-        fatal_why_ = "the worker stopped on an error: " + what_of(e);
+        fatal_why_ = "the worker stopped on an error: " + detail::what_of(e);
       } catch (...) { // no memory for the message: keep the default
       }
     }
@@ -621,16 +621,6 @@ private:
     finish_request(s, sub.id, t, how, why);
     ended(sub.id);
   }
-  // An exception's message, for a failure's reason.
-  static std::string what_of(std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      return x.what();
-    } catch (...) {
-      return "a non-standard exception";
-    }
-  }
 
   // Marks a live request failed, keeping the first reason; settle() then tears it down.
   void fail(std::uint32_t index, std::string why) {
@@ -716,7 +706,7 @@ private:
       try {
         flow_->start(s.state, sub.id, sub.input);
       } catch (...) {
-        fail(ref->index, "the flow's start hook threw: " + what_of(std::current_exception()));
+        fail(ref->index, "the flow's start hook threw: " + detail::what_of(std::current_exception()));
       }
       settle(ref->index);
       did = true;
@@ -750,7 +740,7 @@ private:
         try {
           if (flow_->landed(s.state, rec.node, rec.payloads[i])) requests_rec_.on_output(s.timing, now);
         } catch (...) {
-          fail(index, "the flow's landed hook threw: " + what_of(std::current_exception()));
+          fail(index, "the flow's landed hook threw: " + detail::what_of(std::current_exception()));
         }
       }
       for (std::uint32_t i = 0; i < rec.count; ++i)
@@ -791,7 +781,7 @@ private:
     try {
       finished = s.outstanding == 0 && !parked && flow_->finished(s.state);
     } catch (...) {
-      fail(index, "the flow's finished hook threw: " + what_of(std::current_exception()));
+      fail(index, "the flow's finished hook threw: " + detail::what_of(std::current_exception()));
     }
     if (s.failed) {
       settle(index);
@@ -829,7 +819,7 @@ private:
   // The reason of a request whose row for node n raised while readied (inside a catch).
   static std::string row_error(std::uint8_t n) {
     return "readying its " + std::string(Model::descriptor.nodes[n].name) +
-           " row failed: " + what_of(std::current_exception());
+           " row failed: " + detail::what_of(std::current_exception());
   }
 
   void push_ready(std::uint32_t index, std::uint8_t n, const row& r, const payload_type& p) {
@@ -841,7 +831,7 @@ private:
       try {
         if (!is_side(n)) continues = static_cast<bool>(flow_->continues(s.state, n, p));
       } catch (...) {
-        fail(index, "the flow's continues hook threw: " + what_of(std::current_exception()));
+        fail(index, "the flow's continues hook threw: " + detail::what_of(std::current_exception()));
       }
     }
     s.out_node[n] = true;
@@ -1640,7 +1630,7 @@ private:
         open = false;
         runner.abandon(step);
         rec.status = record_status::failed;
-        rec.error = what_of(std::current_exception());
+        rec.error = detail::what_of(std::current_exception());
       }
       stamp(rec.device_end, stream);
       backend_->record(rec.done, stream);
@@ -1725,7 +1715,7 @@ private:
       try {
         done = backend_->query(rec.done);
       } catch (...) {
-        stream_failed(rec, what_of(std::current_exception()));
+        stream_failed(rec, detail::what_of(std::current_exception()));
         done = true;
       }
       if (!done) {
