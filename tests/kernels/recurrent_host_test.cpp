@@ -252,3 +252,18 @@ TEST_CASE("a segment without state or without a pool is refused") {
   CHECK_THROWS_WITH_AS(mk::host::zero_slots<float>(no_pool, &slot, 1, nullptr), doctest::Contains("pool_layer is null"),
                        std::invalid_argument);
 }
+
+TEST_CASE("a null slot table or batch is refused by the host reference as by the launchers") {
+  std::vector<float> pool(4 * 3), batch(8);
+  std::vector<mk::recurrent_segment<float>> table = {{pool.data(), 3, 4, 0}};
+  const std::int32_t slot = 1;
+  CHECK_THROWS_WITH_AS(mk::host::gather<float>(table, nullptr, 1, batch.data(), nullptr),
+                       doctest::Contains("slots is null"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mk::host::scatter<float>(table, &slot, 1, nullptr, nullptr), doctest::Contains("batch is null"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mk::host::zero_slots<float>(table, nullptr, 1, nullptr), doctest::Contains("slots is null"),
+                       std::invalid_argument);
+  // An empty step touches nothing, so it needs no pointers.
+  CHECK_NOTHROW(mk::host::gather<float>(table, nullptr, 0, nullptr, nullptr));
+  CHECK_NOTHROW(mk::host::zero_slots<float>(table, nullptr, 0, nullptr));
+}

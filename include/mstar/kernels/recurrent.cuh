@@ -821,9 +821,8 @@ void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slo
 template <class T>
 void launch_copy(copy_op op, segment_table<T> table, const std::int32_t* slots, std::int32_t rows, char* batch,
                  void* stream, const char* where) {
+  check_pointers(table, slots, rows, batch, op != copy_op::zero, where);
   if (rows == 0 || table.empty()) return;
-  if (slots == nullptr) refuse(where, "slots is null with " + std::to_string(rows) + " rows; pass the device slot table");
-  if (op != copy_op::zero && batch == nullptr) refuse(where, "batch is null; pass the device batch buffer");
   fill_and_launch(op, table, slots, rows, batch, static_cast<cudaStream_t>(stream), where);
 }
 

@@ -136,6 +136,19 @@ void check_table(segment_table<T> table, std::int64_t rows, bool uses_batch, con
   }
 }
 
+// The pointers a call needs: none when it moves nothing (rows == 0 or an empty table), else the slot
+// table and, for gather and scatter, the batch. The launchers and the host reference both call it.
+template <class T>
+void check_pointers(segment_table<T> table, const std::int32_t* slots, std::int64_t rows, const void* batch,
+                    bool uses_batch, const char* where) {
+  if (rows == 0 || table.empty()) return;
+  if (slots == nullptr)
+    refuse(where, "slots is null with " + std::to_string(rows) +
+                      " rows; pass the slot table (device memory for the CUDA launchers)");
+  if (uses_batch && batch == nullptr)
+    refuse(where, "batch is null; pass the batch buffer (device memory for the CUDA launchers)");
+}
+
 template <class T>
 void check_slot(const recurrent_segment<T>& s, std::int32_t slot, std::int64_t row, const char* where) {
   if (slot < skip_slot || slot >= s.slot_count)
@@ -183,6 +196,7 @@ namespace host {
 template <state_element T>
 void gather(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, T* batch, void* /*stream*/) {
   detail::check_table(table, rows, true, "host::gather");
+  detail::check_pointers(table, slots, rows, batch, true, "host::gather");
   for (const auto& s : table) {
     const std::size_t row_bytes = std::size_t(s.state_elems) * sizeof(T);
     for (std::int32_t r = 0; r < rows; ++r) {
@@ -199,6 +213,7 @@ void gather(segment_table<T> table, const std::int32_t* slots, std::int32_t rows
 template <state_element T>
 void scatter(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, const T* batch, void* /*stream*/) {
   detail::check_table(table, rows, true, "host::scatter");
+  detail::check_pointers(table, slots, rows, batch, true, "host::scatter");
   for (const auto& s : table) {
     const std::size_t row_bytes = std::size_t(s.state_elems) * sizeof(T);
     for (std::int32_t r = 0; r < rows; ++r) {
@@ -213,6 +228,7 @@ void scatter(segment_table<T> table, const std::int32_t* slots, std::int32_t row
 template <state_element T>
 void zero_slots(segment_table<T> table, const std::int32_t* slots, std::int32_t count, void* /*stream*/) {
   detail::check_table(table, count, false, "host::zero_slots");
+  detail::check_pointers(table, slots, count, nullptr, false, "host::zero_slots");
   for (const auto& s : table) {
     const std::size_t row_bytes = std::size_t(s.state_elems) * sizeof(T);
     for (std::int32_t i = 0; i < count; ++i) {
