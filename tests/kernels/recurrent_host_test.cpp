@@ -267,3 +267,28 @@ TEST_CASE("a null slot table or batch is refused by the host reference as by the
   CHECK_NOTHROW(mk::host::gather<float>(table, nullptr, 0, nullptr, nullptr));
   CHECK_NOTHROW(mk::host::zero_slots<float>(table, nullptr, 0, nullptr));
 }
+
+TEST_CASE("a slot outside the pool is refused before anything is written, in every direction") {
+  // Two layers of one pool of 4 slots and a second pool of 2 slots: row 1's slot 3 fits the first
+  // pool, not the second, so a per-segment check would have written the first pool already.
+  std::vector<float> pool_a(2 * 4 * 3), pool_b(2 * 3);
+  for (std::size_t i = 0; i < pool_a.size(); ++i) pool_a[i] = float(i + 1);
+  for (std::size_t i = 0; i < pool_b.size(); ++i) pool_b[i] = float(100 + i);
+  std::vector<mk::recurrent_segment<float>> table = {
+      {pool_a.data(), 3, 4, 0}, {pool_a.data() + 12, 3, 4, 0}, {pool_b.data(), 3, 2, 0}};
+  const std::int32_t rows = 2;
+  std::vector<float> batch(std::size_t(mk::layout_batch<float>(table, rows)), -7.0f);
+  const std::vector<std::int32_t> slots = {1, 3};
+  const auto a0 = pool_a, b0 = pool_b, batch0 = batch;
+  CHECK_THROWS_WITH_AS(mk::host::gather<float>(table, slots.data(), rows, batch.data(), nullptr),
+                       doctest::Contains("row 1 names slot 3"), std::out_of_range);
+  CHECK(batch == batch0);
+  std::vector<float> input(batch.size(), 5.0f);
+  CHECK_THROWS_AS(mk::host::scatter<float>(table, slots.data(), rows, input.data(), nullptr), std::out_of_range);
+  CHECK(pool_a == a0);
+  CHECK(pool_b == b0);
+  CHECK_THROWS_AS(mk::host::zero_slots<float>(table, slots.data(), rows, nullptr), std::out_of_range);
+  CHECK(pool_a == a0);
+  CHECK(pool_b == b0);
+}
+

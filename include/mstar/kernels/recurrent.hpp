@@ -157,6 +157,18 @@ void check_slot(const recurrent_segment<T>& s, std::int32_t slot, std::int64_t r
                             std::to_string(s.slot_count - 1) + " (and -1 for skip)");
 }
 
+// Every slot against every segment, before anything is written (a refusal leaves the outputs as they
+// were). The smallest pool bounds them all; the host reference calls it, the launchers cannot (their
+// slots are in device memory).
+template <class T>
+void check_slots(segment_table<T> table, const std::int32_t* slots, std::int64_t rows, const char* where) {
+  if (rows == 0 || table.empty()) return;
+  const recurrent_segment<T>* smallest = &table[0];
+  for (const auto& s : table)
+    if (s.slot_count < smallest->slot_count) smallest = &s;
+  for (std::int64_t r = 0; r < rows; ++r) check_slot(*smallest, slots[r], r, where);
+}
+
 } // namespace detail
 
 // Pointer form, [segments][rows]: out[s * slots.size() + r].
@@ -166,10 +178,10 @@ void build_row_addresses(segment_table<T> table, std::span<const std::int32_t> s
   if (out.size() != table.size() * slots.size())
     detail::refuse("build_row_addresses", "out holds " + std::to_string(out.size()) + " entries, the table needs " +
                                               std::to_string(table.size() * slots.size()) + " (segments x rows)");
+  detail::check_slots(table, slots.data(), std::int64_t(slots.size()), "build_row_addresses");
   for (std::size_t s = 0; s < table.size(); ++s) {
     const auto& seg = table[s];
     for (std::size_t r = 0; r < slots.size(); ++r) {
-      detail::check_slot(seg, slots[r], std::int64_t(r), "build_row_addresses");
       const std::int32_t slot = slots[r];
       T* const row = seg.pool_layer + (slot > 0 ? std::int64_t(slot) * seg.state_elems : 0);
       out[s * slots.size() + r] = row_address<T>{row, slot > 0 ? row : nullptr};
@@ -197,10 +209,10 @@ template <state_element T>
 void gather(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, T* batch, void* /*stream*/) {
   detail::check_table(table, rows, true, "host::gather");
   detail::check_pointers(table, slots, rows, batch, true, "host::gather");
+  detail::check_slots(table, slots, rows, "host::gather");
   for (const auto& s : table) {
     const std::size_t row_bytes = std::size_t(s.state_elems) * sizeof(T);
     for (std::int32_t r = 0; r < rows; ++r) {
-      detail::check_slot(s, slots[r], r, "host::gather");
       T* const dst = batch + s.batch_offset + std::int64_t(r) * s.state_elems;
       if (slots[r] > 0)
         std::memcpy(dst, s.pool_layer + std::int64_t(slots[r]) * s.state_elems, row_bytes);
@@ -214,10 +226,10 @@ template <state_element T>
 void scatter(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, const T* batch, void* /*stream*/) {
   detail::check_table(table, rows, true, "host::scatter");
   detail::check_pointers(table, slots, rows, batch, true, "host::scatter");
+  detail::check_slots(table, slots, rows, "host::scatter");
   for (const auto& s : table) {
     const std::size_t row_bytes = std::size_t(s.state_elems) * sizeof(T);
     for (std::int32_t r = 0; r < rows; ++r) {
-      detail::check_slot(s, slots[r], r, "host::scatter");
       if (slots[r] > 0)
         std::memcpy(s.pool_layer + std::int64_t(slots[r]) * s.state_elems,
                     batch + s.batch_offset + std::int64_t(r) * s.state_elems, row_bytes);
@@ -229,10 +241,10 @@ template <state_element T>
 void zero_slots(segment_table<T> table, const std::int32_t* slots, std::int32_t count, void* /*stream*/) {
   detail::check_table(table, count, false, "host::zero_slots");
   detail::check_pointers(table, slots, count, nullptr, false, "host::zero_slots");
+  detail::check_slots(table, slots, count, "host::zero_slots");
   for (const auto& s : table) {
     const std::size_t row_bytes = std::size_t(s.state_elems) * sizeof(T);
     for (std::int32_t i = 0; i < count; ++i) {
-      detail::check_slot(s, slots[i], i, "host::zero_slots");
       if (slots[i] >= 0)
         std::memset(static_cast<void*>(s.pool_layer + std::int64_t(slots[i]) * s.state_elems), 0, row_bytes);
     }
