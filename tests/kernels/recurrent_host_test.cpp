@@ -292,3 +292,42 @@ TEST_CASE("a slot outside the pool is refused before anything is written, in eve
   CHECK(pool_b == b0);
 }
 
+
+TEST_CASE("a table whose segments share batch rows is refused with the way out: layout_batch for this row count") {
+  std::vector<float> pool(3 * 5 * 4);
+  // A pool's own table (every batch_offset 0, as recurrent_state_pool::segments() gives it): all three
+  // layers would land in one batch block.
+  std::vector<mk::recurrent_segment<float>> table = {
+      {pool.data(), 4, 5, 0}, {pool.data() + 20, 4, 5, 0}, {pool.data() + 40, 4, 5, 0}};
+  const std::vector<std::int32_t> slots = {1, 2, 3, 4};
+  std::vector<float> batch(3 * 4 * 4, -7.0f);
+  const auto batch0 = batch;
+  CHECK_THROWS_WITH_AS(mk::host::gather<float>(table, slots.data(), 4, batch.data(), nullptr),
+                       doctest::Contains("layout_batch"), std::invalid_argument);
+  CHECK(batch == batch0);
+  CHECK_THROWS_WITH_AS(mk::host::scatter<float>(table, slots.data(), 4, batch.data(), nullptr),
+                       doctest::Contains("overlap"), std::invalid_argument);
+  // Laid out for 2 rows, called with 4: segment 0's rows 2..3 are segment 1's rows 0..1.
+  mk::layout_batch<float>(table, 2);
+  CHECK_THROWS_WITH_AS(mk::host::gather<float>(table, slots.data(), 4, batch.data(), nullptr),
+                       doctest::Contains("layout_batch"), std::invalid_argument);
+  // The same table laid out for 4 rows is accepted; zero_slots has no batch and never refuses offsets.
+  mk::layout_batch<float>(table, 4);
+  CHECK_NOTHROW(mk::host::gather<float>(table, slots.data(), 4, batch.data(), nullptr));
+  std::vector<mk::recurrent_segment<float>> zeroed = {{pool.data(), 4, 5, 0}, {pool.data() + 20, 4, 5, 0}};
+  CHECK_NOTHROW(mk::host::zero_slots<float>(zeroed, slots.data(), 4, nullptr));
+}
+
+TEST_CASE("scatter refuses two segments over the same pool memory, which would race on the GPU") {
+  std::vector<float> pool(2 * 5 * 4);
+  std::vector<mk::recurrent_segment<float>> table = {{pool.data(), 4, 5, 0}, {pool.data(), 4, 5, 0}};
+  const std::vector<std::int32_t> slots = {1, 2};
+  std::vector<float> batch(std::size_t(mk::layout_batch<float>(table, 2)), 3.0f);
+  const auto pool0 = pool;
+  CHECK_THROWS_WITH_AS(mk::host::scatter<float>(table, slots.data(), 2, batch.data(), nullptr),
+                       doctest::Contains("each (pool, layer) once"), std::invalid_argument);
+  CHECK(pool == pool0);
+  // Reading the same pool twice (gather) and zeroing it twice are well defined.
+  CHECK_NOTHROW(mk::host::gather<float>(table, slots.data(), 2, batch.data(), nullptr));
+  CHECK_NOTHROW(mk::host::zero_slots<float>(table, slots.data(), 2, nullptr));
+}

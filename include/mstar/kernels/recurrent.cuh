@@ -836,7 +836,7 @@ void gather(segment_table<T> table, const std::int32_t* slots, std::int32_t rows
 
 template <state_element T>
 void scatter(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, const T* batch, void* stream) {
-  detail::check_table(table, rows, true, "scatter");
+  detail::check_table(table, rows, true, "scatter", true);
   detail::launch_copy(detail::copy_op::scatter, table, slots, rows,
                       const_cast<char*>(reinterpret_cast<const char*>(batch)), stream, "scatter");
 }

@@ -33,6 +33,7 @@
 
 #include <mstar/dtype.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +41,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace mstar::kernels {
 
@@ -116,9 +118,32 @@ namespace detail {
   throw std::invalid_argument(std::string("mstar::kernels::") + where + ": " + what);
 }
 
+// A range a segment writes (batch elements, or pool bytes), for the overlap checks.
+struct extent {
+  std::uint64_t begin, end;
+  std::size_t segment;
+};
+
+// Two segments whose extents overlap, as (first, second); {n, n} when none. Sorted input (layout_batch
+// blocks, one pool's layers) costs one pass; any other order a sort of at most max_segments entries.
+inline std::pair<std::size_t, std::size_t> find_overlap(extent* e, std::size_t n) {
+  if (!std::is_sorted(e, e + n, [](const extent& a, const extent& b) { return a.begin < b.begin; }))
+    std::sort(e, e + n, [](const extent& a, const extent& b) { return a.begin < b.begin; });
+  std::size_t widest = 0; // of e[0..i), the extent that reaches furthest
+  for (std::size_t i = 1; i < n; ++i) {
+    if (e[i].begin < e[widest].end) return {e[widest].segment, e[i].segment};
+    if (e[i].end > e[widest].end) widest = i;
+  }
+  return {n, n};
+}
+
 // The one place the table rules live; the CUDA launchers and the host reference both call it.
+// uses_batch: gather and scatter (each segment's [rows][state] batch block must be its own);
+// writes_pools: scatter (two segments over the same pool memory would write it from two batch rows,
+// a race on the GPU; gather only reads the pools and zero_slots writes the same zeros).
 template <class T>
-void check_table(segment_table<T> table, std::int64_t rows, bool uses_batch, const char* where) {
+void check_table(segment_table<T> table, std::int64_t rows, bool uses_batch, const char* where,
+                 bool writes_pools = false) {
   if (table.size() > max_segments)
     refuse(where, "the segment table has " + std::to_string(table.size()) + " (pool, layer) segments, more than " +
                       std::to_string(max_segments) + " fit one launch; split the node's pools into several calls");
@@ -133,6 +158,30 @@ void check_table(segment_table<T> table, std::int64_t rows, bool uses_batch, con
       refuse(where, at + "slot_count is " + std::to_string(s.slot_count) + "; a pool has at least the sink slot 0");
     if (uses_batch && s.batch_offset < 0)
       refuse(where, at + "batch_offset is " + std::to_string(s.batch_offset) + "; use layout_batch() to assign it");
+  }
+  if (rows == 0 || table.size() < 2) return;
+  extent e[max_segments];
+  if (uses_batch) {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const auto begin = std::uint64_t(table[i].batch_offset);
+      e[i] = {begin, begin + std::uint64_t(rows) * std::uint64_t(table[i].state_elems), i};
+    }
+    if (const auto [a, b] = find_overlap(e, table.size()); a != table.size())
+      refuse(where, "the batch blocks of segments " + std::to_string(a) + " and " + std::to_string(b) +
+                        " overlap for " + std::to_string(rows) + " rows (offsets " +
+                        std::to_string(table[a].batch_offset) + " and " + std::to_string(table[b].batch_offset) +
+                        "); give each segment its own block with layout_batch(table, rows) for this row count "
+                        "(a pool's own segments all have batch_offset 0)");
+  }
+  if (writes_pools) {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const auto begin = std::uint64_t(reinterpret_cast<std::uintptr_t>(table[i].pool_layer));
+      e[i] = {begin, begin + std::uint64_t(table[i].slot_count) * std::uint64_t(table[i].state_elems) * sizeof(T), i};
+    }
+    if (const auto [a, b] = find_overlap(e, table.size()); a != table.size())
+      refuse(where, "segments " + std::to_string(a) + " and " + std::to_string(b) +
+                        " overlap in pool memory ([slot_count][state_elems] from each pool_layer), so scatter would "
+                        "write it from two batch rows; list each (pool, layer) once");
   }
 }
 
@@ -166,7 +215,8 @@ void check_slots(segment_table<T> table, const std::int32_t* slots, std::int64_t
   const recurrent_segment<T>* smallest = &table[0];
   for (const auto& s : table)
     if (s.slot_count < smallest->slot_count) smallest = &s;
-  for (std::int64_t r = 0; r < rows; ++r) check_slot(*smallest, slots[r], r, where);
+  for (std::int64_t r = 0; r < rows; ++r)
+    check_slot(*smallest, slots[r], r, where);
 }
 
 } // namespace detail
@@ -224,7 +274,7 @@ void gather(segment_table<T> table, const std::int32_t* slots, std::int32_t rows
 
 template <state_element T>
 void scatter(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, const T* batch, void* /*stream*/) {
-  detail::check_table(table, rows, true, "host::scatter");
+  detail::check_table(table, rows, true, "host::scatter", true);
   detail::check_pointers(table, slots, rows, batch, true, "host::scatter");
   detail::check_slots(table, slots, rows, "host::scatter");
   for (const auto& s : table) {
