@@ -87,7 +87,8 @@ struct row_index {
 // ---- CUDA launchers (defined in recurrent.cuh, instantiated per model in kernels/*.cu) --------------
 // Pointers are device pointers (slots too); the table itself is host memory, passed to the kernel by
 // value. stream is a cudaStream_t. They throw std::invalid_argument for a table they refuse and
-// std::runtime_error when the launch fails.
+// std::runtime_error when the launch fails. They cannot check slots (device memory): a slot >=
+// slot_count is an out-of-bounds access, one below -1 acts as skip; the host reference refuses both.
 
 template <state_element T>
 void gather(segment_table<T> table, const std::int32_t* slots, std::int32_t rows, T* batch, void* stream);
