@@ -316,6 +316,15 @@ TEST_CASE("a table whose segments share batch rows is refused with the way out: 
   CHECK_NOTHROW(mk::host::gather<float>(table, slots.data(), 4, batch.data(), nullptr));
   std::vector<mk::recurrent_segment<float>> zeroed = {{pool.data(), 4, 5, 0}, {pool.data() + 20, 4, 5, 0}};
   CHECK_NOTHROW(mk::host::zero_slots<float>(zeroed, slots.data(), 4, nullptr));
+  // Disjoint blocks in any order (pools and batch blocks in reverse) are accepted and round-trip.
+  std::vector<mk::recurrent_segment<float>> reversed = {
+      {pool.data() + 40, 4, 5, 32}, {pool.data() + 20, 4, 5, 16}, {pool.data(), 4, 5, 0}};
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = float(i % 20 < 4 ? 0 : i);
+  std::vector<float> copy(48, -7.0f);
+  CHECK_NOTHROW(mk::host::gather<float>(reversed, slots.data(), 4, copy.data(), nullptr));
+  const auto pool0 = pool;
+  CHECK_NOTHROW(mk::host::scatter<float>(reversed, slots.data(), 4, copy.data(), nullptr));
+  CHECK(pool == pool0);
 }
 
 TEST_CASE("scatter refuses two segments over the same pool memory, which would race on the GPU") {
