@@ -325,4 +325,15 @@ TEST_CASE("an empty step launches nothing and a table too large for one launch i
   device_buffer<std::int32_t> slots(1);
   CHECK_THROWS_AS(mk::gather<float>(big, slots.ptr, 1, batch.ptr, stream.s), std::invalid_argument);
   CHECK_THROWS_AS(mk::scatter<float>(table, nullptr, 1, batch.ptr, stream.s), std::invalid_argument);
+  // A pool's own table (every batch_offset 0) overlaps in the batch; two segments over one pool race in scatter.
+  device_buffer<float> layers(2 * 64);
+  std::vector<mk::recurrent_segment<float>> own = {{layers.ptr, 4, 16, 0}, {layers.ptr + 64, 4, 16, 0}};
+  CHECK_THROWS_WITH_AS(mk::gather<float>(own, slots.ptr, 1, batch.ptr, stream.s), doctest::Contains("layout_batch"),
+                       std::invalid_argument);
+  std::vector<mk::recurrent_segment<float>> twice = {{pool.ptr, 4, 16, 0}, {pool.ptr, 4, 16, 4}};
+  CHECK_THROWS_AS(mk::scatter<float>(twice, slots.ptr, 1, batch.ptr, stream.s), std::invalid_argument);
+  const std::int32_t one = 1;
+  slots.upload(std::span<const std::int32_t>(&one, 1));
+  CHECK_NOTHROW(mk::gather<float>(twice, slots.ptr, 1, batch.ptr, stream.s));
+  MSTAR_CUDA_REQUIRE(cudaStreamSynchronize(stream.s));
 }
