@@ -16,7 +16,7 @@
 //   auto decode = t.intern("talker_decode"), rows = t.intern("rows");
 //   mstar::trace::buffer& b = t.add_buffer(1 << 16);             // the GPU thread's
 //   b.complete(gpu, decode, t0, t1, {rows, 128});                 // on the GPU thread
-//   t.write_json("/tmp/run.trace.json");                          // at the end
+//   mstar::trace::write_json("/tmp/run.trace.json", t);           // at the end
 #pragma once
 
 #include <mstar/detail/json.hpp>

@@ -6,8 +6,8 @@
 // item = one unit of g bytes of one row of one segment, segments one after another, rows of a segment
 // one after another. g is chosen per segment: 16 bytes when the pool, the batch block and the row
 // size allow, else the largest of 8, 4, 2, 1 bytes that they allow. A block of 256 threads takes a
-// tile of 256 items, one a thread, so many short rows and a few huge rows both spread over the whole
-// grid. Kernels locate items: recurrent_strided_kernel for tables whose segments have one shape and
+// tile of 256 items, one a thread (a gather through the strided kernel: 512 items, two a thread, up to
+// 8 waves; see launch_policy), so many short rows and a few huge rows both spread over the whole grid. Kernels locate items: recurrent_strided_kernel for tables whose segments have one shape and
 // are evenly spaced (one segment, or one pool's layers: an 80-byte parameter and two divisions); for
 // any other table the host merges segments into groups of that kind (one pool's layers) and
 // recurrent_grid_kernel (2-D grid, blockIdx.y = group: groups of about one size, or a few groups),
@@ -444,9 +444,10 @@ inline int sm_count() {
 // Launch policy (256 threads a block, one block a tile). Up to `unroll_from_waves` waves of resident
 // threads (2048 a SM) a thread moves `small_unroll` units, beyond it `unroll` (1 or 2). strided:
 // strided tables take recurrent_strided_kernel (off: every table takes the general kernel).
-// Default: one unit a thread at every size, chosen by the sweep in bench/kernels (H200, 2026-12-03,
-// HBM-resident, us per call, gather / scatter; docs/kernels.md has the whole sweep):
-//   rows x row      moved     u1 (default)    u1, 2 beyond 8 waves   u2 throughout   memcpy
+// Default: one unit a thread at every size (but gather_small_unroll below), chosen by the sweep in
+// bench/kernels (H200, 2026-12-03, HBM-resident, us per call, gather / scatter; docs/kernels.md has
+// the whole sweep):
+//   rows x row      moved     u1              u1, 2 beyond 8 waves   u2 throughout   memcpy
 //   1024 x 4 KiB    8 MiB     3.95 / 3.63     3.94 / 3.65            3.84 / 3.96     3.51
 //   64 x 1 MiB      128 MiB   35.33 / 34.45   36.82 / 34.99          36.78 / 34.97   33.67
 //   1024 x 1 MiB    2 GiB     531.8 / 523.3   555.2 / 525.8          555.3 / 525.4   792.7

@@ -11,7 +11,7 @@
 //                     next one's start, less the side steps that ran on the chain stream in them,
 //                     over the whole span
 //   side_host_ns      host time the lane adds on the GPU thread per side step (its launch on the
-//                     lane: admit, plan, forward launch, commit, and its landing poll)
+//                     lane: admit, plan, forward launch, commit; its landing poll is not timed)
 //
 // Each side step's time goes to side_ns or side_lane_ns by where it ran: side_step(ns, on_lane), or
 // side_step(ns) for the side step of the last decide() (a worker has at most one side step in flight;
