@@ -146,7 +146,8 @@ public:
     const std::uint64_t n = count();
     if (n == 0) return 0;
     p = std::clamp(p, 0.0, 100.0);
-    std::uint64_t rank = std::uint64_t(std::ceil(p / 100.0 * double(n)));
+    // p * n / 100, not p / 100 * n: p / 100 rounds (99.9 / 100 * 1000 is 999.0000000000001, rank 1000).
+    std::uint64_t rank = std::uint64_t(std::ceil(p * double(n) / 100.0));
     rank = std::clamp<std::uint64_t>(rank, 1, n);
     if (rank == n) return max();
     std::uint64_t seen = 0;

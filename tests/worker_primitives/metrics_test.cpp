@@ -18,7 +18,7 @@ namespace {
 namespace mm = mstar::metrics;
 
 std::uint64_t oracle_percentile(const std::vector<std::uint64_t>& sorted, double p) {
-  std::uint64_t rank = std::uint64_t(std::ceil(p / 100.0 * double(sorted.size())));
+  std::uint64_t rank = std::uint64_t(std::ceil(p * double(sorted.size()) / 100.0));
   rank = std::clamp<std::uint64_t>(rank, 1, sorted.size());
   return sorted[rank - 1];
 }
@@ -89,6 +89,23 @@ TEST_CASE("histogram percentiles are exact for values below 128 ns and for a sin
   one.record(123'456'789);
   CHECK(one.percentile(50) == 123'456'789u); // clamped to the exact min and max
   CHECK(mm::histogram().percentile(50) == 0u);
+}
+
+TEST_CASE(
+    "a percentile's rank is ceil(p/100 * n) computed exactly, so p99.9 of 1000 samples is the 999th, not the max") {
+  // 0.999 has no exact double: p / 100 * n rounds 999 up to 999.0000000000001, whose ceil is 1000.
+  mm::histogram h;
+  for (int i = 0; i < 999; ++i)
+    h.record(5);
+  h.record(100);
+  CHECK(h.percentile(99.9) == 5u);
+  CHECK(h.percentile(100) == 100u);
+  mm::histogram big;
+  for (int i = 0; i < 19'980; ++i)
+    big.record(7);
+  for (int i = 0; i < 20; ++i)
+    big.record(90);
+  CHECK(big.percentile(99.9) == 7u); // rank 19980 of 20000
 }
 
 TEST_CASE("values past the top of the range are counted as overflows and keep the exact max") {
@@ -328,7 +345,8 @@ TEST_CASE("busy_tracker keeps the union of a whole run in O(1) memory") {
         lane_at = all.back().end;
       }
     }
-    std::stable_sort(all.begin(), all.end(), [](const mm::interval& x, const mm::interval& y) { return x.end < y.end; });
+    std::stable_sort(all.begin(), all.end(),
+                     [](const mm::interval& x, const mm::interval& y) { return x.end < y.end; });
     const mm::nanos end = all.back().end + 10;
     mm::busy_tracker tracker(8);
     tracker.start(0);
