@@ -7,7 +7,7 @@
 //   qwen3_tts::load_options lo{.requests = 64, .concurrency = 8, .warmup = 8};
 //   auto arm = qwen3_tts::run_arm(backend, talker, codec, engine_options, forward_options, lo);
 //   arm.digests        // completed requests' audio digests: equal across lane modes and batchings
-//   arm.audio_per_s    // audio seconds per wall second over the measured requests (whole run)
+//   arm.audio_per_s    // audio seconds the measured requests got per wall second (whole run)
 //   arm.steady_audio_per_s  // audio seconds per second while all c slots are busy (steady state)
 //
 // The steady-state window runs from the end of the warmup (the last warmup request's end; the first
@@ -140,6 +140,7 @@ struct arm_result {
   // Measured requests only.
   std::uint64_t completed = 0, cancelled = 0, failed = 0;
   std::string first_failure; // "request <id>: <reason>" of the first measured request that failed
+  // audio_s: every chunk they got, cancelled and failed requests' included; wall_s: first submit to last end.
   double wall_s = 0, audio_s = 0, audio_per_s = 0;
   // The steady-state window (see the top of the file); steady_s 0 when it is empty (too few requests
   // after the warmup: every request was submitted before the warmup ended).
@@ -299,9 +300,11 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
     if (r.how == mstar::request_end::completed) out.digests[id] = r.digest;
     if (plan[index.at(id)].warmup) continue;
     measure_end = std::max(measure_end, r.ended);
+    // Every chunk the request got, whatever its end (a cancelled one's too, as the steady figure).
+    for (const auto& ch : r.chunk_log)
+      out.audio_s += double(ch.frames) / frames_per_second;
     if (r.how == mstar::request_end::completed) {
       ++out.completed;
-      out.audio_s += double(r.frames) / frames_per_second;
       if (r.first_audio >= 0) first.push_back(r.first_audio - r.submitted);
       gaps.insert(gaps.end(), r.gaps.begin(), r.gaps.end());
     } else if (r.how == mstar::request_end::cancelled) {

@@ -9,6 +9,7 @@
 #include "qwen3_tts/flow.hpp"
 #include "qwen3_tts/loadgen.hpp"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -163,6 +164,27 @@ TEST_CASE("Qwen3TtsWorker.cancelling requests mid-stream leaves the other reques
       if (res.how == mstar::request_end::cancelled && res.frames > 0)
         CHECK(res.digest.samples < std::uint64_t(res.frames) * 1920);
   }
+}
+
+TEST_CASE("Qwen3TtsLoad.the whole-run audio is every chunk the measured requests got, cancelled ones' included, as the "
+          "steady figure counts it") {
+  host_rig r;
+  auto o = load(0.4);
+  o.lane = mstar::lane_mode::on;
+  const auto a = qwen3_tts::run_arm(r.backend, r.talker, r.codec, engine_options(), forward_options(8), o);
+  check_clean(a, r);
+  std::uint64_t frames = 0, cancelled_frames = 0;
+  for (const auto& [id, res] : a.results) {
+    const auto& p = *std::find_if(a.plan.begin(), a.plan.end(), [&](const auto& q) { return q.id == id; });
+    if (p.warmup) continue;
+    for (const auto& ch : res.chunk_log) {
+      frames += ch.frames;
+      if (res.how == mstar::request_end::cancelled) cancelled_frames += ch.frames;
+    }
+  }
+  REQUIRE(cancelled_frames > 0); // some cancelled request got audio before its cancel
+  CHECK(a.audio_s == doctest::Approx(double(frames) / qwen3_tts::frames_per_second));
+  CHECK(a.audio_per_s == doctest::Approx(a.audio_s / a.wall_s));
 }
 
 TEST_CASE("Qwen3TtsLoad.the steady-state window runs from the last warmup end to the last submit and counts the audio "
