@@ -10,7 +10,8 @@
 // summary table (audio seconds per second, first audio p50/p95/p99, gap between audio chunks
 // p50/p95, codec steps per Talker step, GPU busy fraction, host time per pass on the GPU thread,
 // the Talker step's GPU time alone and with the codec beside it), and a single arm also the
-// per-phase host time of the worker's threads. --json writes the same, --trace a Chrome trace.
+// per-phase host time of the worker's threads. --json writes the same, --trace a Chrome trace (one
+// arm only: with several, a note says that none is written).
 //
 // The config (--config, default configs/qwen3tts.yaml) is validated with mstar_config; its
 // example: section sets the Talker's width and depth (CUDA) and the codec window ramp; a config that
@@ -844,6 +845,11 @@ int main(int argc, char** argv) {
         for (const auto& b : batchings)
           for (const auto& l : lanes)
             specs.push_back({c, lane_of(l), b == "per-width", rep});
+    if (!cli.trace.empty() && specs.size() > 1)
+      std::fprintf(stderr,
+                   "qwen3tts: note: --trace is for one arm and %zu arms run, so no trace is written; give one -c, "
+                   "--lane and --codec-batching (and no --repeats or --check-identity)\n",
+                   specs.size());
 
     char host[128] = "?";
     gethostname(host, sizeof host - 1);
