@@ -628,6 +628,11 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
     for (std::size_t i = 0; i < reports.size(); ++i)
       f << "  " << arm_json(reports[i]) << (i + 1 < reports.size() ? ",\n" : "\n");
     f << "]}\n";
+    f.close(); // a full disk shows here: a cut file must not pass for the run's figures
+    if (!f) {
+      std::fprintf(stderr, "qwen3tts: cannot write %s in full (a full disk or an I/O error)\n", cli.json.c_str());
+      return 1;
+    }
   }
   if (!cli.trace.empty() && specs.size() == 1) std::printf("trace: %s\n", cli.trace.c_str());
   return rc;
