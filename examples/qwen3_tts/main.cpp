@@ -287,11 +287,15 @@ void print_row(const arm_report& a) {
   const double on_lane = r.side_steps ? 100.0 * double(r.side_steps_on_lane) / double(r.side_steps) : 0.0;
   char steady[32] = "-";
   if (r.steady_s > 0) std::snprintf(steady, sizeof steady, "%.2f", r.steady_audio_per_s);
-  std::printf("| %4u | %4s | %-9s | %9.2f | %9s | %6.1f/%6.1f/%6.1f ms | %5.1f/%5.1f ms | %11.2f | %5.1f%% | "
-              "%6.1f us | %15s | %6.1f%% |\n",
+  // No sample (every measured request cancelled or failed, or none with two chunks): "-", not 0 ms.
+  char first[64] = "-", gap[64] = "-";
+  if (r.first_audio.count > 0)
+    std::snprintf(first, sizeof first, "%6.1f/%6.1f/%6.1f ms", r.first_audio.p50 / 1e6, r.first_audio.p95 / 1e6,
+                  r.first_audio.p99 / 1e6);
+  if (r.gap.count > 0) std::snprintf(gap, sizeof gap, "%5.1f/%5.1f ms", r.gap.p50 / 1e6, r.gap.p95 / 1e6);
+  std::printf("| %4u | %4s | %-9s | %9.2f | %9s | %22s | %15s | %11.2f | %5.1f%% | %6.1f us | %15s | %6.1f%% |\n",
               a.spec.c, std::string(mstar::name_of(a.spec.lane)).c_str(), a.spec.per_width ? "per-width" : "all",
-              r.audio_per_s, steady, r.first_audio.p50 / 1e6, r.first_audio.p95 / 1e6, r.first_audio.p99 / 1e6,
-              r.gap.p50 / 1e6, r.gap.p95 / 1e6, codec_per_talker(r), 100.0 * busy_of(a),
+              r.audio_per_s, steady, first, gap, codec_per_talker(r), 100.0 * busy_of(a),
               p50_us(r.summary, "GPU", "talker_decode", "pass"), dec, on_lane);
 }
 
@@ -365,6 +369,8 @@ std::string junix(double seconds) { // to the millisecond (%.6g would round to 1
   return b;
 }
 std::string jspread(const qwen3_tts::spread& s) {
+  if (s.count == 0) // no sample: null, not 0 ms
+    return "{\"count\": 0, \"p50_ms\": null, \"p95_ms\": null, \"p99_ms\": null, \"max_ms\": null}";
   return "{\"count\": " + std::to_string(s.count) + ", \"p50_ms\": " + jnum(s.p50 / 1e6) + ", \"p95_ms\": " +
          jnum(s.p95 / 1e6) + ", \"p99_ms\": " + jnum(s.p99 / 1e6) + ", \"max_ms\": " + jnum(s.max / 1e6) + "}";
 }
