@@ -387,19 +387,25 @@ inline nanos busy_time(std::span<const interval> intervals, nanos window_begin, 
   return busy;
 }
 
-// The busy time of a run of any length, in O(1) time and memory per interval (the GPU thread adds
-// one per landed step): the union is kept as the closed runs' total plus one open run. An interval
-// that overlaps the open run, or starts before it and reaches it, extends it; one after it closes it
-// and opens a new one; one wholly before it (a step of the other stream landing late) is added as it
-// is. Exact when intervals arrive in order of their begin; a late interval is clipped at the end of
-// the closed runs, and two late intervals that overlap each other count their overlap twice. The last
-// `keep` intervals are also kept, as they were given, for inspection (kept()). One writer.
+// The busy time of a run of any length, in O(1) memory (the GPU thread adds one interval per landed
+// step): the union is kept as the latest runs (disjoint, in order; at most recent_runs) plus the total
+// of the older ones, folded away. Steps land in order of their end, not of their begin: a lane step
+// that ran beside several chain steps lands after them and fills the gaps between them, so a late
+// interval is merged into the runs it meets. Exact unless an interval begins before the end of a
+// folded run (the union then loses the part before it); the fold happens only once recent_runs runs,
+// each after an idle gap, are open, half of them at a time. An add is O(1) for an interval that meets
+// or follows the latest run, and at most recent_runs moves of 16 bytes otherwise; nothing allocates
+// after construction. The last `keep` intervals are also kept, as they were given, for inspection (kept()).
+// One writer.
 class busy_tracker {
 public:
+  static constexpr std::size_t recent_runs = 128;
+
   explicit busy_tracker(std::size_t keep = std::size_t{1} << 16) { kept_.reserve(keep); }
   void start(nanos t0) {
-    t0_ = floor_ = run_begin_ = run_end_ = t0;
+    t0_ = floor_ = t0;
     folded_ = 0;
+    n_ = 0;
     kept_.clear();
   }
   void add(nanos begin, nanos end) {
@@ -407,28 +413,53 @@ public:
       if (kept_.size() == kept_.capacity()) kept_.clear(); // never reallocates
       kept_.push_back({begin, end});
     }
+    if (n_ == runs_.size()) fold(runs_.size() / 2);
     begin = std::max(begin, floor_);
     if (end <= begin) return;
-    if (begin > run_end_) {
-      folded_ += run_end_ - run_begin_;
-      floor_ = run_end_;
-      run_begin_ = begin;
-      run_end_ = end;
-    } else if (end < run_begin_) {
-      folded_ += end - begin;
-    } else {
-      run_begin_ = std::min(run_begin_, begin);
-      run_end_ = std::max(run_end_, end);
+    // Runs [i, j) meet [begin, end]: they become one; none meets it: it is inserted at i.
+    std::size_t i = n_;
+    while (i > 0 && runs_[i - 1].end >= begin)
+      --i;
+    interval merged{begin, end};
+    std::size_t j = i;
+    for (; j < n_ && runs_[j].begin <= end; ++j) {
+      merged.begin = std::min(merged.begin, runs_[j].begin);
+      merged.end = std::max(merged.end, runs_[j].end);
     }
+    if (j == i) {
+      std::move_backward(runs_.begin() + i, runs_.begin() + n_, runs_.begin() + n_ + 1);
+      ++n_;
+    } else if (j > i + 1) {
+      std::move(runs_.begin() + j, runs_.begin() + n_, runs_.begin() + i + 1);
+      n_ -= j - i - 1;
+    }
+    runs_[i] = merged;
   }
   // Busy time from start() to `end` (at or after the last interval's end).
-  nanos busy(nanos end) const { return folded_ + std::max<nanos>(0, std::min(end, run_end_) - run_begin_); }
+  nanos busy(nanos end) const {
+    nanos b = folded_;
+    for (std::size_t i = 0; i < n_; ++i)
+      b += std::max<nanos>(0, std::min(end, runs_[i].end) - runs_[i].begin);
+    return b;
+  }
   double fraction(nanos end) const { return end > t0_ ? double(busy(end)) / double(end - t0_) : 0.0; }
   std::span<const interval> kept() const noexcept { return kept_; } // up to `keep`, the latest
 
 private:
+  // The oldest `count` runs leave the list: their time is added up, and an interval is clipped at
+  // their end from now on.
+  void fold(std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i)
+      folded_ += runs_[i].end - runs_[i].begin;
+    floor_ = runs_[count - 1].end;
+    std::move(runs_.begin() + count, runs_.begin() + n_, runs_.begin());
+    n_ -= count;
+  }
+
   std::vector<interval> kept_;
-  nanos t0_ = 0, floor_ = 0, run_begin_ = 0, run_end_ = 0, folded_ = 0;
+  std::array<interval, recent_runs> runs_{};
+  std::size_t n_ = 0;
+  nanos t0_ = 0, floor_ = 0, folded_ = 0;
 };
 
 // busy_time over the window's length; 0 for an empty window.
