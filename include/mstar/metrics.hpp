@@ -146,8 +146,11 @@ public:
     const std::uint64_t n = count();
     if (n == 0) return 0;
     p = std::clamp(p, 0.0, 100.0);
-    // p * n / 100, not p / 100 * n: p / 100 rounds (99.9 / 100 * 1000 is 999.0000000000001, rank 1000).
-    std::uint64_t rank = std::uint64_t(std::ceil(p * double(n) / 100.0));
+    // In integers, p taken to a millionth: in floating point p / 100 * n (and p * n / 100) can round an
+    // exact rank up (99.9 / 100 * 1000 is 999.0000000000001: rank 1000, the max, instead of 999).
+    constexpr std::uint64_t whole = 100'000'000; // 100 in millionths
+    const auto per = std::uint64_t(std::llround(p * 1e6));
+    std::uint64_t rank = n / whole * per + (n % whole * per + whole - 1) / whole;
     rank = std::clamp<std::uint64_t>(rank, 1, n);
     if (rank == n) return max();
     std::uint64_t seen = 0;

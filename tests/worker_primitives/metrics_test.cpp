@@ -17,8 +17,10 @@ namespace {
 
 namespace mm = mstar::metrics;
 
+// Rank ceil(p / 100 * n), exact for p given to a millionth.
 std::uint64_t oracle_percentile(const std::vector<std::uint64_t>& sorted, double p) {
-  std::uint64_t rank = std::uint64_t(std::ceil(p * double(sorted.size()) / 100.0));
+  const auto per = std::uint64_t(std::llround(p * 1e6));
+  std::uint64_t rank = (sorted.size() * per + 99'999'999) / 100'000'000;
   rank = std::clamp<std::uint64_t>(rank, 1, sorted.size());
   return sorted[rank - 1];
 }
@@ -106,6 +108,14 @@ TEST_CASE(
   for (int i = 0; i < 20; ++i)
     big.record(90);
   CHECK(big.percentile(99.9) == 7u); // rank 19980 of 20000
+  // p * n / 100 rounds too: 99.9 * 41000 / 100 is 40959.000000000004.
+  mm::histogram odd;
+  for (int i = 0; i < 40'959; ++i)
+    odd.record(7);
+  for (int i = 0; i < 41; ++i)
+    odd.record(90);
+  CHECK(odd.percentile(99.9) == 7u); // rank 40959 of 41000
+  CHECK(odd.percentile(99.95) == 90u);
 }
 
 TEST_CASE("values past the top of the range are counted as overflows and keep the exact max") {
