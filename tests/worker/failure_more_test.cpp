@@ -12,8 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 using namespace worker_test;
 
@@ -466,4 +469,62 @@ TEST_CASE("Failures.throwing finished/continues hooks fail only their request") 
   CHECK(flow.results.at(3).how == mstar::request_end::failed);
   CHECK(flow.results.at(3).why.find("continues boom") != std::string::npos);
   CHECK(pools_full(engine));
+}
+
+namespace {
+
+// A host backend the worker cannot enqueue host code on (as on CUDA): a step's interval then runs from
+// its launch to its landing as the GPU thread saw it. The forwards still enqueue, through the base.
+struct stampless_backend : mstar::host_backend {
+  template <class F>
+  void enqueue(mstar::host_stream, F&&) = delete;
+};
+
+} // namespace
+
+// Lane off, the codec runs on the chain stream: a codec step launched while a decode step is in flight
+// waits for it there. Its trace event must begin once the step before it on the stream has landed, or
+// the two partially overlap on the stream's track and the viewer nests them wrongly.
+TEST_CASE("Trace.without device time stamps, one stream's steps still nest or follow each other on its track") {
+  pool_hooks::reset();
+  stampless_backend backend;
+  mstar::engine<Model, stampless_backend> engine(backend, options(8));
+  tts_flow flow;
+  mstar::worker_options o;
+  o.lane = mstar::lane_mode::off;
+  mstar::threaded_worker<Model, stampless_backend, tts_flow> w(engine, flow, std::move(o));
+  install_forwards(w, backend);
+  mstar::host_backend& base = backend;
+  w.forward<Decode>([&base](const auto& ctx) {
+    enqueue_decode(base, ctx);
+    base.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
+  });
+  w.forward<Codec>([&base](const auto& ctx) {
+    enqueue_codec(base, ctx);
+    base.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(700)); });
+  });
+  w.start();
+  for (mstar::request_id i = 0; i < 8; ++i)
+    REQUIRE(w.submit(i, tts_input{i + 1, 4, 24}));
+  w.wait_idle();
+  w.stop();
+  // The chain stream is track 3: tid 4. One event a line, sorted by (track, begin, longer first).
+  std::istringstream lines(mstar::trace::to_json(w.trace_session()));
+  std::vector<std::pair<double, double>> steps;
+  for (std::string line; std::getline(lines, line);) {
+    double ts = 0, dur = 0;
+    if (std::sscanf(line.c_str(), R"({"ph":"X","pid":0,"tid":4,"ts":%lf,"dur":%lf)", &ts, &dur) == 2)
+      steps.emplace_back(ts, ts + dur);
+  }
+  REQUIRE(steps.size() > 20);
+  std::vector<double> open; // ends of the events that contain the current one
+  std::size_t partial = 0;
+  for (const auto& [b, e] : steps) {
+    while (!open.empty() && open.back() <= b + 1e-6) // microseconds: a nanosecond less, for ts + dur
+      open.pop_back();
+    if (!open.empty() && e > open.back() + 1e-6) ++partial;
+    open.push_back(e);
+  }
+  INFO(partial << " of " << steps.size() << " chain stream events partially overlap the one before");
+  CHECK(partial == 0);
 }

@@ -1754,8 +1754,14 @@ private:
       b = rec.launched;
       e = now;
     }
-    busy_.add(b, e);
-    gpu_buf_->complete(rec.on_lane ? t_lane_ : t_chain_, node_name_id_[rec.node], b, e, {n_rows_, rec.count});
+    // One stream runs its steps in order: without device time stamps (CUDA) a step launched while the
+    // one before it on its stream ran waited for it there, so its busy interval and trace event begin
+    // at that one's landing (the union is the same; the stream's track then nests).
+    auto& stream_end = landed_end_[rec.on_lane ? 1 : 0];
+    const auto shown = std::min(std::max(b, stream_end), e);
+    stream_end = std::max(stream_end, e);
+    busy_.add(shown, e);
+    gpu_buf_->complete(rec.on_lane ? t_lane_ : t_chain_, node_name_id_[rec.node], shown, e, {n_rows_, rec.count});
     const double d = double(e - b);
     if (rec.side) {
       side_in_flight_ = false;
@@ -1898,6 +1904,7 @@ private:
   lane_chooser chooser_;
   metrics::interval last_lane_{};
   metrics::nanos last_chain_end_ = 0;
+  std::array<metrics::nanos, 2> landed_end_{}; // GPU thread: the latest landed step's end on the chain, the lane
   metrics::nanos settle_since_ = 0;
   metrics::nanos gpu_busy_end_ = 0;  // GPU thread: when its last loop pass that did something ended
   metrics::busy_tracker busy_;
