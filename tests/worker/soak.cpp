@@ -19,6 +19,7 @@
 // tests/worker/meson.build: plain, under ThreadSanitizer, and under AddressSanitizer + UBSan.
 #include "worker/tts_flow.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,17 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     mstar::threaded_worker<typename M::type, mstar::host_backend, Flow> w(engine, flow, o);
     install_forwards<M>(w, backend);
     w.start();
+    // A monitor reads the figures and the trace while the worker runs and while it stops, as the
+    // worker allows from any thread at any time (ThreadSanitizer checks that it races with nothing).
+    std::atomic<bool> monitor_stop{false};
+    std::thread monitor([&] {
+      while (!monitor_stop.load()) {
+        const auto sum = w.summary();
+        if (sum.gpu_busy_fraction > 1.0) fail("a live summary's GPU busy fraction is above 1");
+        (void)mstar::trace::to_json(w.trace_session());
+        std::this_thread::sleep_for(std::chrono::milliseconds(20)); // a report costs ~1 ms: leave the cores
+      }
+    });
     std::mt19937_64 rng(seed);
     const auto t0 = std::chrono::steady_clock::now();
     // Keep about `window` requests submitted and not ended: a little more than the engine holds (8),
@@ -92,6 +104,8 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     }
     w.wait_idle();
     w.stop();
+    monitor_stop = true;
+    monitor.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = w.counters();
     std::printf("%slane %-4s %-9s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu of them predicted, %llu "

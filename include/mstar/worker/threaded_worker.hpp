@@ -305,7 +305,7 @@ public:
   }
   // Cancels what is still live, tears it down, and joins the threads.
   void stop() {
-    if (!started_ || stopped_) return;
+    if (!started_ || stopped_.load(std::memory_order_relaxed)) return;
     {
       std::lock_guard g(inbox_lock_);
       stopping_.store(true, std::memory_order_release);
@@ -314,8 +314,8 @@ public:
     main_thread_.join();
     gpu_thread_.join();
     plan_thread_.join();
-    stopped_ = true;
     t1_ = metrics::now_ns();
+    stopped_.store(true, std::memory_order_release); // summary() on another thread reads t1_ and busy_ after it
     if (main_error_) std::rethrow_exception(main_error_);
   }
 
@@ -327,7 +327,7 @@ public:
   // only after stop()).
   metrics::summary summary() const {
     double busy = -1.0;
-    if (stopped_) {
+    if (stopped_.load(std::memory_order_acquire)) {
       const auto end = t1_;
       busy = busy_.fraction(end);
     }
@@ -1936,7 +1936,8 @@ private:
   std::exception_ptr main_error_;
 
   std::thread main_thread_, gpu_thread_, plan_thread_;
-  bool started_ = false, stopped_ = false;
+  bool started_ = false;
+  std::atomic<bool> stopped_{false}; // stop() -> any thread's summary()
   // start()'s handshake with the threads (off the per-step path).
   std::mutex start_lock_;
   std::condition_variable start_cv_;
