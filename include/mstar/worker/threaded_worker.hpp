@@ -180,6 +180,12 @@ public:
       ready_[n] = detail::row_queue<ready_row>(max_requests_);
       held_[n] = detail::row_queue<ready_row>(max_requests_);
     }
+    // Every container the GPU thread fills per step holds its bound from here, so that no step
+    // allocates (tests/worker/steady_allocs.cpp): step records free or in flight, and held rows
+    // (at most one per request and node) moved back by release_held.
+    free_records_.reserve(options_.step_records);
+    in_flight_.reserve(options_.step_records);
+    scratch_.reserve(max_requests_);
     for (std::uint32_t i = 0; i < options_.step_records; ++i) {
       records_[i].rows.resize(max_batch_);
       records_[i].payloads.resize(max_batch_);
