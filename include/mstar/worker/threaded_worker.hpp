@@ -573,9 +573,13 @@ private:
 
   // Submits and cancels in the order the client made them: a cancel applies to the submissions made
   // before it only (a cancel of an ended id followed by a submit reusing it leaves the new request).
+  // The inbox's vectors are swapped with two the main thread keeps, emptied: the client's next
+  // submits fill the capacity the last take left, with no allocation once it is large enough.
   bool take_inbox() {
-    std::vector<submission> subs;
-    std::vector<std::pair<std::size_t, request_id>> cancels;
+    auto& subs = taken_submits_;
+    auto& cancels = taken_cancels_;
+    subs.clear(); // a take that threw left them
+    cancels.clear();
     bool stopping;
     {
       std::lock_guard g(inbox_lock_);
@@ -598,6 +602,8 @@ private:
     }
     for (; next < subs.size(); ++next)
       backlog_.push_back(std::move(subs[next]));
+    subs.clear();
+    cancels.clear();
     if (stopping) {
       while (!backlog_.empty())
         cancel_now(backlog_.front().id);
@@ -1935,6 +1941,8 @@ private:
   std::condition_variable idle_cv_;
   std::vector<submission> inbox_submits_;
   std::vector<std::pair<std::size_t, request_id>> inbox_cancels_; // (submits queued before it, id)
+  std::vector<submission> taken_submits_;                         // main thread: take_inbox's side of the swap
+  std::vector<std::pair<std::size_t, request_id>> taken_cancels_;
   std::unordered_set<request_id> ids_;
   std::atomic<bool> inbox_flag_{false}, stopping_{false};
   std::uint64_t submitted_ = 0, ended_ = 0;
