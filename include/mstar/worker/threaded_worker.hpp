@@ -186,6 +186,12 @@ public:
     free_records_.reserve(options_.step_records);
     in_flight_.reserve(options_.step_records);
     scratch_.reserve(max_requests_);
+    // The main thread's (and the client's) per-request entries: tables sized for the live requests,
+    // and their nodes reused (insert_reusing).
+    by_id_.reserve(max_requests_);
+    spare_by_id_.reserve(max_requests_);
+    ids_.reserve(max_requests_);
+    spare_ids_.reserve(max_requests_);
     for (std::uint32_t i = 0; i < options_.step_records; ++i) {
       records_[i].rows.resize(max_batch_);
       records_[i].payloads.resize(max_batch_);
@@ -292,7 +298,7 @@ public:
       throw std::logic_error("mstar::threaded_worker::submit: the worker is stopping");
     if (abort_.load(std::memory_order_relaxed))
       throw std::runtime_error("mstar::threaded_worker::submit: " + fatal_why_ + "; stop() it and start a new one");
-    if (!ids_.insert(id).second) return false;
+    if (!insert_reusing(ids_, spare_ids_, id)) return false;
     inbox_submits_.push_back({id, std::move(input), metrics::now_ns()});
     ++submitted_;
     inbox_flag_.store(true, std::memory_order_release);
@@ -442,6 +448,30 @@ private:
     for (const auto& n : Model::descriptor.nodes)
       v.emplace_back(n.name);
     return v;
+  }
+  // A request's entry in an unordered map or set (by_id_, ids_) goes into a node that an erase kept
+  // (erase_keeping), so that it allocates only when more requests are known at once than ever before.
+  // False, keeping the node, when the key is there already.
+  template <class Table>
+  static bool insert_reusing(Table& table, std::vector<typename Table::node_type>& spare,
+                             typename Table::value_type v) {
+    if (spare.empty()) return table.insert(std::move(v)).second;
+    auto node = std::move(spare.back());
+    spare.pop_back();
+    if constexpr (requires { node.mapped(); }) {
+      node.key() = v.first;
+      node.mapped() = std::move(v.second);
+    } else {
+      node.value() = std::move(v);
+    }
+    auto r = table.insert(std::move(node));
+    if (!r.inserted) spare.push_back(std::move(r.node));
+    return r.inserted;
+  }
+  template <class Table>
+  static void erase_keeping(Table& table, std::vector<typename Table::node_type>& spare,
+                            const typename Table::key_type& key) {
+    if (auto node = table.extract(key)) spare.push_back(std::move(node));
   }
   template <std::size_t... I>
   void check_forwards(std::index_sequence<I...>) const {
@@ -713,7 +743,7 @@ private:
       s.cancelled = s.failed = s.stepped = false;
       s.failure.clear();
       metrics::request_recorder::on_submit(s.timing, sub.at);
-      by_id_[sub.id] = ref->index;
+      insert_reusing(by_id_, spare_by_id_, {sub.id, ref->index}); // not there: ids_ holds a live id once
       ++live_;
       try {
         flow_->start(s.state, sub.id, sub.input);
@@ -1013,7 +1043,7 @@ private:
     const std::string why = how == request_end::failed ? std::move(s.failure) : std::string();
     s.failure.clear();
     finish_request(s.state, s.id, s.timing, how, why, end);
-    by_id_.erase(s.id);
+    erase_keeping(by_id_, spare_by_id_, s.id);
     --live_;
     epoch_.fetch_add(1, std::memory_order_release);
     ended(s.id);
@@ -1022,7 +1052,7 @@ private:
 
   void ended(request_id id) {
     std::lock_guard g(inbox_lock_);
-    ids_.erase(id);
+    erase_keeping(ids_, spare_ids_, id);
     ++ended_;
     if (ended_ == submitted_) idle_cv_.notify_all();
   }
@@ -1861,6 +1891,7 @@ private:
   // main thread
   std::vector<request_slot> slots_;
   std::unordered_map<request_id, std::uint32_t> by_id_;
+  std::vector<typename decltype(by_id_)::node_type> spare_by_id_; // nodes of ended requests, for the next
   std::deque<submission> backlog_;
   std::array<std::deque<parked_row>, node_count> parked_;
   std::size_t rows_out_ = 0;        // rows of live requests out of the main thread (sum of outstanding)
@@ -1943,7 +1974,8 @@ private:
   std::vector<std::pair<std::size_t, request_id>> inbox_cancels_; // (submits queued before it, id)
   std::vector<submission> taken_submits_;                         // main thread: take_inbox's side of the swap
   std::vector<std::pair<std::size_t, request_id>> taken_cancels_;
-  std::unordered_set<request_id> ids_;
+  std::unordered_set<request_id> ids_; // submitted and not ended
+  std::vector<typename decltype(ids_)::node_type> spare_ids_;
   std::atomic<bool> inbox_flag_{false}, stopping_{false};
   std::uint64_t submitted_ = 0, ended_ = 0;
   std::string fatal_why_ = "the worker stopped on an error"; // set with abort_, under inbox_lock_
