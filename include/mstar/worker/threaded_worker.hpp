@@ -24,6 +24,8 @@
 // rows), GPU -> main (landed steps, dropped rows), main -> GPU (step records to reuse), GPU -> plan
 // (the step to stage), plan -> GPU (staged). No lock on that path and no sleeping in steady state: an
 // idle thread spins, then yields, and sleeps only after worker_options::*_backoff.idle_before_sleep.
+// The GPU and plan threads make no heap allocation per step once warm (every
+// container they fill is sized at construction; tests/worker/steady_allocs.cpp fails otherwise).
 // Client ingest (submit/cancel) takes a mutex once per request, off the per-step path.
 //
 // Cancellation at any moment. The main thread marks the request cancelled (and the GPU thread sees a
