@@ -265,12 +265,12 @@ int main(int argc, char** argv) {
       ++next;
     }
   };
-  submit_until(warmup);
-  // The lane stream is created (allocated) at the first side step on the lane, once: lane_mode
-  // automatic tries both arms first, so it is there by now; wait for it all the same.
-  for (std::uint64_t more = warmup;
-       lane != mstar::lane_mode::off && w.counters().lane_created.load() == 0 && more < 20ull * warmup; more += live)
-    submit_until(more + live);
+  // Warm-up: until `warmup` requests have ended (every thread has run its part and is told apart by
+  // then), and the lane stream exists (it is created, allocating, at the first side step on the
+  // lane; lane_mode automatic tries both arms first, so it comes early).
+  while (flow.ended.load(std::memory_order_acquire) < warmup ||
+         (lane != mstar::lane_mode::off && w.counters().lane_created.load() == 0 && next < 20ull * warmup + live))
+    submit_until(next + 1);
   const auto before = take(w, flow);
   const auto warmed = next;
   steady.store(true, std::memory_order_relaxed);
