@@ -735,6 +735,13 @@ TEST_CASE("Worker.metrics cover each thread's phases and the requests, and the t
   CHECK(gpu_commit);
   CHECK(plan_plan);
   CHECK(gpu_promote == (s.worker.counters().promoted.load() > 0));
+  // A teardown is a request's, not a node's: one row "request", one sample a request.
+  for (const auto& r : sum.per_node)
+    if (r.phase == "teardown") {
+      CHECK(r.node == "request");
+      CHECK(r.time.count == in.size());
+    }
+  CHECK(std::count_if(sum.per_node.begin(), sum.per_node.end(), [](const auto& r) { return r.phase == "teardown"; }) == 1);
   CHECK(sum.requests.completed == in.size());
   CHECK(s.worker.request_metrics().first_output().count() == in.size());
   CHECK(sum.gpu_busy_fraction > 0.0);

@@ -445,10 +445,13 @@ private:
     o.check(node_count);
     return o;
   }
+  // The recorders' rows: the model's nodes, then "request" for what concerns a request as a whole
+  // (its teardown), at index node_count.
   static std::vector<std::string> node_names() {
     std::vector<std::string> v;
     for (const auto& n : Model::descriptor.nodes)
       v.emplace_back(n.name);
+    v.emplace_back("request");
     return v;
   }
   // A request's entry in an unordered map or set (by_id_, ids_) goes into a node that an erase kept
@@ -1038,7 +1041,7 @@ private:
                    static_cast<unsigned long long>(s.id), e.what());
     }
     const auto end = metrics::now_ns();
-    main_rec_.record(0, teardown_phase(), end - begin);
+    main_rec_.record(metrics::node_id(node_count), teardown_phase(), end - begin);
     main_buf_->complete(t_main_, n_teardown_, begin, end);
     counters_.teardowns.fetch_add(1, std::memory_order_relaxed);
     s.live = false;
