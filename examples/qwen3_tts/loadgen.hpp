@@ -338,7 +338,14 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
   out.lane_explored = worker.lane_decisions().decisions_explored();
   out.lane = worker.lane_decisions().measurements();
   out.summary = worker.summary();
-  if (!lo.trace.empty()) worker.write_trace(lo.trace);
+  if (!lo.trace.empty()) {
+    worker.write_trace(lo.trace);
+    if (const auto dropped = worker.trace_session().dropped(); dropped != 0)
+      std::fprintf(stderr,
+                   "qwen3tts: note: the trace's buffers (%zu events a thread) filled, so the last %llu events are "
+                   "not in %s; trace a shorter run (fewer requests, -n)\n",
+                   wo.trace_events, static_cast<unsigned long long>(dropped), lo.trace.c_str());
+  }
   out.buffers_free = fwd.buffers_free();
   out.pools_full = true;
   for (const auto& st : engine.stats())
