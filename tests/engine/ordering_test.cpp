@@ -54,6 +54,29 @@ TEST_CASE("Ordering.an event recorded before the access does not order it") {
   CHECK(f.reports() == 1);
 }
 
+TEST_CASE("Ordering.an event recorded after the access but never waited on does not order it") {
+  fixture f;
+  auto zeroed = f.backend.create_event();
+  f.backend.note_access(f.chain, f.pool, 3);
+  f.backend.record(zeroed, f.chain); // recorded, but the lane never waits on it
+  f.backend.note_access(f.lane, f.pool, 3);
+  CHECK(f.reports() == 1);
+  // A wait on it afterwards orders the lane's next access, not the one before the wait.
+  f.backend.wait(f.lane, zeroed);
+  f.backend.note_access(f.lane, f.pool, 3);
+  CHECK(f.reports() == 1);
+}
+
+TEST_CASE("Ordering.a step's access to several slots checks every slot, not only the first") {
+  fixture f;
+  const std::int32_t chain_slots[] = {1, 2, 3};
+  const std::int32_t lane_slots[] = {5, 6, 3}; // only the last one was touched by the chain
+  f.backend.note_accesses(f.chain, f.pool, chain_slots);
+  f.backend.note_accesses(f.lane, f.pool, lane_slots);
+  REQUIRE(f.reports() == 1);
+  CHECK(f.backend.checker().violations()[0].index == 3);
+}
+
 TEST_CASE("Ordering.accesses on one stream are ordered by the stream, whatever the slot's history") {
   fixture f;
   for (std::uint32_t i = 0; i < 8; ++i) {
