@@ -191,7 +191,8 @@ TEST_CASE("Runner.a chain step that did not promote resets the record when it pl
   f.backend.synchronize(f.chain);
 }
 
-TEST_CASE("Runner.a stale stage is not promoted: the step is admitted and planned afresh") {
+TEST_CASE(
+    "Runner.a stale stage is not promoted: it is cleared everywhere, and the step is admitted and planned afresh") {
   fixture f;
   auto a = f.add(1);
   mstar::row rows[] = {{a}};
@@ -204,6 +205,11 @@ TEST_CASE("Runner.a stale stage is not promoted: the step is admitted and planne
   CHECK(f.engine.resource<Sampler>().current_plan().host_rows[0].seed == 99);
   CHECK(f.runner.stage().drops() == 1);
   CHECK_FALSE(f.runner.stage().staged());
+  for (const auto& st : f.engine.stats()) { // cleared on every resource that pre-plans, not only the stale one
+    INFO(st.key);
+    CHECK_FALSE(st.staged);
+    CHECK(st.clears == (st.key == "codec_state" ? 0u : 1u));
+  }
   f.backend.synchronize(f.chain);
 }
 
@@ -264,6 +270,48 @@ TEST_CASE("Runner.a side step beside a held stage never touches it: admitted, re
   CHECK(out.promoted);
   f.backend.synchronize(f.chain);
   f.backend.synchronize(f.lane);
+}
+
+TEST_CASE("Runner.a side step run between the staged step's admit and its plan leaves the promote to that step") {
+  fixture f;
+  auto a = f.add(1), b = f.add(2);
+  mstar::row chain_rows[] = {{a}};
+  REQUIRE(f.run(DecodeStep{chain_rows}, f.chain));
+  REQUIRE(f.runner.pre_plan(DecodeStep{chain_rows}, f.chain));
+  REQUIRE(f.runner.admit(DecodeStep{chain_rows})); // the staged step is admitted ...
+  mstar::row codec_rows[] = {{b}};
+  REQUIRE(f.run(CodecStep{codec_rows}, f.lane)); // ... a codec window runs on the lane in between ...
+  const auto p = f.runner.plan(DecodeStep{chain_rows}, f.chain);
+  REQUIRE(p);
+  CHECK(p.promoted); // ... and the staged step still promotes
+  REQUIRE(f.runner.commit(DecodeStep{chain_rows}));
+  CHECK(f.runner.stage().promotions() == 1);
+  CHECK(f.runner.stage().drops() == 0);
+  f.backend.synchronize(f.chain);
+  f.backend.synchronize(f.lane);
+}
+
+TEST_CASE(
+    "Runner.a chain step with the staged step's node, bucket and row count but other rows drops the stage on admit") {
+  fixture f;
+  auto a = f.add(1), b = f.add(2);
+  mstar::row staged[] = {{a}}, other[] = {{b}};
+  REQUIRE(f.runner.pre_plan(DecodeStep{staged}, f.chain));
+  REQUIRE(f.runner.admit(DecodeStep{other}));
+  CHECK_FALSE(f.runner.stage().staged()); // dropped on admit, not kept for a promote
+  const auto p = f.runner.plan(DecodeStep{other}, f.chain);
+  REQUIRE(p);
+  CHECK_FALSE(p.promoted);
+  REQUIRE(f.runner.commit(DecodeStep{other}));
+  CHECK(f.runner.stage().promotions() == 0);
+  CHECK(f.runner.stage().drops() == 1);
+  for (const auto& st : f.engine.stats()) {
+    INFO(st.key);
+    CHECK(st.promotes == 0);
+    CHECK(st.stale_promotes == 0); // a's staged plan was never tried for b's row
+    CHECK(st.clears == (st.key == "codec_state" ? 0u : 1u));
+  }
+  f.backend.synchronize(f.chain);
 }
 
 TEST_CASE("Runner.the stage check catches a step that drops the stage (the check is not vacuous)") {
