@@ -109,6 +109,23 @@ TEST_CASE("RecurrentPool.a full pool refuses with a reason and reserves nothing"
   CHECK(std::string(r.message()).find("0 of 3") != std::string::npos);
 }
 
+TEST_CASE("RecurrentPool.a step needing more slots than are free takes none, not the ones that were free") {
+  fixture f;
+  mstar::row first[] = {{f.add(1)}, {f.add(2)}};
+  REQUIRE_FALSE(f.pool.admit(f.view(first)).has_value());
+  REQUIRE(f.pool.free_count() == 1);
+  mstar::row more[] = {{f.add(10)}, {f.add(11)}}; // two new rows, one free slot
+  const auto why = f.pool.admit(f.view(more));
+  REQUIRE(why.has_value());
+  CHECK(std::string(why->message()).find("2 row(s) need a new slot and 1 of 3 slots are free") != std::string::npos);
+  CHECK(f.pool.free_count() == 1); // all or nothing: the free slot is still free
+  CHECK_FALSE(f.pool.find(more[0].request, 0).has_value());
+  CHECK_FALSE(f.pool.find(more[1].request, 0).has_value());
+  mstar::row one[] = {{f.add(12)}}; // another step can take it
+  CHECK_FALSE(f.pool.admit(f.view(one)).has_value());
+  CHECK(f.pool.free_count() == 0);
+}
+
 TEST_CASE("RecurrentPool.admit holds one slot per (request, label) and is idempotent") {
   fixture f;
   auto a = f.add(1);
@@ -186,6 +203,33 @@ TEST_CASE("RecurrentPool.plan gives each row its slot and whether it holds state
   f.backend.synchronize(f.lane);
 }
 
+TEST_CASE("RecurrentPool.a staged plan whose slot was released and handed out again is stale and is not promoted") {
+  fixture f;
+  auto a = f.add(1);
+  mstar::row rows[] = {{a}};
+  const auto v = f.view(rows);
+  REQUIRE_FALSE(f.pool.admit(v).has_value());
+  auto arena = f.arena();
+  f.pool.plan(v, arena, f.lane);
+  f.pool.commit(v); // the slot holds state
+  REQUIRE_FALSE(f.pool.pre_admit(v).has_value());
+  arena = f.arena();
+  f.pool.pre_plan(v, arena);
+  const auto h = *f.pool.find(a, 0);
+  // The slot is released and the same request takes it again: the same slot number, a new generation,
+  // zeroed, so the staged "has state" is wrong.
+  f.pool.release(h, f.lane);
+  const auto again = *f.pool.reserve(a, 0);
+  REQUIRE(again.slot == h.slot);
+  REQUIRE(again.generation == h.generation + 1);
+  CHECK_FALSE(f.pool.promote(v, f.lane));
+  CHECK(f.pool.stats().stale_promotes == 1);
+  arena = f.arena();
+  f.pool.plan(v, arena, f.lane);
+  CHECK(f.pool.current_plan().host_has_state[0] == 0); // planned afresh: a zeroed slot has no state
+  f.backend.synchronize(f.lane);
+}
+
 TEST_CASE("RecurrentPool.planning a row that holds no slot is an error, not a silent sink") {
   fixture f;
   mstar::row rows[] = {{f.add(1)}};
@@ -214,6 +258,49 @@ TEST_CASE("RecurrentPool.teardown zeroes the slot on the stream it is given, and
   CHECK(f.slot_is_zero(h.slot));
   CHECK(f.slot_is_zero(0));
   CHECK(f.pool.stats().removes == 1);
+}
+
+TEST_CASE("RecurrentPool.teardown frees and zeroes the slot of every label the request holds") {
+  fixture f;
+  auto a = f.add(1);
+  mstar::row rows[] = {{a, 1, 0}, {a, 1, 1}};
+  REQUIRE_FALSE(f.pool.admit(f.view(rows)).has_value());
+  const auto s0 = f.pool.find(a, 0)->slot, s1 = f.pool.find(a, 1)->slot;
+  f.fill_slot(s0, 3.0f);
+  f.fill_slot(s1, 4.0f);
+  REQUIRE(f.pool.free_count() == 1);
+  f.pool.remove_request(a, f.lane);
+  CHECK(f.pool.free_count() == 3); // nothing leaks: both labels' slots are back
+  CHECK_FALSE(f.pool.find(a, 1).has_value());
+  f.backend.synchronize(f.lane);
+  CHECK(f.slot_is_zero(s0));
+  CHECK(f.slot_is_zero(s1));
+}
+
+TEST_CASE("RecurrentPool.a slot last used on the chain and torn down on the lane is zeroed on the lane") {
+  fixture f;
+  auto a = f.add(1);
+  mstar::row rows[] = {{a}};
+  const auto v = f.view(rows);
+  REQUIRE_FALSE(f.pool.admit(v).has_value());
+  auto arena = f.arena();
+  f.pool.plan(v, arena, f.chain);
+  f.pool.commit(v); // the slot's last use is on the chain
+  const auto slot = f.pool.find(a, 0)->slot;
+  f.backend.synchronize(f.chain);
+  f.fill_slot(slot, 5.0f);
+  gate g;
+  f.backend.enqueue(f.lane, [&g] {
+    while (!g.open.load())
+      std::this_thread::yield();
+  });
+  f.pool.remove_request(a, f.lane); // the owner stream is the lane: the zero goes behind the lane's work
+  f.backend.synchronize(f.chain);
+  CHECK_FALSE(f.slot_is_zero(slot)); // not run on the chain
+  g.open.store(true);
+  f.backend.synchronize(f.lane);
+  CHECK(f.slot_is_zero(slot));
+  CHECK(f.backend.checker().violation_count() == 0);
 }
 
 TEST_CASE("RecurrentPool.a slot used on one stream and zeroed or reused on another is fenced, and the checker agrees") {
