@@ -42,8 +42,10 @@ struct pool_hooks {
   static inline std::atomic<std::uint64_t> last_admit_exit{0};
   static inline std::atomic<std::uint64_t> first_remove_after_gate{0};
   static inline std::atomic<bool> watch_removes{false};
+  static inline std::atomic<std::uint32_t> refuse_min_rows{0}; // refuse_admits counts only steps of this many rows
   static void reset() {
     refuse_admits = 0;
+    refuse_min_rows = 0;
     raise_admits = 0;
     raise_removes = 0;
     gate_closed = false;
@@ -67,7 +69,8 @@ struct hooked_pool : mstar::recurrent_state_pool<Backend, float> {
       while (pool_hooks::gate_closed.load())
         std::this_thread::yield();
     }
-    if (pool_hooks::refuse_admits.load() > 0 && pool_hooks::refuse_admits.fetch_sub(1) > 0)
+    if (s.rows.size() >= pool_hooks::refuse_min_rows.load() && pool_hooks::refuse_admits.load() > 0 &&
+        pool_hooks::refuse_admits.fetch_sub(1) > 0)
       return mstar::refusal::make("codec_state", "injected refusal of the codec pool's admit");
     if (pool_hooks::raise_admits.load() > 0 && pool_hooks::raise_admits.fetch_sub(1) > 0)
       throw std::runtime_error("injected raise in the codec pool's admit");

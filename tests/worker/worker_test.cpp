@@ -187,6 +187,76 @@ TEST_CASE("Worker.a refused side step goes to the admit-failure handler and rout
   }
 }
 
+TEST_CASE("Worker.a refusal answered with limit_batch halves the node's next step") {
+  pool_hooks::reset();
+  auto o = with_lane(mstar::lane_mode::on);
+  std::atomic<std::uint32_t> refused_rows{0};
+  o.on_refusal = [&](const mstar::refusal_event& e) {
+    refused_rows.store(e.rows);
+    return mstar::admit_action::limit_batch;
+  };
+  run_setup s(o);
+  // The codec step right after the refusal: its row count (the GPU thread both refuses and launches).
+  std::atomic<std::uint32_t> next_rows{0};
+  auto& backend = s.backend;
+  s.worker.forward<Codec>([&](const auto& ctx) {
+    if (refused_rows.load() != 0 && next_rows.load() == 0)
+      next_rows.store(static_cast<std::uint32_t>(ctx.view.rows.size()));
+    enqueue_codec(backend, ctx);
+  });
+  pool_hooks::refuse_min_rows = 2; // refuse one codec step of 2 rows or more
+  pool_hooks::refuse_admits = 1;
+  const auto in = inputs(16, 23);
+  run_to_idle(s.worker, in);
+  check_all_completed(s.flow, in);
+  REQUIRE(s.worker.counters().side_refusals.load() == 1);
+  REQUIRE(refused_rows.load() >= 2);
+  CHECK(next_rows.load() >= 1);
+  CHECK(next_rows.load() <= refused_rows.load() / 2);
+  CHECK(pools_full(s.engine));
+}
+
+TEST_CASE("Worker.a refusal answered with hold sets the rows aside until a step lands, instead of retrying them at once") {
+  pool_hooks::reset();
+  auto o = with_lane(mstar::lane_mode::on);
+  // One request decoding many frames: its codec windows are refused while its decode steps run, each
+  // taking 2 ms on its stream. launched - finished > 0: a decode step is in flight and has not landed.
+  std::atomic<int> launched{0}, finished{0}, refusals{0}, in_window{0}, most_in_window{0};
+  std::atomic<long> window{-1};
+  o.on_refusal = [&](const mstar::refusal_event&) { // on the GPU thread
+    refusals.fetch_add(1);
+    const long l = launched.load(), f = finished.load();
+    if (l > f) {
+      in_window.store(l * 100000 + f == window.load() ? in_window.load() + 1 : 1);
+      window.store(l * 100000 + f);
+      most_in_window.store(std::max(most_in_window.load(), in_window.load()));
+    }
+    return mstar::admit_action::hold;
+  };
+  run_setup s(o);
+  auto& backend = s.backend;
+  s.worker.forward<Decode>([&](const auto& ctx) { // on the GPU thread, at launch
+    launched.fetch_add(1);
+    enqueue_decode(backend, ctx);
+    backend.enqueue(ctx.stream, [&finished] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      finished.fetch_add(1);
+    });
+  });
+  constexpr int refused = 12;
+  pool_hooks::refuse_admits = refused;
+  const std::vector<tts_input> in{{5, 8, 60}};
+  run_to_idle(s.worker, in);
+  check_all_completed(s.flow, in);
+  REQUIRE(refusals.load() == refused);
+  // Held rows come back when a step lands, or in a pass with nothing in flight. While a decode step is
+  // in flight and no step finished, only the landing of a step that finished before can bring them
+  // back: the window is tried a few times at most. Rows pushed straight back to the ready queue are
+  // tried again in the next pass, every few microseconds, all the refusals within one such stretch.
+  CHECK(most_in_window.load() <= 4);
+  CHECK(pools_full(s.engine));
+}
+
 TEST_CASE("Worker.a full codec pool parks rows at readiness while the chain keeps scheduling; they run once a slot frees") {
   pool_hooks::reset();
   run_setup s(with_lane(mstar::lane_mode::on)); // 4 codec slots, 16 requests at once
