@@ -528,3 +528,84 @@ TEST_CASE("Trace.without device time stamps, one stream's steps still nest or fo
   INFO(partial << " of " << steps.size() << " chain stream events partially overlap the one before");
   CHECK(partial == 0);
 }
+
+namespace {
+
+// stampless_backend whose query of a landed step answers late, as a cudaEventQuery made just before
+// the step landed: when later work is queued on the step's stream, the query returns (not done) only
+// once that work ran too, so the worker's next query, of a later step there, finds that one done.
+struct late_query_backend : stampless_backend {
+  mutable std::atomic<int> late{0}; // queries answered late
+  bool query(mstar::host_event e) const {
+    if (!mstar::host_backend::query(e)) return false;
+    auto* st = e.state->stream;
+    if (st == nullptr) return true;
+    const auto tail = st->tail.load(std::memory_order_acquire);
+    if (st->executed.load(std::memory_order_acquire) >= tail) return true;
+    while (st->executed.load(std::memory_order_acquire) < tail)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    late.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+};
+
+} // namespace
+
+// One stream lands its steps in order: a step found landed after a step before it on its stream was
+// found running (in the same poll) must not land first, or its event takes the begin of the earlier
+// one and the earlier one's event shrinks to [the later one's landing, its own]: the trace shows them
+// swapped and the busy union loses the time between their launches.
+TEST_CASE("Trace.without device time stamps, a stream's steps land in their launch order even when a poll sees a later one done first") {
+  pool_hooks::reset();
+  late_query_backend backend;
+  mstar::engine<Model, late_query_backend> engine(backend, options(8));
+  tts_flow flow;
+  mstar::worker_options o;
+  o.lane = mstar::lane_mode::off;
+  mstar::threaded_worker<Model, late_query_backend, tts_flow> w(engine, flow, std::move(o));
+  install_forwards(w, backend);
+  mstar::host_backend& base = backend;
+  std::vector<std::string> launched; // GPU thread, read after stop()
+  w.forward<Prefill>([&](const auto& ctx) {
+    launched.emplace_back("prefill");
+    const tts_payload* p = ctx.payloads.data();
+    const auto n = ctx.payloads.size();
+    base.enqueue(ctx.stream, [p, n] {
+      for (std::size_t i = 0; i < n; ++i)
+        *p[i].context = context_of(p[i].seed, p[i].first);
+    });
+  });
+  w.forward<Decode>([&](const auto& ctx) {
+    launched.emplace_back("decode");
+    enqueue_decode(base, ctx);
+    base.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(2000)); });
+  });
+  w.forward<Codec>([&](const auto& ctx) {
+    launched.emplace_back("codec");
+    enqueue_codec(base, ctx);
+    base.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(700)); });
+  });
+  w.start();
+  for (mstar::request_id i = 0; i < 8; ++i)
+    REQUIRE(w.submit(i, tts_input{i + 1, 4, 24}));
+  w.wait_idle();
+  w.stop();
+  // The chain stream's events (track 3: tid 4) in the order of their begin, against the launches.
+  std::istringstream lines(mstar::trace::to_json(w.trace_session()));
+  std::vector<std::string> shown;
+  for (std::string line; std::getline(lines, line);) {
+    double ts = 0, dur = 0;
+    char name[32] = {};
+    if (std::sscanf(line.c_str(), R"({"ph":"X","pid":0,"tid":4,"ts":%lf,"dur":%lf,"name":"%31[a-z_]")", &ts, &dur,
+                    name) == 3)
+      shown.emplace_back(name);
+  }
+  REQUIRE(shown.size() == launched.size());
+  REQUIRE(backend.late.load() > 0); // a step was found running while a later one waited on its stream
+  std::size_t swapped = 0;
+  for (std::size_t i = 0; i < shown.size(); ++i)
+    swapped += shown[i] != launched[i];
+  INFO(swapped << " of " << shown.size() << " chain stream events out of their launch order");
+  CHECK(swapped == 0);
+  CHECK(pools_full(engine));
+}

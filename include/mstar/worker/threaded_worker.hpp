@@ -1755,9 +1755,17 @@ private:
 
   bool poll_landed() {
     bool did = false;
+    // A stream (chain, lane) whose earlier step was found running in this pass: its later steps land
+    // in a later pass, after it, even if their query (made later) finds them done; landed() takes a
+    // stream's steps to land in their launch order.
+    std::array<bool, 2> running{};
     for (std::size_t i = 0; i < in_flight_.size();) {
       const auto rec_index = in_flight_[i];
       auto& rec = records_[rec_index];
+      if (running[rec.on_lane ? 1 : 0]) {
+        ++i;
+        continue;
+      }
       bool done = false;
       try {
         done = backend_->query(rec.done);
@@ -1766,6 +1774,7 @@ private:
         done = true;
       }
       if (!done) {
+        running[rec.on_lane ? 1 : 0] = true;
         ++i;
         continue;
       }
