@@ -151,14 +151,14 @@ void check_table(segment_table<T> table, std::int64_t rows, bool uses_batch, con
   if (rows < 0) refuse(where, "row count " + std::to_string(rows) + " is negative");
   for (std::size_t i = 0; i < table.size(); ++i) {
     const auto& s = table[i];
-    const std::string at = "segment " + std::to_string(i) + ": ";
-    if (s.pool_layer == nullptr) refuse(where, at + "pool_layer is null; point it at the pool's layer block");
+    const auto at = [i] { return "segment " + std::to_string(i) + ": "; }; // built only to refuse
+    if (s.pool_layer == nullptr) refuse(where, at() + "pool_layer is null; point it at the pool's layer block");
     if (s.state_elems <= 0)
-      refuse(where, at + "state_elems is " + std::to_string(s.state_elems) + "; a slot holds at least one element");
+      refuse(where, at() + "state_elems is " + std::to_string(s.state_elems) + "; a slot holds at least one element");
     if (s.slot_count < 1)
-      refuse(where, at + "slot_count is " + std::to_string(s.slot_count) + "; a pool has at least the sink slot 0");
+      refuse(where, at() + "slot_count is " + std::to_string(s.slot_count) + "; a pool has at least the sink slot 0");
     if (uses_batch && s.batch_offset < 0)
-      refuse(where, at + "batch_offset is " + std::to_string(s.batch_offset) + "; use layout_batch() to assign it");
+      refuse(where, at() + "batch_offset is " + std::to_string(s.batch_offset) + "; use layout_batch() to assign it");
   }
   if (rows == 0 || table.size() < 2) return;
   extent e[max_segments];
