@@ -314,6 +314,14 @@ TEST_CASE("Worker.a teardown waits for the lane's admit in flight, then tears do
   pool_hooks::reset();
   run_setup s(with_lane(mstar::lane_mode::on));
   auto& pool = s.engine.resource<CodecState>();
+  // Decode steps of 1 ms: the four long requests below fill the KV cache (512 blocks of 8 tokens) only
+  // after about 1000 frames each, so they do not stall on it (and the stall breaker fail one) while
+  // the test waits on a loaded machine (it once did in CI with steps of microseconds).
+  auto& backend = s.backend;
+  s.worker.forward<Decode>([&backend](const auto& ctx) {
+    enqueue_decode(backend, ctx);
+    backend.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+  });
   s.worker.start();
   // Four requests long enough not to end during the test take the four codec slots (cancelled at the end).
   for (std::uint64_t i = 0; i < 4; ++i)
