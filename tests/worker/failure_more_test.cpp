@@ -25,6 +25,29 @@ namespace {
 template <class Flow>
 using worker_of = mstar::threaded_worker<Model, mstar::host_backend, Flow>;
 
+// Waits until the tasks before e have run (a query that throws has run them too), then checks that
+// synchronize on ea gives a's error and a query on eb gives b's.
+void check_two_errors(mstar::host_backend& backend, mstar::host_backend::event_type ea,
+                      mstar::host_backend::event_type eb, const std::string& a, const std::string& b) {
+  for (;;) {
+    try {
+      if (backend.query(eb)) break;
+    } catch (...) {
+      break;
+    }
+  }
+  CHECK_THROWS_WITH_AS(backend.synchronize(ea), a.c_str(), std::runtime_error);
+  bool b_reported = false;
+  try {
+    (void)backend.query(eb);
+  } catch (const std::exception& e) {
+    b_reported = std::string(e.what()) == b;
+  }
+  CHECK(b_reported);
+  backend.destroy_event(ea);
+  backend.destroy_event(eb);
+}
+
 } // namespace
 
 // The host backend kept one error per stream: a second task that threw while the first task's error
@@ -38,7 +61,7 @@ TEST_CASE("Failures.host backend: a second failing task's error survives synchro
   backend.record(ea, s);
   backend.enqueue(s, [] { throw std::runtime_error("task B failed"); });
   backend.record(eb, s);
-  while (true) {
+  while (true) { // until both tasks ran (query keeps an error; synchronize takes it)
     try {
       if (backend.query(eb)) break;
     } catch (...) {
@@ -46,17 +69,8 @@ TEST_CASE("Failures.host backend: a second failing task's error survives synchro
     }
   }
   CHECK_THROWS_WITH_AS((void)backend.query(ea), "task A failed", std::runtime_error);
-  CHECK_THROWS_WITH_AS(backend.synchronize(ea), "task A failed", std::runtime_error);
-  // Task B threw before eb was recorded: eb must report it.
-  bool b_reported = false;
-  try {
-    (void)backend.query(eb);
-  } catch (const std::exception& e) {
-    b_reported = std::string(e.what()) == "task B failed";
-  }
-  CHECK(b_reported);
-  backend.destroy_event(ea);
-  backend.destroy_event(eb);
+  // Task B threw before eb was recorded: eb must report it after synchronize took A's.
+  check_two_errors(backend, ea, eb, "task A failed", "task B failed");
 }
 
 // The same at the worker: lane off (side steps on the chain stream), two steps in flight on it, the
@@ -416,23 +430,7 @@ TEST_CASE("Failures.host backend: a later step's error survives when an earlier 
   backend.record(ea, s);
   backend.enqueue(s, [] { throw std::runtime_error("step B failed"); });
   backend.record(eb, s);
-  for (;;) {
-    try {
-      if (backend.query(eb)) break;
-    } catch (...) {
-      break;
-    }
-  }
-  CHECK_THROWS_WITH_AS(backend.synchronize(ea), "step A kernel failed", std::runtime_error);
-  bool b_reported = false;
-  try {
-    (void)backend.query(eb);
-  } catch (const std::exception& e) {
-    b_reported = std::string(e.what()) == "step B failed";
-  }
-  CHECK(b_reported);
-  backend.destroy_event(ea);
-  backend.destroy_event(eb);
+  check_two_errors(backend, ea, eb, "step A kernel failed", "step B failed");
 }
 
 namespace {

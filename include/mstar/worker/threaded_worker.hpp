@@ -613,7 +613,7 @@ private:
   bool take_inbox() {
     auto& subs = taken_submits_;
     auto& cancels = taken_cancels_;
-    subs.clear(); // a take that threw left them
+    subs.clear(); // what the last take moved out of (or left, if it threw)
     cancels.clear();
     bool stopping;
     {
@@ -637,8 +637,6 @@ private:
     }
     for (; next < subs.size(); ++next)
       backlog_.push_back(std::move(subs[next]));
-    subs.clear();
-    cancels.clear();
     if (stopping) {
       while (!backlog_.empty())
         cancel_now(backlog_.front().id);
