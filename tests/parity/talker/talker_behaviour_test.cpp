@@ -230,3 +230,27 @@ TEST_CASE("Talker.weights_are_asked_for_by_checkpoint_name_with_the_shape_the_co
   load_talker_weights(parse_talker_config(same), source);
   CHECK(asked.count("talker.code_predictor.small_to_mtp_projection.weight") == 0);
 }
+
+TEST_CASE("Talker.a_padding_row_without_tokens_or_pages_changes_nothing_for_the_other_rows") {
+  const auto built = model().build_prompt(prompt({10, 11, 12}));
+  const int n = built.rows;
+  auto run = [&](bool padded) {
+    kv_block_pool pool(8, 16);
+    paged_kv kv(model().kv_for(8, 16));
+    row_pages a, pad, b;
+    std::vector<row_pages*> rows = padded ? std::vector<row_pages*>{&a, &pad, &b} : std::vector<row_pages*>{&a, &b};
+    std::vector<int> counts = padded ? std::vector<int>{n, 0, n} : std::vector<int>{n, n};
+    const step_tables t = pool.plan(rows, counts);
+    std::vector<float> x(built.prefill);
+    x.insert(x.end(), built.prefill.begin(), built.prefill.end());
+    talker_step_output out;
+    model().prefill(x, t.view(), kv, out);
+    return out;
+  };
+  const auto plain = run(false), padded = run(true);
+  const std::size_t v = std::size_t(model().config().talker.vocab);
+  REQUIRE(padded.logits.size() == 3 * v);
+  CHECK(std::equal(plain.logits.begin(), plain.logits.begin() + std::ptrdiff_t(v), padded.logits.begin()));
+  CHECK(std::equal(plain.logits.begin() + std::ptrdiff_t(v), plain.logits.end(), padded.logits.begin() + std::ptrdiff_t(2 * v)));
+  CHECK(std::all_of(padded.hidden.begin() + 32, padded.hidden.begin() + 64, [](float h) { return h == 0.0f; }));
+}
