@@ -44,6 +44,7 @@
 #include <mstar/kernels/recurrent.hpp>
 
 #include "qwen3_tts/model.hpp"
+#include "qwen3_tts/step_io.hpp"
 #include "qwen3_tts/synth.hpp"
 
 namespace qwen3_tts {
@@ -235,85 +236,6 @@ inline std::uint32_t check_codec_call(const codec_inputs& in, std::span<const co
                                 " (1920 per frame); size it with qwen3_tts::audio_samples(windows)");
   return static_cast<std::uint32_t>(total);
 }
-
-// Orders a step on `stream` after the object's previous step when that ran on another stream.
-template <class Backend>
-class stream_fence {
-public:
-  explicit stream_fence(Backend& b) : backend_(&b), event_(b.create_event()) {}
-  ~stream_fence() {
-    drain();
-    backend_->destroy_event(event_);
-  }
-  stream_fence(const stream_fence&) = delete;
-  stream_fence& operator=(const stream_fence&) = delete;
-  void enter(typename Backend::stream_type s) {
-    if (has_last_ && !(last_ == s)) {
-      backend_->record(event_, last_);
-      backend_->wait(s, event_);
-    }
-    last_ = s;
-    has_last_ = true;
-  }
-  // Waits for the work enqueued so far on the last stream (before scratch buffers are freed).
-  void drain() noexcept {
-    if (!has_last_) return;
-    try {
-      backend_->record(event_, last_);
-      backend_->synchronize(event_);
-    } catch (...) { // a failed step's error was reported to its caller; the buffers are freed all the same
-    }
-  }
-
-private:
-  Backend* backend_;
-  typename Backend::event_type event_;
-  typename Backend::stream_type last_{};
-  bool has_last_ = false;
-};
-
-// Host-side input buffers of a codec step, reused round robin: a buffer is refilled only after the
-// step that read it has run (its event).
-template <class Backend>
-class staging_ring {
-public:
-  staging_ring(Backend& b, std::uint32_t depth, std::size_t bytes) : backend_(&b), bytes_(bytes) {
-    for (std::uint32_t i = 0; i < depth; ++i) {
-      host_.push_back(static_cast<unsigned char*>(b.allocate_host(bytes)));
-      events_.push_back(b.create_event());
-    }
-  }
-  ~staging_ring() {
-    for (std::size_t i = 0; i < host_.size(); ++i) {
-      try {
-        backend_->synchronize(events_[i]);
-      } catch (...) { // a failed step's error was reported to its caller; the buffer is freed all the same
-      }
-      backend_->destroy_event(events_[i]);
-      backend_->free_host(host_[i]);
-    }
-  }
-  staging_ring(const staging_ring&) = delete;
-  staging_ring& operator=(const staging_ring&) = delete;
-
-  // The next buffer, once the step that last read it has run.
-  std::uint32_t acquire() {
-    const std::uint32_t i = next_;
-    next_ = (next_ + 1) % static_cast<std::uint32_t>(host_.size());
-    backend_->synchronize(events_[i]);
-    return i;
-  }
-  void release(std::uint32_t i, typename Backend::stream_type s) { backend_->record(events_[i], s); }
-  unsigned char* host(std::uint32_t i) const { return host_[i]; }
-  std::size_t bytes() const { return bytes_; }
-
-private:
-  Backend* backend_;
-  std::size_t bytes_;
-  std::vector<unsigned char*> host_;
-  std::vector<typename Backend::event_type> events_;
-  std::uint32_t next_ = 0;
-};
 
 // A codec step's staged inputs: per padded row its first frame and width, then the frames.
 struct codec_row {

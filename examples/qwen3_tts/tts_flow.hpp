@@ -46,6 +46,7 @@
 #include "qwen3_tts/audio_hash.hpp"
 #include "qwen3_tts/forward.hpp"
 #include "qwen3_tts/model.hpp"
+#include "qwen3_tts/step_io.hpp"
 
 namespace qwen3_tts {
 
@@ -78,17 +79,6 @@ struct tts_result {
 
 namespace detail {
 
-// A share of a step's output buffer: where a row's output is, and the buffer's reference count.
-struct mailbox {
-  const void* at = nullptr;
-  std::atomic<std::uint32_t>* refs = nullptr;
-  void release() noexcept {
-    if (refs) refs->fetch_sub(1, std::memory_order_release);
-    refs = nullptr;
-    at = nullptr;
-  }
-};
-
 // A request's data, owned by its request_state (a stable address for the payloads that point to it).
 struct live_request {
   mstar::request_id id = 0;
@@ -99,62 +89,6 @@ struct live_request {
   mstar::metrics::nanos last_chunk = 0;
   mailbox talker_out, codec_out; // written by the forward (GPU thread) before the step's launch
   tts_result result;
-};
-
-// Output buffers of steps, handed out on the GPU thread and given back share by share.
-template <class Backend, class T>
-class output_pool {
-public:
-  output_pool(Backend& b, std::size_t buffers, std::size_t elems)
-      : backend_(&b), elems_(elems), refs_(buffers) {
-    for (std::size_t i = 0; i < buffers; ++i)
-      data_.push_back(static_cast<T*>(b.allocate_host(elems * sizeof(T))));
-  }
-  ~output_pool() {
-    for (T* p : data_)
-      backend_->free_host(p);
-  }
-  output_pool(const output_pool&) = delete;
-  output_pool& operator=(const output_pool&) = delete;
-
-  struct lease {
-    T* data;
-    std::atomic<std::uint32_t>* refs;
-  };
-  // A free buffer with `shares` shares out. Every buffer busy means the main thread holds shares of
-  // steps it has not routed yet: it gives them back without waiting on this thread, so wait for it.
-  lease acquire(std::uint32_t shares, std::size_t elems) {
-    if (elems > elems_)
-      throw std::invalid_argument("qwen3_tts::tts_forwards: a step writes " + std::to_string(elems) +
-                                  " outputs, its buffers hold " + std::to_string(elems_) +
-                                  "; raise forward_options max_batch / max_window");
-    for (std::uint64_t spins = 0;; ++spins) {
-      for (std::size_t k = 0; k < refs_.size(); ++k) {
-        const std::size_t i = (next_ + k) % refs_.size();
-        if (refs_[i].load(std::memory_order_acquire) == 0) {
-          refs_[i].store(shares, std::memory_order_relaxed);
-          next_ = (i + 1) % refs_.size();
-          return {data_[i], &refs_[i]};
-        }
-      }
-      if (spins > (std::uint64_t{1} << 22))
-        throw std::runtime_error("qwen3_tts::tts_forwards: no output buffer came back in seconds; every buffer is "
-                                 "held by requests that never landed or ended (a flow bug)");
-      std::this_thread::yield();
-    }
-  }
-  bool all_free() const {
-    for (const auto& r : refs_)
-      if (r.load(std::memory_order_acquire) != 0) return false;
-    return true;
-  }
-
-private:
-  Backend* backend_;
-  std::size_t elems_;
-  std::vector<T*> data_;
-  std::vector<std::atomic<std::uint32_t>> refs_;
-  std::size_t next_ = 0;
 };
 
 } // namespace detail
