@@ -8,8 +8,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -133,4 +136,16 @@ TEST_CASE("Talker.parity_the_0.6B_shaped_fixture_matches_the_reference's_logits_
 
 TEST_CASE("Talker.parity_the_1.7B_shaped_fixture_with_a_predictor_projection_matches_the_reference") {
   check_case("tiny17");
+}
+
+TEST_CASE("Talker.load_talker_names_the_tensor_when_config.json_disagrees_with_the_weights") {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("talker_load_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(fixture_root + "tiny06", tmp, fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(tmp / "config.json"));
+  config["talker_config"]["intermediate_size"] = config["talker_config"]["intermediate_size"].get<int>() + 8;
+  std::ofstream(tmp / "config.json") << config.dump();
+  CHECK_THROWS_WITH(load_talker(tmp.string()), doctest::Contains("talker.model.layers.0.mlp.gate_proj.weight"));
+  fs::remove_all(tmp);
 }
