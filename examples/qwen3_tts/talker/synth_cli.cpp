@@ -84,7 +84,7 @@ int synth_codes_main(int argc, char** argv) {
   app.add_flag("--streaming", streaming, "one text token a decode step (model.generate's layout) instead of all "
                                          "the text in the prompt (the wrapper's default)");
   app.add_option("--seed", seed, "sampling seed of this request");
-  app.add_option("--max-frames", max_frames, "frames at most (default: generation_config.json, else 4096)");
+  app.add_option("--max-frames", max_frames, "frames at most (default: generation_config.json max_new_tokens - 1, else 4095)");
   app.add_option("--dump-codes", dump, "write {\"frames\": [[16 ints], ...]} here (default: standard output)");
   CLI11_PARSE(app, argc, argv);
 
