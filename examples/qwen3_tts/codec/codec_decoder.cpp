@@ -56,6 +56,8 @@ struct state_cursor {
   std::size_t next = 1; // segment 0 is the frame counter
 
   float* take(std::size_t size) {
+    if (size == 0) // the layout lists no empty segments
+      return nullptr;
     const auto& seg = layout.segments.at(next++);
     if (seg.size != size)
       throw std::logic_error("codec state layout: segment " + seg.name + " holds " + std::to_string(seg.size) +
