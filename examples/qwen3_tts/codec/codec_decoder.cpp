@@ -88,14 +88,23 @@ void causal_conv(const codec_conv& c, state_cursor& st, const float* x, int n, f
   float* ctx = e.context > 0 ? st.take(std::size_t(e.context) * c.in) : nullptr;
   const float* xe = e.begin(ctx, x, n, c.in);
   if (c.groups == 1) {
-    for (int t = 0; t < n; ++t)
+    // Frames in tiles, so that one weight row serves a tile while it is in cache; each output's sum
+    // still runs over the taps in order, so the bits do not depend on the tiling or the window.
+    constexpr int tile = 16;
+    for (int t0 = 0; t0 < n; t0 += tile) {
+      const int tn = std::min(tile, n - t0);
       for (int o = 0; o < c.out; ++o) {
-        double acc = c.bias[o];
-        for (int k = 0; k < c.kernel; ++k)
-          acc += dot_sum(c.taps.data() + (std::size_t(k) * c.out + o) * c.in, xe + std::size_t(t + k * c.dilation) * c.in,
-                     c.in);
-        y[std::size_t(t) * c.out + o] = float(acc);
+        double acc[tile];
+        std::fill_n(acc, tn, double(c.bias[o]));
+        for (int k = 0; k < c.kernel; ++k) {
+          const float* w = c.taps.data() + (std::size_t(k) * c.out + o) * c.in;
+          for (int t = 0; t < tn; ++t)
+            acc[t] += dot_sum(w, xe + std::size_t(t0 + t + k * c.dilation) * c.in, c.in);
+        }
+        for (int t = 0; t < tn; ++t)
+          y[std::size_t(t0 + t) * c.out + o] = float(acc[t]);
       }
+    }
   } else { // depthwise: one input channel per output channel
     for (int t = 0; t < n; ++t)
       for (int o = 0; o < c.out; ++o) {
