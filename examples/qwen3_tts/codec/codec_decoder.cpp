@@ -11,18 +11,21 @@ namespace {
 
 constexpr std::size_t align4(std::size_t n) { return (n + 3) & ~std::size_t(3); }
 
-// Eight independent partial sums, combined in a fixed order: vectorizable, and the same bits for the
-// same inputs wherever the call happens.
-inline float dot(const float* a, const float* b, int n) {
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// Float32 operands, double partial sums (eight, combined in a fixed order: vectorizable, and the same
+// bits for the same inputs wherever the call happens). The fixtures' random-weight decoders swing to
+// +-30 before the clamp, where the reference's own float32 rounding is already ~1e-4 from exact; summing
+// in double keeps this side's part of the difference small.
+inline double dot_sum(const float* a, const float* b, int n) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; ++l)
-      s[l] += a[i + l] * b[i + l];
+      s[l] += double(a[i + l]) * double(b[i + l]);
   for (int l = 0; i < n; ++i, ++l)
-    s[l] += a[i] * b[i];
+    s[l] += double(a[i]) * double(b[i]);
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
+inline float dot(const float* a, const float* b, int n) { return float(dot_sum(a, b, n)); }
 
 using buffer = std::vector<float>;
 
@@ -53,6 +56,8 @@ struct state_cursor {
   std::size_t next = 1; // segment 0 is the frame counter
 
   float* take(std::size_t size) {
+    if (size == 0) // the layout lists no empty segments
+      return nullptr;
     const auto& seg = layout.segments.at(next++);
     if (seg.size != size)
       throw std::logic_error("codec state layout: segment " + seg.name + " holds " + std::to_string(seg.size) +
@@ -83,14 +88,23 @@ void causal_conv(const codec_conv& c, state_cursor& st, const float* x, int n, f
   float* ctx = e.context > 0 ? st.take(std::size_t(e.context) * c.in) : nullptr;
   const float* xe = e.begin(ctx, x, n, c.in);
   if (c.groups == 1) {
-    for (int t = 0; t < n; ++t)
+    // Frames in tiles, so that one weight row serves a tile while it is in cache; each output's sum
+    // still runs over the taps in order, so the bits do not depend on the tiling or the window.
+    constexpr int tile = 16;
+    for (int t0 = 0; t0 < n; t0 += tile) {
+      const int tn = std::min(tile, n - t0);
       for (int o = 0; o < c.out; ++o) {
-        float acc = c.bias[o];
-        for (int k = 0; k < c.kernel; ++k)
-          acc += dot(c.taps.data() + (std::size_t(k) * c.out + o) * c.in, xe + std::size_t(t + k * c.dilation) * c.in,
-                     c.in);
-        y[std::size_t(t) * c.out + o] = acc;
+        double acc[tile];
+        std::fill_n(acc, tn, double(c.bias[o]));
+        for (int k = 0; k < c.kernel; ++k) {
+          const float* w = c.taps.data() + (std::size_t(k) * c.out + o) * c.in;
+          for (int t = 0; t < tn; ++t)
+            acc[t] += dot_sum(w, xe + std::size_t(t0 + t + k * c.dilation) * c.in, c.in);
+        }
+        for (int t = 0; t < tn; ++t)
+          y[std::size_t(t0 + t) * c.out + o] = float(acc[t]);
       }
+    }
   } else { // depthwise: one input channel per output channel
     for (int t = 0; t < n; ++t)
       for (int o = 0; o < c.out; ++o) {
@@ -116,12 +130,12 @@ void trans_conv(const codec_trans_conv& tc, state_cursor& st, const float* x, in
     const int f_hi = std::min(e.context + n - 1, e.context + m / s);
     const int f_lo = std::max(0, e.context - floor_div(tc.kernel - 1 - m, s));
     for (int o = 0; o < tc.out; ++o) {
-      float acc = tc.bias[o];
+      double acc = tc.bias[o];
       for (int f = f_lo; f <= f_hi; ++f) {
         const int j = m - (f - e.context) * s;
-        acc += dot(tc.taps.data() + (std::size_t(j) * tc.out + o) * tc.in, xe + std::size_t(f) * tc.in, tc.in);
+        acc += dot_sum(tc.taps.data() + (std::size_t(j) * tc.out + o) * tc.in, xe + std::size_t(f) * tc.in, tc.in);
       }
-      y[std::size_t(m) * tc.out + o] = acc;
+      y[std::size_t(m) * tc.out + o] = float(acc);
     }
   }
   if (e.context > 0)
@@ -422,6 +436,27 @@ void codec_decoder::decode_step(std::span<const row> rows) const {
 std::vector<float> codec_decoder::decode_all(std::span<const std::int32_t> frames) const {
   std::vector<float> state(layout_.total, 0.0f);
   return decode_window(state, frames);
+}
+
+std::vector<float> decode_ramp(const codec_decoder& decoder, std::span<const std::int32_t> frames,
+                               std::span<const int> ramp) {
+  if (ramp.empty())
+    throw std::invalid_argument("codec decoder: an empty window ramp; give at least one width, e.g. 1,2,4,8");
+  for (int w : ramp)
+    if (w < 1)
+      throw std::invalid_argument("codec decoder: window width " + std::to_string(w) + " in the ramp; widths are >= 1");
+  const std::size_t q = std::size_t(decoder.config().num_quantizers);
+  decoder.check_frames(frames);
+  std::vector<float> state(decoder.state_layout().total, 0.0f);
+  std::vector<float> audio(frames.size() / q * decoder.samples_per_frame());
+  std::size_t done = 0, step = 0;
+  while (done < frames.size() / q) {
+    const std::size_t width = std::min<std::size_t>(ramp[std::min(step++, ramp.size() - 1)], frames.size() / q - done);
+    decoder.decode_window(state, frames.subspan(done * q, width * q),
+                          std::span(audio).subspan(done * decoder.samples_per_frame(), width * decoder.samples_per_frame()));
+    done += width;
+  }
+  return audio;
 }
 
 } // namespace qwen3_tts

@@ -81,4 +81,9 @@ private:
   std::vector<float> inv_freq_; // RoPE: theta^(-2i / head_dim), as the reference rounds it (float32)
 };
 
+// Streams frames through one fresh state in windows of ramp[0], ramp[1], ... frames, the last width
+// repeating (the codec_chunk node's width ramp); the audio of all windows, in order.
+std::vector<float> decode_ramp(const codec_decoder& decoder, std::span<const std::int32_t> frames,
+                               std::span<const int> ramp);
+
 } // namespace qwen3_tts
