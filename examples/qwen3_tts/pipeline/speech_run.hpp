@@ -1,0 +1,133 @@
+// Runs requests of the real Qwen3-TTS through mstar's engine and threaded worker on the host backend: the
+// driver behind `qwen3tts synth` and the end-to-end tests. A fresh engine and worker per call, over the
+// caller's Talker and codec decoder (their weights outlive calls).
+//
+//   auto out = qwen3_tts::pipeline::run_speech<host_speech>(talker, codec, requests, {.lane = mstar::lane_mode::on});
+//   out.results[1].codes / .audio / .how
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mstar/backend/host.hpp>
+#include <mstar/engine.hpp>
+#include <mstar/worker.hpp>
+
+#include "speech_flow.hpp"
+#include "speech_forwards.hpp"
+
+namespace qwen3_tts::pipeline {
+
+struct speech_run_options {
+  mstar::lane_mode lane = mstar::lane_mode::on;
+  speech_flow_options flow{.keep_audio = true};
+  talker_sampling sampling{};
+  std::uint64_t seed = 0;          // engine_options.sampler_seed: mixed with each request's id into its seed
+  std::uint32_t max_batch = 16;    // rows of a step
+  std::uint32_t concurrency = 0;   // requests live at once (0: all of them)
+  // Cancel request id after it received this many audio chunks (0: before its first, at submit).
+  std::map<mstar::request_id, std::uint32_t> cancel_after_chunks;
+};
+
+struct speech_run_result {
+  std::map<mstar::request_id, speech_result> results;
+  std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0;
+  bool buffers_free = false;       // every output buffer came back (nothing held past its request's end)
+};
+
+// requests[i] gets id i + 1.
+template <class Spec>
+speech_run_result run_speech(const talker_host& talker, const codec_decoder& codec,
+                             const std::vector<speech_request>& requests, const speech_run_options& o = {}) {
+  using Flow = speech_flow<Spec>;
+  using Worker = mstar::threaded_worker<typename Spec::Model, mstar::host_backend, Flow>;
+  mstar::host_backend backend;
+  mstar::engine_options eo;
+  eo.max_batch = o.max_batch;
+  eo.max_requests = std::max<std::uint32_t>(64, o.max_batch);
+  eo.max_tokens = 4096;
+  eo.sampler_seed = o.seed;
+  mstar::engine<typename Spec::Model, mstar::host_backend> engine(backend, eo);
+  Flow flow(talker, o.flow);
+  flow.set_samples_per_frame(codec.samples_per_frame());
+  speech_forward_options fo;
+  fo.max_batch = o.max_batch;
+  fo.max_window = flow.widest_window();
+  speech_forwards<Spec, mstar::host_backend> fwd(backend, talker, codec, o.sampling, fo);
+
+  mstar::worker_options wo;
+  wo.lane = o.lane;
+  wo.nodes.resize(Spec::Model::descriptor.nodes.size());
+  wo.nodes[Spec::codec_node].batch = mstar::batching::per_key; // the flow's batch_key: per width or all widths
+  wo.trace_events = 0;
+  Worker worker(engine, flow, wo);
+  fwd.install(worker);
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<mstar::request_id> ended, to_cancel;
+  std::map<mstar::request_id, std::uint32_t> chunks;
+  flow.on_chunk = [&](mstar::request_id id, std::span<const float>) {
+    const auto it = o.cancel_after_chunks.find(id);
+    if (it != o.cancel_after_chunks.end() && ++chunks[id] == it->second) {
+      std::lock_guard g(m);
+      to_cancel.push_back(id);
+      cv.notify_one();
+    }
+  };
+  flow.on_end = [&](mstar::request_id id, const speech_result&) {
+    std::lock_guard g(m);
+    ended.push_back(id);
+    cv.notify_one();
+  };
+
+  const std::uint32_t limit = o.concurrency ? o.concurrency : static_cast<std::uint32_t>(requests.size());
+  worker.start();
+  try {
+    std::size_t next = 0, done = 0;
+    std::uint32_t live = 0;
+    while (done < requests.size()) {
+      while (live < limit && next < requests.size()) {
+        auto in = requests[next];
+        in.submitted = mstar::metrics::now_ns();
+        const mstar::request_id id = next + 1;
+        worker.submit(id, in);
+        const auto it = o.cancel_after_chunks.find(id);
+        if (it != o.cancel_after_chunks.end() && it->second == 0) worker.cancel(id);
+        ++live;
+        ++next;
+      }
+      std::deque<mstar::request_id> e, c;
+      {
+        std::unique_lock g(m);
+        cv.wait_for(g, std::chrono::milliseconds(50), [&] { return !ended.empty() || !to_cancel.empty(); });
+        e.swap(ended);
+        c.swap(to_cancel);
+      }
+      for (auto id : c)
+        worker.cancel(id);
+      live -= static_cast<std::uint32_t>(e.size());
+      done += e.size();
+    }
+    worker.wait_idle();
+  } catch (...) {
+    worker.stop();
+    throw;
+  }
+  worker.stop();
+  speech_run_result out;
+  out.results = std::move(flow.results());
+  out.prefill_steps = fwd.prefill_steps;
+  out.decode_steps = fwd.decode_steps;
+  out.codec_steps = fwd.codec_steps;
+  out.buffers_free = fwd.buffers_free();
+  return out;
+}
+
+} // namespace qwen3_tts::pipeline

@@ -1,0 +1,134 @@
+#include "synth_cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "codec_checkpoint.hpp"
+#include "speech_model.hpp"
+#include "speech_run.hpp"
+#include "talker_checkpoint.hpp"
+#include "talker_request.hpp"
+#include "wav.hpp"
+
+namespace qwen3_tts::pipeline {
+namespace {
+
+std::vector<std::uint32_t> parse_ramp(const std::string& text) {
+  std::vector<std::uint32_t> out;
+  for (auto id : parse_ids(text, "--window")) {
+    if (id == 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
+    out.push_back(std::uint32_t(id));
+  }
+  return out;
+}
+
+mstar::lane_mode parse_lane(const std::string& s) {
+  if (s == "off") return mstar::lane_mode::off;
+  if (s == "on") return mstar::lane_mode::on;
+  if (s == "auto") return mstar::lane_mode::automatic;
+  throw std::invalid_argument("--lane: \"" + s + "\" is not off, on or auto");
+}
+
+} // namespace
+
+int synth_main(int argc, char** argv) {
+  CLI::App app{"qwen3tts synth: speak a text with a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) through "
+               "mstar's worker, and write a 24 kHz WAV"};
+  std::string model_dir, text, text_ids, speaker, instruct, language = "auto", dump, out, window = "1,2,4,8",
+                                                                         lane = "on";
+  bool greedy = false, streaming = false, as_float = false;
+  std::uint64_t seed = 0;
+  std::uint32_t max_frames = 0;
+  app.add_option("--model", model_dir, "checkpoint folder in the official layout (config.json, *.safetensors, "
+                                       "speech_tokenizer/)")
+      ->required();
+  auto* text_opt = app.add_option("--text", text, "text to speak (needs the text tokenizer: not in this build)");
+  auto* ids_opt = app.add_option("--text-ids", text_ids, "the text's token ids, comma-separated (the chat template "
+                                                         "is added)");
+  text_opt->excludes(ids_opt);
+  app.add_option("--speaker", speaker, "CustomVoice speaker name (config.json talker_config.spk_id)");
+  app.add_option("--instruct", instruct, "VoiceDesign instruction, as comma-separated token ids for now");
+  app.add_option("--language", language, "auto or a language of talker_config.codec_language_id");
+  app.add_flag("--greedy", greedy, "argmax decisions (the reference's logits processing still applies)");
+  app.add_flag("--streaming", streaming,
+               "one text token a decode step (model.generate's layout) instead of all the text in the prompt (the "
+               "wrapper's default)");
+  app.add_option("--seed", seed, "sampling seed (mixed with the request's id)");
+  app.add_option("--max-frames", max_frames, "frames at most, 12.5 a second (default: generation_config.json "
+                                             "max_new_tokens - 1, else 4095)");
+  app.add_option("--dump-codes", dump, "also write the frames as {\"frames\": [[16 ints], ...]} here");
+  app.add_option("--out", out, "the WAV file to write")->required();
+  app.add_flag("--float", as_float, "32-bit float samples (the decoder's bits) instead of 16-bit PCM");
+  app.add_option("--window", window, "the codec's window widths in frames, the last repeating");
+  app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (!text.empty())
+      throw std::invalid_argument("--text needs the text tokenizer, which this build does not have yet; tokenize "
+                                  "the text with the reference and pass --text-ids");
+    if (text_ids.empty()) throw std::invalid_argument("give the text as --text-ids \"1,2,3\"");
+    const auto t0 = std::chrono::steady_clock::now();
+    const talker_host talker = load_talker(model_dir);
+    const codec_decoder codec = load_codec_decoder(model_dir);
+    request_parts parts;
+    parts.text_ids = parse_ids(text_ids, "--text-ids");
+    if (!instruct.empty()) parts.instruct_ids = parse_ids(instruct, "--instruct");
+    parts.speaker = speaker;
+    parts.language = language;
+    parts.streaming = streaming;
+    std::string note;
+    speech_request req;
+    req.prompt = make_prompt(model_dir, talker.config(), parts, &note);
+    if (!note.empty()) std::cerr << "qwen3tts synth: " << note << "\n";
+
+    speech_run_options o;
+    o.sampling = greedy ? talker_sampling::greedy() : sampling_from(model_dir);
+    o.sampling.max_frames = sampling_from(model_dir).max_frames;
+    req.max_frames = max_frames ? max_frames : std::uint32_t(o.sampling.max_frames);
+    o.seed = seed;
+    o.lane = parse_lane(lane);
+    o.flow.ramp = parse_ramp(window);
+    o.flow.keep_audio = true;
+    o.max_batch = 4;
+    const auto t1 = std::chrono::steady_clock::now();
+    auto run = run_speech<host_speech>(talker, codec, {req}, o);
+    const auto t2 = std::chrono::steady_clock::now();
+    const speech_result& r = run.results.at(1);
+    if (r.how != mstar::request_end::completed)
+      throw std::runtime_error("the request did not complete: " + (r.why.empty() ? std::string("no reason") : r.why));
+    write_wav(out, r.audio, codec.config().output_sample_rate, as_float ? wav_format::float32 : wav_format::pcm16);
+    if (!dump.empty()) {
+      nlohmann::json j;
+      auto& frames = j["frames"] = nlohmann::json::array();
+      const std::size_t g = std::size_t(talker.config().code_groups);
+      for (std::size_t f = 0; f * g < r.codes.size(); ++f)
+        frames.push_back(std::vector<std::int32_t>(r.codes.begin() + f * g, r.codes.begin() + (f + 1) * g));
+      std::ofstream file(dump);
+      if (!(file << j.dump() << "\n")) throw std::runtime_error("--dump-codes: cannot write " + dump);
+    }
+    const double load_s = std::chrono::duration<double>(t1 - t0).count();
+    const double run_s = std::chrono::duration<double>(t2 - t1).count();
+    const double audio_s = double(r.audio.size()) / codec.config().output_sample_rate;
+    std::fprintf(stderr,
+                 "qwen3tts synth: %u frames (%s), %.2f s of audio in %zu chunks -> %s; load %.2f s, synthesis %.2f s "
+                 "(host backend, %llu prefill / %llu decode / %llu codec steps)\n",
+                 r.frames, r.ended_by_token ? "end token" : "frame limit", audio_s, std::size_t(r.chunks), out.c_str(),
+                 load_s, run_s, (unsigned long long)run.prefill_steps, (unsigned long long)run.decode_steps,
+                 (unsigned long long)run.codec_steps);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "qwen3tts synth: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+} // namespace qwen3_tts::pipeline

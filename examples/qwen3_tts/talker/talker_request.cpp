@@ -1,0 +1,96 @@
+#include "talker_request.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "talker_checkpoint.hpp"
+
+namespace qwen3_tts {
+
+std::vector<std::int32_t> parse_ids(const std::string& text, const char* option) {
+  std::vector<std::int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || v < 0 || v > 0x7fffffffL)
+      throw std::invalid_argument(std::string(option) + ": \"" + item + "\" is not a token id (give ids as \"1,2,3\")");
+    ids.push_back(std::int32_t(v));
+  }
+  if (ids.empty()) throw std::invalid_argument(std::string(option) + ": no ids given");
+  return ids;
+}
+
+talker_sampling sampling_from(const std::string& model_dir) {
+  talker_sampling s;
+  std::ifstream f(model_dir + "/generation_config.json");
+  if (!f) return s;
+  const nlohmann::json g = nlohmann::json::parse(f, nullptr, false);
+  if (!g.is_object()) throw std::runtime_error(model_dir + "/generation_config.json: not a JSON object");
+  auto take = [&](const char* key, auto& field) {
+    if (auto it = g.find(key); it != g.end() && !it->is_null()) {
+      try {
+        field = it->get<std::decay_t<decltype(field)>>();
+      } catch (const nlohmann::json::exception&) {
+        throw std::runtime_error(model_dir + "/generation_config.json: field \"" + key + "\" has the wrong type (" +
+                                 it->type_name() + ")");
+      }
+    }
+  };
+  take("do_sample", s.talker.do_sample);
+  take("top_k", s.talker.top_k);
+  take("top_p", s.talker.top_p);
+  take("temperature", s.talker.temperature);
+  take("repetition_penalty", s.repetition_penalty);
+  take("subtalker_dosample", s.sub.do_sample);
+  take("subtalker_top_k", s.sub.top_k);
+  take("subtalker_top_p", s.sub.top_p);
+  take("subtalker_temperature", s.sub.temperature);
+  int max_new_tokens = 0;
+  take("max_new_tokens", max_new_tokens);
+  if (max_new_tokens > 1) s.max_frames = max_new_tokens - 1;
+  return s;
+}
+
+talker_prompt make_prompt(const std::string& model_dir, const talker_config& c, const request_parts& parts,
+                          std::string* note) {
+  if (c.tts_model_type == "base")
+    throw std::invalid_argument(model_dir + " is a Base (voice cloning) model, which needs reference audio; only "
+                                            "CustomVoice and VoiceDesign models are supported");
+  if (parts.text_ids.empty()) throw std::invalid_argument("the text is empty; give at least one token");
+  if (parts.speaker.empty() && parts.instruct_ids.empty())
+    throw std::invalid_argument("give a speaker (CustomVoice) or an instruction (VoiceDesign)");
+  talker_prompt p;
+  p.speaker = parts.speaker;
+  p.language = parts.language;
+  p.non_streaming = !parts.streaming;
+  // "<|im_start|>assistant\n" TEXT "<|im_end|>\n<|im_start|>assistant\n".
+  const chat_ids chat = read_chat_ids(model_dir, c);
+  p.input_ids = chat.assistant;
+  p.input_ids.insert(p.input_ids.end(), parts.text_ids.begin(), parts.text_ids.end());
+  p.input_ids.insert(p.input_ids.end(), chat.end.begin(), chat.end.end());
+  p.input_ids.insert(p.input_ids.end(), chat.assistant.begin(), chat.assistant.end());
+  // The wrapper drops a CustomVoice instruction when tts_model_size is a substring of "0b6" (the 0.6B models).
+  const bool drop_instruct =
+      !parts.speaker.empty() && std::string("0b6").find(c.tts_model_size) != std::string::npos;
+  if (!parts.instruct_ids.empty() && !drop_instruct) {
+    p.instruct_ids = chat.user; // "<|im_start|>user\n" INSTRUCTION "<|im_end|>\n"
+    p.instruct_ids.insert(p.instruct_ids.end(), parts.instruct_ids.begin(), parts.instruct_ids.end());
+    p.instruct_ids.insert(p.instruct_ids.end(), chat.end.begin(), chat.end.end());
+  } else if (!parts.instruct_ids.empty() && note) {
+    *note = "this is a 0.6B CustomVoice model (tts_model_size \"" + c.tts_model_size +
+            "\"); the reference ignores the instruction, and so does this run";
+  }
+  return p;
+}
+
+} // namespace qwen3_tts
