@@ -13,6 +13,7 @@
 
 #include "codec_checkpoint.hpp"
 #include "codes_json.hpp"
+#include "qwen3_tts/checkpoint/checkpoint.hpp"
 #include "qwen3_tts/checkpoint/safetensors.hpp"
 #include "wav.hpp"
 
@@ -183,6 +184,17 @@ TEST_CASE("codec: the config parser names the field it cannot use") {
   config["decoder_config"]["hidden_act"] = "gelu";
   CHECK_THROWS_WITH_AS(parse_codec_config(config, "config.json"), doctest::Contains("decoder_config.hidden_act"),
                        std::runtime_error);
+}
+
+TEST_CASE("codec: weights whose shapes disagree with the config are refused naming the tensor") {
+  const auto folder = open_checkpoint(fixtures + "tiny06");
+  auto config = parse_codec_config(folder.codec_config, "tiny06");
+  config.latent_dim += 1; // as if config.json and model.safetensors came from different models
+  const auto source = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    return to_f32(folder.codec_weights.require(name, shape));
+  };
+  CHECK_THROWS_WITH_AS(load_codec_weights(config, source), doctest::Contains("decoder.pre_conv.conv.weight"),
+                       checkpoint_error);
 }
 
 TEST_CASE("codec: the real-size state layout is 5,194,000 bytes a request, 16-byte aligned segments") {
