@@ -74,7 +74,6 @@ public:
   void check_frames(std::span<const std::int32_t> frames) const;
 
 private:
-  struct offsets;
   codec_config config_;
   codec_weights weights_;
   codec_state_layout layout_;
