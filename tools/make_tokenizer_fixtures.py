@@ -210,6 +210,15 @@ HAND = [
     "ا\u064e\u0644\u0652\u0639\u064e\u0631\u064e\u0628\u0650\u064a\u064e\u0651\u0629", "क्षत्रिय", "ज़्यादा",
     "ᄀᄀᄀ", "漢字かな交じり文", "中文English混合", "日本語とEnglish", "한국어와English", "123abc456",
     "abc123def", "A1B2C3", "Ⅰ Ⅱ Ⅲ", "x²+y²=z²", "α+β=γ", "∑∫∂√∞", "→←↑↓", "♠♣♥♦", "☃", "★☆",
+    # Where the alternatives of the two regexes meet: slashes after line breaks, case-folded
+    # contractions, modifier letters and marks at word edges, every kind of white space.
+    " <=\n/x", "a/\n/\n/b", "x!!\r\n\r\n/y", "//\n//", "a */\n\n/* b", "http://a/b/\n", "?\n\n", "?/\r",
+    "'ſ", "'ſt", "it'ſ", "'ﬆa", "'ſa", "'\u212aa", "'S", "'T'RE'VE'M'LL'D", "x'Ll", "''s", "' s", "'\u0301s",
+    "  \u0301x", "\u0301\u0301", " \u0301", "a \u0301", "ʰello", "helloʰ", "ーー", "コーヒー", "々々", "ǅa", "aǅ",
+    "Ǆǅǆ", "ᾈᾀ", "\u0345", "x\u3000\u3000y", "a\u2028b", "a\u2029b", "a\x85b", "a\u200bb", "a\u180eb",
+    "1\u20dd", "ⅷ", "𝟘𝟙", "\r\r\n\n", " \r\n", "\t\n \n\t", "word \t\n", "a  ", "a \n", "a\t\tb",
+    "  a", "\n a", " \n a", "a\u00a0\u00a0b", "a\u2009b", "\u3000", "A\u030a\u0301", "ÅB", "ABC\u0301def",
+    "Straße", "STRASSE", "ǈ", "ǋa", "MacBook", "eBay", "ÉCOLE", "Élan", "ÉlanVital", "ﬁnance", "Ⓐⓑ", "ⅰⅱ",
 ]
 
 
@@ -272,7 +281,30 @@ def combining(rng):
     return base + "".join(pick(rng, COMBINING) for _ in range(rng.randint(1, 3)))
 
 
+# Old Unicode blocks (assigned long before every library's Unicode version here), for random strings.
+BLOCKS = [(0x20, 0x7e), (0x09, 0x0d), (0xa0, 0xff), (0x100, 0x24f), (0x250, 0x2ff), (0x300, 0x36f), (0x370, 0x3ff),
+          (0x400, 0x4ff), (0x5d0, 0x5ea), (0x600, 0x6ff), (0x900, 0x97f), (0xe00, 0xe5b), (0x1100, 0x11ff),
+          (0x1e00, 0x1eff), (0x1f00, 0x1ffe), (0x2000, 0x206f), (0x2070, 0x209c), (0x20a0, 0x20b9), (0x2100, 0x218b),
+          (0x2190, 0x22ff), (0x2460, 0x24ff), (0x3000, 0x303f), (0x3041, 0x30ff), (0x4e00, 0x9fa5), (0xac00, 0xd7a3),
+          (0xfe00, 0xfe0f), (0xff01, 0xffee), (0x1f300, 0x1f64f), (0x1f900, 0x1f9ff), (0x1d400, 0x1d7ff)]
+
+
+def random_chars(rng):
+    out = []
+    while len(out) < rng.randint(1, 24):
+        lo, hi = pick(rng, BLOCKS)
+        c = chr(rng.randint(lo, hi))
+        if unicodedata.category(c) in ("Cn", "Co", "Cs"):
+            continue
+        out.append(c if rng.random() > 0.15 else pick(rng, [" ", "\n", "'", "/", "\u200d"]))
+    return "".join(out)
+
+
 def generated(rng, kind):
+    if kind == "random":
+        return random_chars(rng)
+    if kind == "nfd":  # decomposed text: NFC must compose it back as the reference does
+        return unicodedata.normalize(pick(rng, ["NFD", "NFKD"]), generated(rng, pick(rng, ["latin", "ko", "hi", "combining"])))
     if kind == "en":
         s = sentence(rng, WORDS_EN)
         return s[0].upper() + s[1:] + pick(rng, PUNCT)
@@ -322,7 +354,7 @@ def generated(rng, kind):
 
 BASE_KINDS = ["en", "zh", "ja", "ko", "ar", "hi", "ru", "latin", "combining", "emoji", "digits", "space",
               "code", "camel", "contraction", "punct"]
-ALL_KINDS = BASE_KINDS + ["special", "mixed"]
+ALL_KINDS = BASE_KINDS + ["special", "mixed", "random", "nfd"]
 
 
 def corpus(per_kind: int, seed: int):

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,4 +42,21 @@ int main(int argc, char** argv) {
   std::printf("%s (%s regex, %zu vocab entries): %zu strings x %d, %.2f Mtokens/s, %.1f MB/s, %.2f us/string\n",
               folder.c_str(), qwen3_tts::name(tok.regex()), tok.vocab_size(), texts.size(), repeats, tokens / s / 1e6,
               bytes * double(repeats) / s / 1e6, s / (double(texts.size()) * repeats) * 1e6);
+
+  // Growth with length: one long piece (a run of one symbol, of letters, of spaces) and long mixed text.
+  const std::pair<const char*, std::string> units[] = {
+      {"'-' run", "-"}, {"letter run", "a"}, {"space run", " "}, {"emoji", "\xf0\x9f\x98\x80"}, {"sentence", "Hello, world. "}};
+  for (const auto& [what, unit] : units) {
+    std::printf("%-10s", what);
+    for (std::size_t len : {1000, 10000, 100000}) {
+      std::string text;
+      while (text.size() < len) text += unit;
+      const auto t0 = std::chrono::steady_clock::now();
+      ids.clear();
+      tok.encode(text, ids);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("  %6zu bytes: %7.1f ns/byte", text.size(), dt / double(text.size()) * 1e9);
+    }
+    std::printf("\n");
+  }
 }

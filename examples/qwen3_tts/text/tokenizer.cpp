@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -280,24 +280,26 @@ void text_tokenizer::encode_piece(std::string_view bytes, std::vector<token_id>&
     std::int32_t rank, pos;
     bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  thread_local std::vector<symbol> sym;
-  thread_local std::vector<candidate> heap_storage;
+  thread_local std::vector<symbol> sym;      // reused across calls: no allocation once warm
+  thread_local std::vector<candidate> heap;  // a min-heap on (rank, pos) through std::greater
   sym.resize(n);
   for (std::size_t i = 0; i < n; ++i)
     sym[i] = {byte_token_[static_cast<unsigned char>(bytes[i])], static_cast<std::int32_t>(i) - 1,
               i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1, true};
-  heap_storage.clear();
-  std::priority_queue<candidate, std::vector<candidate>, std::greater<>> heap(std::greater<>{}, std::move(heap_storage));
+  heap.clear();
   auto offer = [&](std::int32_t pos) {
     const std::int32_t next = sym[pos].next;
     if (next < 0) return;
-    if (const auto it = merges_.find(pair_key(sym[pos].id, sym[next].id)); it != merges_.end())
-      heap.push({it->second.rank, pos});
+    if (const auto it = merges_.find(pair_key(sym[pos].id, sym[next].id)); it != merges_.end()) {
+      heap.push_back({it->second.rank, pos});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+    }
   };
   for (std::size_t i = 0; i + 1 < n; ++i) offer(static_cast<std::int32_t>(i));
   while (!heap.empty()) {
-    const candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+    const candidate c = heap.back();
+    heap.pop_back();
     symbol& left = sym[c.pos];
     if (!left.alive || left.next < 0) continue;
     const auto it = merges_.find(pair_key(left.id, sym[left.next].id));
