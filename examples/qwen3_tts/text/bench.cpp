@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s (%s regex, %zu vocab entries): %zu strings x %d, %.2f Mtokens/s, %.1f MB/s, %.2f us/string\n",
-              folder.c_str(), qwen3_tts::name(tok.regex()), tok.vocab_size(), texts.size(), repeats, tokens / s / 1e6,
+              folder.c_str(), qwen3_tts::regex_name(tok.regex()), tok.vocab_size(), texts.size(), repeats, tokens / s / 1e6,
               bytes * double(repeats) / s / 1e6, s / (double(texts.size()) * repeats) * 1e6);
 
   // Growth with length: one long piece (a run of one symbol, of letters, of spaces) and long mixed text.

@@ -202,7 +202,7 @@ std::size_t match_mistral_fix(const decoded& d, std::size_t i) {
 
 }  // namespace
 
-const char* name(split_regex r) noexcept { return r == split_regex::qwen2 ? "qwen2" : "mistral_fix"; }
+const char* regex_name(split_regex r) noexcept { return r == split_regex::qwen2 ? "qwen2" : "mistral_fix"; }
 
 void pretokenize(std::string_view text, split_regex regex, std::vector<piece>& out) {
   thread_local decoded d;  // reused: encoding many short texts should not allocate per call

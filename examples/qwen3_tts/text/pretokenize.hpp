@@ -29,7 +29,7 @@ enum class split_regex : std::uint8_t {
   mistral_fix,
 };
 
-const char* name(split_regex r) noexcept;
+const char* regex_name(split_regex r) noexcept;
 
 // A piece as a byte range of the text given to pretokenize.
 struct piece {

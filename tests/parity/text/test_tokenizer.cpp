@@ -86,7 +86,7 @@ void check_corpus(split_regex regex, bool use_qwen2_ids) {
       first << "  [" << r.kind << "] \"" << escaped(r.text) << "\"\n    want " << ids_text(want) << "\n    got  "
             << ids_text(got) << "\n";
   }
-  INFO("regex ", qwen3_tts::name(regex), ": ", wrong, " of ", rows.size(), " strings (", tokens,
+  INFO("regex ", qwen3_tts::regex_name(regex), ": ", wrong, " of ", rows.size(), " strings (", tokens,
        " tokens) differ; first ones:\n", first.str());
   CHECK(wrong == 0);
 }
