@@ -42,6 +42,12 @@ struct codec_state_layout {
 
 codec_state_layout make_codec_state_layout(const codec_config& config);
 
+// The released 12 Hz decoder's state (8 layers of hidden 512, 16 key/value heads of 64, window 72,
+// latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2), for pools declared at compile time:
+// 1,163,264 floats of keys and values (16 segments of 71 x 1024) and 135,236 of counter and
+// convolution contexts (segments padded to 16 bytes). A test checks it against make_codec_state_layout.
+inline constexpr std::size_t codec_released_state_floats = 1'298'500;
+
 class codec_decoder {
 public:
   // One row of a batched step: its state, its frames ([n][num_quantizers] codes) and room for
