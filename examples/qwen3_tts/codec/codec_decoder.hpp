@@ -1,5 +1,6 @@
-// The 12 Hz codec decoder on the host in float32, computed as the reference (qwen-tts 0.1.1,
-// Qwen3TTSTokenizerV2Decoder.forward) computes it, and streamed window by window with exact state.
+// The 12 Hz codec decoder on the host in float32 (dot products and convolutions sum in double), computed
+// as the reference (qwen-tts 0.1.1, Qwen3TTSTokenizerV2Decoder.forward) computes it, and streamed window
+// by window with exact state.
 //
 // A request's whole carried state is one flat float32 buffer (codec_state_layout: named segments,
 // each 16-byte aligned): a frame counter (RoPE positions and the attention window's fill), the left
@@ -74,6 +75,8 @@ public:
   void decode_step(std::span<const row> rows) const;
 
   // The whole sequence from a fresh state: the reference's forward(codes) (not its chunked_decode).
+  // Working memory grows with the window (at the released size about 4 MB a frame in the last
+  // decoder block), so long requests go through windows (decode_ramp), as the engine runs them.
   std::vector<float> decode_all(std::span<const std::int32_t> frames) const;
 
   // Checks frames' shape and code range; throws with the frame, codebook and value at fault.
