@@ -183,6 +183,160 @@ void rope(float* v, int head_dim, const std::vector<float>& inv_freq, float pos)
   }
 }
 
+
+// Split RVQ decode (the semantic codebook, then the acoustic ones: each half summed, then projected),
+// then the causal pre-convolution.
+buffer pre_conv_of(const codec_config& c, const codec_weights& w, std::span<const std::int32_t> frames, int n,
+                   state_cursor& st) {
+  const int half = c.codebook_dim / 2;
+  buffer x(std::size_t(n) * c.codebook_dim), sum(half), rest(c.codebook_dim);
+  const auto project = [&](const codec_rvq& q, const std::int32_t* codes, float* y) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (std::size_t l = 0; l < q.layers.size(); ++l) {
+      const float* e = q.layers[l].embedding.data() + std::size_t(codes[l]) * half;
+      for (int d = 0; d < half; ++d)
+        sum[d] += e[d];
+    }
+    for (int o = 0; o < c.codebook_dim; ++o)
+      y[o] = dot(q.output_proj.data() + std::size_t(o) * half, sum.data(), half);
+  };
+  for (int t = 0; t < n; ++t) {
+    const std::int32_t* codes = frames.data() + std::size_t(t) * c.num_quantizers;
+    float* out = x.data() + std::size_t(t) * c.codebook_dim;
+    project(w.rvq_first, codes, out);
+    project(w.rvq_rest, codes + codec_config::num_semantic_quantizers, rest.data());
+    for (int o = 0; o < c.codebook_dim; ++o)
+      out[o] += rest[o];
+  }
+  buffer h(std::size_t(n) * c.latent_dim);
+  causal_conv(w.pre_conv, st, x.data(), n, h.data());
+  return h;
+}
+
+// Softmax attention of this window's queries over `keys` / `values`: the `fill` carried frames, then
+// this window's n, in position order; query t sees the window's last sliding_window frames up to itself.
+void attend(const codec_config& c, int fill, int n, const buffer& q, const buffer& keys, const buffer& values,
+            buffer& att) {
+  const int hd = c.head_dim, heads = c.num_attention_heads, keep = c.sliding_window - 1;
+  const int qw = heads * hd, kvw = c.num_key_value_heads * hd, group = heads / c.num_key_value_heads;
+  const float scaling = 1.0f / std::sqrt(float(hd));
+  buffer scores(fill + n);
+  for (int t = 0; t < n; ++t) {
+    const int last = fill + t, first = std::max(0, last - keep);
+    for (int hh = 0; hh < heads; ++hh) {
+      const float* qv = q.data() + std::size_t(t) * qw + std::size_t(hh) * hd;
+      const std::size_t kv_off = std::size_t(hh / group) * hd;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int j = first; j <= last; ++j) {
+        scores[j] = dot(qv, keys.data() + std::size_t(j) * kvw + kv_off, hd) * scaling;
+        mx = std::max(mx, scores[j]);
+      }
+      float total = 0;
+      for (int j = first; j <= last; ++j)
+        total += scores[j] = std::exp(scores[j] - mx);
+      float* out = att.data() + std::size_t(t) * qw + std::size_t(hh) * hd;
+      std::fill_n(out, hd, 0.0f);
+      for (int j = first; j <= last; ++j) {
+        const float p = scores[j] / total;
+        const float* vv = values.data() + std::size_t(j) * kvw + kv_off;
+        for (int d = 0; d < hd; ++d)
+          out[d] += p * vv[d];
+      }
+    }
+  }
+}
+
+// The pre-transformer over this window's n frames at positions p0.., with each layer's carried keys and
+// values (the last sliding_window - 1 frames, newest at the end of the segment).
+buffer pre_transformer(const codec_config& c, const codec_pre_transformer& tr, const std::vector<float>& inv_freq,
+                       int p0, const buffer& h, int n, state_cursor& st) {
+  const int hid = c.hidden_size, hd = c.head_dim;
+  const int qw = c.num_attention_heads * hd, kvw = c.num_key_value_heads * hd, keep = c.sliding_window - 1;
+  const int fill = std::min(p0, keep), total_kv = fill + n, kept = std::min(total_kv, keep);
+  buffer a(std::size_t(n) * hid), xn(a.size()), o(a.size()), q(std::size_t(n) * qw), att(q.size()),
+      kv(std::size_t(n) * kvw), g(std::size_t(n) * c.intermediate_size), u(g.size()),
+      keys(std::size_t(total_kv) * kvw), values(keys.size());
+  linear(tr.input_proj, h.data(), n, a.data());
+  for (const auto& layer : tr.layers) {
+    float* kc = st.take(std::size_t(keep) * kvw);
+    float* vc = st.take(std::size_t(keep) * kvw);
+    rms_norm(layer.input_layernorm, c.rms_norm_eps, a.data(), n, hid, xn.data());
+    linear(layer.q_proj, xn.data(), n, q.data());
+    // keys and values in position order: the carried ones (positions p0 - fill ..), then this window's
+    std::copy_n(kc + std::size_t(keep - fill) * kvw, std::size_t(fill) * kvw, keys.data());
+    std::copy_n(vc + std::size_t(keep - fill) * kvw, std::size_t(fill) * kvw, values.data());
+    linear(layer.k_proj, xn.data(), n, keys.data() + std::size_t(fill) * kvw);
+    linear(layer.v_proj, xn.data(), n, values.data() + std::size_t(fill) * kvw);
+    for (int t = 0; t < n; ++t) {
+      for (int hh = 0; hh < c.num_attention_heads; ++hh)
+        rope(q.data() + std::size_t(t) * qw + std::size_t(hh) * hd, hd, inv_freq, float(p0 + t));
+      for (int hh = 0; hh < c.num_key_value_heads; ++hh)
+        rope(keys.data() + std::size_t(fill + t) * kvw + std::size_t(hh) * hd, hd, inv_freq, float(p0 + t));
+    }
+    attend(c, fill, n, q, keys, values, att);
+    // the carried window moves on: the last `keep` of (carried, new)
+    std::copy_n(keys.data() + std::size_t(total_kv - kept) * kvw, std::size_t(kept) * kvw,
+                kc + std::size_t(keep - kept) * kvw);
+    std::copy_n(values.data() + std::size_t(total_kv - kept) * kvw, std::size_t(kept) * kvw,
+                vc + std::size_t(keep - kept) * kvw);
+
+    linear(layer.o_proj, att.data(), n, o.data());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      a[i] += layer.self_attn_layer_scale[i % hid] * o[i];
+    rms_norm(layer.post_attention_layernorm, c.rms_norm_eps, a.data(), n, hid, xn.data());
+    linear(layer.gate_proj, xn.data(), n, g.data());
+    linear(layer.up_proj, xn.data(), n, u.data());
+    for (std::size_t i = 0; i < g.size(); ++i)
+      g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    linear(layer.down_proj, g.data(), n, o.data());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      a[i] += layer.mlp_layer_scale[i % hid] * o[i];
+  }
+  rms_norm(tr.norm, c.rms_norm_eps, a.data(), n, hid, xn.data());
+  buffer out(std::size_t(n) * c.latent_dim);
+  linear(tr.output_proj, xn.data(), n, out.data());
+  return out;
+}
+
+// A transposed convolution (kernel == stride), then a ConvNeXt block; `len` frames in, len * stride out.
+buffer upsample_stage(const codec_upsample_stage& stage, int d, const buffer& h, int& len, state_cursor& st) {
+  const int f = stage.trans_conv.stride;
+  buffer up(std::size_t(len) * f * d);
+  trans_conv(stage.trans_conv, st, h.data(), len, up.data());
+  len *= f;
+  const auto& nx = stage.convnext;
+  buffer dw(up.size()), nrm(up.size()), mid(up.size() * 4), back(up.size());
+  causal_conv(nx.dwconv, st, up.data(), len, dw.data());
+  layer_norm(nx, d, dw.data(), len, nrm.data());
+  linear(nx.pwconv1, nrm.data(), len, mid.data());
+  for (auto& m : mid)
+    m = 0.5f * m * (1.0f + std::erf(m * inv_sqrt2));
+  linear(nx.pwconv2, mid.data(), len, back.data());
+  for (std::size_t i = 0; i < up.size(); ++i)
+    up[i] += nx.gamma[i % d] * back[i];
+  return up;
+}
+
+// SnakeBeta, the upsampling transposed convolution, three residual units; `len` samples in, len * rate out.
+buffer decoder_block(const codec_decoder_block& blk, const buffer& y, int& len, state_cursor& st) {
+  const int in = blk.trans_conv.in, out = blk.trans_conv.out, r = blk.trans_conv.stride;
+  buffer act(y.size());
+  snake_beta(blk.snake, in, y.data(), len, act.data());
+  buffer z(std::size_t(len) * r * out);
+  trans_conv(blk.trans_conv, st, act.data(), len, z.data());
+  len *= r;
+  buffer a1(z.size()), c1(z.size()), c2(z.size());
+  for (const auto& unit : blk.units) {
+    snake_beta(unit.act1, out, z.data(), len, a1.data());
+    causal_conv(unit.conv1, st, a1.data(), len, c1.data());
+    snake_beta(unit.act2, out, c1.data(), len, a1.data());
+    causal_conv(unit.conv2, st, a1.data(), len, c2.data());
+    for (std::size_t i = 0; i < z.size(); ++i)
+      z[i] = c2[i] + z[i];
+  }
+  return z;
+}
+
 } // namespace
 
 const codec_state_segment& codec_state_layout::find(std::string_view name) const {
@@ -262,160 +416,18 @@ void codec_decoder::decode_window(std::span<float> state, std::span<const std::i
                                 "; this buffer is not a codec state (zero it for a fresh request)");
   if (n == 0)
     return;
-  const int p0 = int(counter);
   state_cursor st{state, layout_};
-
-  // Split RVQ decode: the semantic codebook and the acoustic ones, each summed then projected.
-  const int half = c.codebook_dim / 2;
-  buffer x(std::size_t(n) * c.codebook_dim);
-  {
-    buffer sum(half), rest(c.codebook_dim);
-    for (int t = 0; t < n; ++t) {
-      const std::int32_t* codes = frames.data() + std::size_t(t) * c.num_quantizers;
-      float* out = x.data() + std::size_t(t) * c.codebook_dim;
-      auto project = [&](const codec_rvq& q, int first, float* y) {
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        for (std::size_t l = 0; l < q.layers.size(); ++l) {
-          const float* e = q.layers[l].embedding.data() + std::size_t(codes[first + l]) * half;
-          for (int d = 0; d < half; ++d)
-            sum[d] += e[d];
-        }
-        for (int o = 0; o < c.codebook_dim; ++o)
-          y[o] = dot(q.output_proj.data() + std::size_t(o) * half, sum.data(), half);
-      };
-      project(w.rvq_first, 0, out);
-      project(w.rvq_rest, codec_config::num_semantic_quantizers, rest.data());
-      for (int o = 0; o < c.codebook_dim; ++o)
-        out[o] += rest[o];
-    }
-  }
-
-  buffer h(std::size_t(n) * c.latent_dim);
-  causal_conv(w.pre_conv, st, x.data(), n, h.data());
-
-  // Pre-transformer: each frame attends to itself and the sliding_window - 1 frames before it.
-  {
-    const auto& tr = w.pre_transformer;
-    const int hid = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kvh = c.num_key_value_heads;
-    const int qw = heads * hd, kvw = kvh * hd, group = heads / kvh, keep = c.sliding_window - 1;
-    const int fill = std::min(p0, keep);
-    const float scaling = 1.0f / std::sqrt(float(hd));
-    buffer a(std::size_t(n) * hid), xn(std::size_t(n) * hid), q(std::size_t(n) * qw), k(std::size_t(n) * kvw),
-        v(std::size_t(n) * kvw), att(std::size_t(n) * qw), o(std::size_t(n) * hid),
-        g(std::size_t(n) * c.intermediate_size), u(std::size_t(n) * c.intermediate_size), scores(fill + n);
-    buffer keys(std::size_t(fill + n) * kvw), values(std::size_t(fill + n) * kvw);
-    linear(tr.input_proj, h.data(), n, a.data());
-    for (const auto& layer : tr.layers) {
-      float* kc = st.take(std::size_t(keep) * kvw);
-      float* vc = st.take(std::size_t(keep) * kvw);
-      rms_norm(layer.input_layernorm, c.rms_norm_eps, a.data(), n, hid, xn.data());
-      linear(layer.q_proj, xn.data(), n, q.data());
-      linear(layer.k_proj, xn.data(), n, k.data());
-      linear(layer.v_proj, xn.data(), n, v.data());
-      for (int t = 0; t < n; ++t) {
-        for (int hh = 0; hh < heads; ++hh)
-          rope(q.data() + std::size_t(t) * qw + std::size_t(hh) * hd, hd, inv_freq_, float(p0 + t));
-        for (int hh = 0; hh < kvh; ++hh)
-          rope(k.data() + std::size_t(t) * kvw + std::size_t(hh) * hd, hd, inv_freq_, float(p0 + t));
-      }
-      // Keys and values in position order: the carried ones (positions p0 - fill ..), then this window's.
-      std::copy_n(kc + std::size_t(keep - fill) * kvw, std::size_t(fill) * kvw, keys.data());
-      std::copy_n(vc + std::size_t(keep - fill) * kvw, std::size_t(fill) * kvw, values.data());
-      std::copy_n(k.data(), std::size_t(n) * kvw, keys.data() + std::size_t(fill) * kvw);
-      std::copy_n(v.data(), std::size_t(n) * kvw, values.data() + std::size_t(fill) * kvw);
-      for (int t = 0; t < n; ++t) {
-        const int last = fill + t, first = std::max(0, last - keep);
-        for (int hh = 0; hh < heads; ++hh) {
-          const float* qv = q.data() + std::size_t(t) * qw + std::size_t(hh) * hd;
-          const std::size_t kv_off = std::size_t(hh / group) * hd;
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int j = first; j <= last; ++j) {
-            scores[j] = dot(qv, keys.data() + std::size_t(j) * kvw + kv_off, hd) * scaling;
-            mx = std::max(mx, scores[j]);
-          }
-          float total = 0;
-          for (int j = first; j <= last; ++j)
-            total += scores[j] = std::exp(scores[j] - mx);
-          float* out = att.data() + std::size_t(t) * qw + std::size_t(hh) * hd;
-          std::fill_n(out, hd, 0.0f);
-          for (int j = first; j <= last; ++j) {
-            const float p = scores[j] / total;
-            const float* vv = values.data() + std::size_t(j) * kvw + kv_off;
-            for (int d = 0; d < hd; ++d)
-              out[d] += p * vv[d];
-          }
-        }
-      }
-      // The carried window moves on: the last `keep` of (carried, new), newest at the end.
-      const int total_kv = fill + n, kept = std::min(total_kv, keep);
-      std::copy_n(keys.data() + std::size_t(total_kv - kept) * kvw, std::size_t(kept) * kvw,
-                  kc + std::size_t(keep - kept) * kvw);
-      std::copy_n(values.data() + std::size_t(total_kv - kept) * kvw, std::size_t(kept) * kvw,
-                  vc + std::size_t(keep - kept) * kvw);
-
-      linear(layer.o_proj, att.data(), n, o.data());
-      for (std::size_t i = 0; i < a.size(); ++i)
-        a[i] += layer.self_attn_layer_scale[i % hid] * o[i];
-      rms_norm(layer.post_attention_layernorm, c.rms_norm_eps, a.data(), n, hid, xn.data());
-      linear(layer.gate_proj, xn.data(), n, g.data());
-      linear(layer.up_proj, xn.data(), n, u.data());
-      for (std::size_t i = 0; i < g.size(); ++i)
-        g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      linear(layer.down_proj, g.data(), n, o.data());
-      for (std::size_t i = 0; i < a.size(); ++i)
-        a[i] += layer.mlp_layer_scale[i % hid] * o[i];
-    }
-    rms_norm(tr.norm, c.rms_norm_eps, a.data(), n, hid, xn.data());
-    linear(tr.output_proj, xn.data(), n, h.data());
-  }
-
-  // Upsampling stages: transposed convolution (kernel == stride), then a ConvNeXt block.
+  buffer h = pre_conv_of(c, w, frames, n, st);
+  h = pre_transformer(c, w.pre_transformer, inv_freq_, int(counter), h, n, st);
   int len = n;
-  const int d = c.latent_dim;
-  for (const auto& stage : w.upsample) {
-    const int f = stage.trans_conv.stride;
-    buffer up(std::size_t(len) * f * d);
-    trans_conv(stage.trans_conv, st, h.data(), len, up.data());
-    len *= f;
-    const auto& nx = stage.convnext;
-    buffer dw(up.size()), nrm(up.size()), mid(up.size() * 4), back(up.size());
-    causal_conv(nx.dwconv, st, up.data(), len, dw.data());
-    layer_norm(nx, d, dw.data(), len, nrm.data());
-    linear(nx.pwconv1, nrm.data(), len, mid.data());
-    for (auto& m : mid)
-      m = 0.5f * m * (1.0f + std::erf(m * inv_sqrt2));
-    linear(nx.pwconv2, mid.data(), len, back.data());
-    for (std::size_t i = 0; i < up.size(); ++i)
-      up[i] += nx.gamma[i % d] * back[i];
-    h = std::move(up);
-  }
-
+  for (const auto& stage : w.upsample)
+    h = upsample_stage(stage, c.latent_dim, h, len, st);
   buffer y(std::size_t(len) * c.decoder_dim);
   causal_conv(w.decoder_in, st, h.data(), len, y.data());
-
-  // Decoder blocks: SnakeBeta, the upsampling transposed convolution, three residual units.
-  for (const auto& blk : w.blocks) {
-    const int in = blk.trans_conv.in, out = blk.trans_conv.out, r = blk.trans_conv.stride;
-    buffer act(y.size());
-    snake_beta(blk.snake, in, y.data(), len, act.data());
-    buffer z(std::size_t(len) * r * out);
-    trans_conv(blk.trans_conv, st, act.data(), len, z.data());
-    len *= r;
-    buffer a1(z.size()), c1(z.size()), c2(z.size());
-    for (const auto& unit : blk.units) {
-      snake_beta(unit.act1, out, z.data(), len, a1.data());
-      causal_conv(unit.conv1, st, a1.data(), len, c1.data());
-      snake_beta(unit.act2, out, c1.data(), len, a1.data());
-      causal_conv(unit.conv2, st, a1.data(), len, c2.data());
-      for (std::size_t i = 0; i < z.size(); ++i)
-        z[i] = c2[i] + z[i];
-    }
-    y = std::move(z);
-  }
-
-  const int out_dim = w.decoder_out.in;
+  for (const auto& blk : w.blocks)
+    y = decoder_block(blk, y, len, st);
   buffer act(y.size());
-  snake_beta(w.final_snake, out_dim, y.data(), len, act.data());
+  snake_beta(w.final_snake, w.decoder_out.in, y.data(), len, act.data());
   causal_conv(w.decoder_out, st, act.data(), len, audio.data());
   for (auto& s : audio)
     s = std::clamp(s, -1.0f, 1.0f);

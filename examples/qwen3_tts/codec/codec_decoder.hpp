@@ -1,5 +1,6 @@
-// The 12 Hz codec decoder on the host in float32, computed as the reference (qwen-tts 0.1.1,
-// Qwen3TTSTokenizerV2Decoder.forward) computes it, and streamed window by window with exact state.
+// The 12 Hz codec decoder on the host in float32 (dot products and convolutions sum in double), computed
+// as the reference (qwen-tts 0.1.1, Qwen3TTSTokenizerV2Decoder.forward) computes it, and streamed window
+// by window with exact state.
 //
 // A request's whole carried state is one flat float32 buffer (codec_state_layout: named segments,
 // each 16-byte aligned): a frame counter (RoPE positions and the attention window's fill), the left
@@ -42,6 +43,12 @@ struct codec_state_layout {
 
 codec_state_layout make_codec_state_layout(const codec_config& config);
 
+// The released 12 Hz decoder's state (8 layers of hidden 512, 16 key/value heads of 64, window 72,
+// latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2), for pools declared at compile time:
+// 1,163,264 floats of keys and values (16 segments of 71 x 1024) and 135,236 of counter and
+// convolution contexts (segments padded to 16 bytes). A test checks it against make_codec_state_layout.
+inline constexpr std::size_t codec_released_state_floats = 1'298'500;
+
 class codec_decoder {
 public:
   // One row of a batched step: its state, its frames ([n][num_quantizers] codes) and room for
@@ -68,6 +75,8 @@ public:
   void decode_step(std::span<const row> rows) const;
 
   // The whole sequence from a fresh state: the reference's forward(codes) (not its chunked_decode).
+  // Working memory grows with the window (at the released size about 4 MB a frame in the last
+  // decoder block), so long requests go through windows (decode_ramp), as the engine runs them.
   std::vector<float> decode_all(std::span<const std::int32_t> frames) const;
 
   // Checks frames' shape and code range; throws with the frame, codebook and value at fault.

@@ -213,6 +213,7 @@ TEST_CASE("codec: the real-size state layout is 5,194,000 bytes a request, 16-by
   CHECK(layout.find("decoder.1.block.4.conv1").size == 54 * 768);
   CHECK(layout.total == 4 + 1024 + 16 * 71 * 1024 + 3 * 6144 + (1536 + 78 * 768) + (768 + 78 * 384) +
                             (384 + 78 * 192) + (192 + 78 * 96) + 576);
+  CHECK(layout.total == codec_released_state_floats);
   for (const auto& s : layout.segments)
     CHECK(s.offset % 4 == 0);
 }
