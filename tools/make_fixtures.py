@@ -230,6 +230,13 @@ def write_speech_tokenizer(folder: Path, case, codebook, seed):
     torch.manual_seed(seed)
     codec = Qwen3TTSTokenizerV2Model(config).eval()
     randomise(codec, seed)
+    # Random decoders swing far past the [-1, 1] clamp at their output (tens), so most samples would be clamped
+    # and the parity bar would compare little but the clamp. A quieter output convolution keeps the speech
+    # inside the range, as a trained decoder's is.
+    with torch.no_grad():
+        out_conv = codec.decoder.decoder[-1].conv
+        out_conv.weight.mul_(0.02)
+        out_conv.bias.mul_(0.02)
     codec.save_pretrained(str(folder), safe_serialization=True)
     data = json.loads((folder / "config.json").read_text())
     data.pop("dtype", None)
@@ -448,6 +455,20 @@ def codec_expected(wrapper, codebook, samples_per_frame, seed):
     return out
 
 
+def speech_expected(wrapper, records, samples_per_frame):
+    """The decoder's whole-sequence forward over each prompt's greedy codes: the speech a request of that prompt
+    must end with, however the engine batches and windows it."""
+    decoder = wrapper.model.speech_tokenizer.model.decoder
+    out = {}
+    for i, record in enumerate(records):
+        codes = torch.tensor(record["codes"], dtype=torch.long).T.unsqueeze(0)  # [1, 16, frames]
+        with torch.no_grad():
+            wav = decoder(codes)
+        assert wav.shape == (1, 1, codes.shape[-1] * samples_per_frame), wav.shape
+        out[f"p{i}.audio"] = wav[0, 0].float().contiguous()
+    return out
+
+
 def describe_tensors(folder: Path, names):
     """Values straight from the written files, for the C++ reader's tests."""
     from safetensors import safe_open
@@ -508,6 +529,7 @@ def make_case(root: Path, case, codebook, seed, sharded):
     save_file(tensors, str(expected / "talker_logits.safetensors"))
 
     save_file(codec_expected(wrapper, codebook, samples_per_frame, seed + 2), str(expected / "codec.safetensors"))
+    save_file(speech_expected(wrapper, records, samples_per_frame), str(expected / "speech.safetensors"))
 
     talker = tts.config.talker_config
     names = ["talker.model.codec_embedding.weight", "talker.codec_head.weight",

@@ -1,4 +1,10 @@
-// qwen3tts: the Qwen3-TTS-shaped example under the worker, as a closed-loop load generator.
+// qwen3tts: the Qwen3-TTS example. Its subcommands run the real model from a checkpoint folder:
+//
+//   qwen3tts synth --model DIR --text-ids 1,2,3 --speaker NAME --out a.wav   # text -> speech, through the worker
+//   qwen3tts decode --model DIR --codes codes.json --out a.wav                # codes -> speech (the codec alone)
+//
+// Without a subcommand it is the Qwen3-TTS-shaped cost model under the worker, as a closed-loop load
+// generator (the scheduling workload of the lane study):
 //
 //   qwen3tts                                   # default config, cuda when a device is present, else host
 //   qwen3tts --backend host -n 48 -c 8 --lane auto --codec-batching per-width --json out.json
@@ -26,6 +32,7 @@
 #endif
 
 #include <CLI/CLI.hpp>
+#include <string_view>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,7 +52,9 @@
 #include <mstar/compare.hpp>
 #include <mstar/config.hpp>
 
+#include "decode_cli.hpp"
 #include "qwen3_tts/loadgen.hpp"
+#include "synth_cli.hpp"
 
 namespace {
 
@@ -665,10 +674,13 @@ mstar::lane_mode lane_of(const std::string& s) {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "synth") return qwen3_tts::pipeline::synth_main(argc - 1, argv + 1);
+  if (argc > 1 && std::string_view(argv[1]) == "decode") return qwen3_tts::decode_main(argc - 1, argv + 1);
   cli_options cli;
   for (int i = 0; i < argc; ++i)
     cli.command += (i ? " " : "") + std::string(argv[i]);
-  CLI::App app{"The Qwen3-TTS-shaped example under the mstar worker: a closed-loop load generator"};
+  CLI::App app{"The Qwen3-TTS-shaped cost model under the mstar worker: a closed-loop load generator. The real model: "
+               "'qwen3tts synth --help' (text -> speech) and 'qwen3tts decode --help' (codes -> speech)"};
   app.add_option("--config", cli.config, "model config (configs/*.yaml), validated before use")->capture_default_str();
   app.add_option("--backend", cli.backend, "host, cuda, or auto (cuda when a device is present)")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))

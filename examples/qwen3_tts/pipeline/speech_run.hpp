@@ -39,6 +39,8 @@ struct speech_run_result {
   std::map<mstar::request_id, speech_result> results;
   std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0;
   bool buffers_free = false;       // every output buffer came back (nothing held past its request's end)
+  // After the worker stopped: what the engine's pools hold free, and their sizes.
+  std::uint32_t kv_free_blocks = 0, kv_blocks = 0, codec_free_slots = 0, codec_slots = 0;
 };
 
 // requests[i] gets id i + 1.
@@ -127,6 +129,10 @@ speech_run_result run_speech(const talker_host& talker, const codec_decoder& cod
   out.decode_steps = fwd.decode_steps;
   out.codec_steps = fwd.codec_steps;
   out.buffers_free = fwd.buffers_free();
+  out.kv_free_blocks = engine.template resource<typename Spec::KvCache>().free_blocks();
+  out.kv_blocks = Spec::kv_blocks;
+  out.codec_free_slots = engine.template resource<typename Spec::CodecState>().free_count();
+  out.codec_slots = engine.template resource<typename Spec::CodecState>().capacity();
   return out;
 }
 

@@ -18,13 +18,15 @@
 
 #include "qwen3_tts/checkpoint/safetensors.hpp"
 #include "talker.hpp"
+#include "talker/fixture_prompts.hpp"
 #include "talker_checkpoint.hpp"
 
 using namespace qwen3_tts;
+using qwen3_tts::testing::fixture_root;
+using qwen3_tts::testing::prompt_of;
 
 namespace {
 
-const std::string fixture_root = std::string(MSTAR_SOURCE_ROOT) + "/tests/fixtures/qwen3tts/";
 constexpr double tolerance = 1e-4;
 
 // The reference's recorded tensors, by name, as float32.
@@ -45,16 +47,6 @@ double closeness(const float* a, const float* b, std::size_t n) {
     scale = std::max(scale, double(std::fabs(b[i])));
   }
   return diff / scale;
-}
-
-talker_prompt prompt_of(const nlohmann::json& p) {
-  talker_prompt out;
-  out.input_ids = p.at("input_ids").get<std::vector<std::int32_t>>();
-  if (!p.at("instruct_ids").is_null()) out.instruct_ids = p.at("instruct_ids").get<std::vector<std::int32_t>>();
-  if (!p.at("speaker").is_null()) out.speaker = p.at("speaker").get<std::string>();
-  out.language = p.at("language").get<std::string>();
-  out.non_streaming = p.at("non_streaming_mode").get<bool>();
-  return out;
 }
 
 // The settings the reference ran with, as the fixture records them.
