@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # The README's main job: sets up, builds, validates every config in configs/ (each node's lane and
-# side-lane keys, or each refusal), then runs the Qwen3-TTS-shaped example under the worker with the
-# default config (configs/qwen3tts.yaml) on whatever machine this is: the CUDA backend when a GPU is
-# present, else the host backend at small sizes (well within a minute on 2 cores). It prints the
-# summary table. Arguments go to qwen3tts (e.g. --check-identity, -c 16, --json out.json).
+# side-lane keys, or each refusal), then speaks a sentence with the real Qwen3-TTS model through mstar's
+# engine and worker (`qwen3tts synth`: the Talker on the chain, the codec decoder beside it on the side
+# lane) and writes speech.wav, then runs the scheduling workload (the Qwen3-TTS-shaped cost model under the
+# worker, configs/qwen3tts.yaml) and prints its summary table.
+#
+#   bash scripts/run.sh                                        # the committed tiny checkpoint (random weights)
+#   bash scripts/run.sh --model DIR --speaker ryan --text "Hello there." --language english --out hello.wav
+#
+# Without arguments the checkpoint is tests/fixtures/qwen3tts/tiny06: random weights in the official
+# layout, so the "speech" is noise; with the official weights (Qwen3-TTS-12Hz-0.6B-CustomVoice and the
+# others, published by Qwen on Hugging Face and ModelScope; download the folder yourself, nothing is fetched
+# at run time) it is speech. Arguments go to `qwen3tts synth` (see its --help). The real model runs on the
+# host backend (float32) today; the cost model uses the CUDA backend when a GPU is present.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,9 +27,20 @@ echo "== configs"
 "$build/tools/mstar-validate" configs/*.yaml
 validate_rc=$?
 echo
-echo "== qwen3tts (configs/qwen3tts.yaml)"
-"$build/examples/qwen3tts" --config configs/qwen3tts.yaml "$@"
+if [ "$#" -eq 0 ]; then
+  set -- --model tests/fixtures/qwen3tts/tiny06 --speaker vivian --language auto \
+    --text "Hello from mstar: the Talker on the chain, the codec beside it." --out speech.wav
+  echo "== qwen3tts synth (tests/fixtures/qwen3tts/tiny06: random weights, so the audio is noise)"
+else
+  echo "== qwen3tts synth $*"
+fi
+"$build/examples/qwen3tts" synth "$@"
+synth_rc=$?
+echo
+echo "== the scheduling workload: qwen3tts (cost model, configs/qwen3tts.yaml)"
+"$build/examples/qwen3tts" --config configs/qwen3tts.yaml
 run_rc=$?
-# Non-zero when a config was refused or the example failed (a byte-identity break exits 2).
+# Non-zero when a config was refused or a run failed (a byte-identity break of the cost model exits 2).
 [ "$validate_rc" -ne 0 ] && exit "$validate_rc"
+[ "$synth_rc" -ne 0 ] && exit "$synth_rc"
 exit "$run_rc"

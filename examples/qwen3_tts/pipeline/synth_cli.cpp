@@ -17,6 +17,9 @@
 #include "talker_checkpoint.hpp"
 #include "talker_request.hpp"
 #include "wav.hpp"
+#ifdef QWEN3TTS_TEXT
+#include "tokenizer.hpp"
+#endif
 
 namespace qwen3_tts::pipeline {
 namespace {
@@ -41,7 +44,7 @@ mstar::lane_mode parse_lane(const std::string& s) {
 
 int synth_main(int argc, char** argv) {
   CLI::App app{"qwen3tts synth: speak a text with a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) through "
-               "mstar's worker, and write a 24 kHz WAV"};
+               "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder"};
   std::string model_dir, text, text_ids, speaker, instruct, language = "auto", dump, out, window = "1,2,4,8",
                                                                          lane = "on";
   bool greedy = false, streaming = false, as_float = false;
@@ -50,12 +53,14 @@ int synth_main(int argc, char** argv) {
   app.add_option("--model", model_dir, "checkpoint folder in the official layout (config.json, *.safetensors, "
                                        "speech_tokenizer/)")
       ->required();
-  auto* text_opt = app.add_option("--text", text, "text to speak (needs the text tokenizer: not in this build)");
-  auto* ids_opt = app.add_option("--text-ids", text_ids, "the text's token ids, comma-separated (the chat template "
-                                                         "is added)");
+  auto* text_opt = app.add_option("--text", text, "the text to speak (tokenized with the checkpoint's vocab.json and "
+                                                 "merges.txt, as the reference does)");
+  auto* ids_opt = app.add_option("--text-ids", text_ids, "instead of --text: the text's token ids, comma-separated "
+                                                         "(the chat template is added)");
   text_opt->excludes(ids_opt);
   app.add_option("--speaker", speaker, "CustomVoice speaker name (config.json talker_config.spk_id)");
-  app.add_option("--instruct", instruct, "VoiceDesign instruction, as comma-separated token ids for now");
+  app.add_option("--instruct", instruct, "VoiceDesign instruction: text with --text, comma-separated ids with "
+                                         "--text-ids");
   app.add_option("--language", language, "auto or a language of talker_config.codec_language_id");
   app.add_flag("--greedy", greedy, "argmax decisions (the reference's logits processing still applies)");
   app.add_flag("--streaming", streaming,
@@ -72,16 +77,26 @@ int synth_main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (!text.empty())
-      throw std::invalid_argument("--text needs the text tokenizer, which this build does not have yet; tokenize "
-                                  "the text with the reference and pass --text-ids");
-    if (text_ids.empty()) throw std::invalid_argument("give the text as --text-ids \"1,2,3\"");
+    if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);
     request_parts parts;
-    parts.text_ids = parse_ids(text_ids, "--text-ids");
-    if (!instruct.empty()) parts.instruct_ids = parse_ids(instruct, "--instruct");
+    if (!text.empty()) {
+#ifdef QWEN3TTS_TEXT
+      const auto tok = text_tokenizer::from_folder(model_dir);
+      parts.text_ids = assistant_text_ids(tok, text);
+      if (!instruct.empty())
+        if (auto ids = instruct_ids(tok, instruct)) parts.instruct_ids = *ids;
+      parts.templated = true;
+#else
+      throw std::invalid_argument("--text needs the text tokenizer, which this build left out (utf8proc was not "
+                                  "found: install libutf8proc-dev and reconfigure); or pass --text-ids");
+#endif
+    } else {
+      parts.text_ids = parse_ids(text_ids, "--text-ids");
+      if (!instruct.empty()) parts.instruct_ids = parse_ids(instruct, "--instruct");
+    }
     parts.speaker = speaker;
     parts.language = language;
     parts.streaming = streaming;

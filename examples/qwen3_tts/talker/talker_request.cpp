@@ -73,22 +73,27 @@ talker_prompt make_prompt(const std::string& model_dir, const talker_config& c, 
   p.speaker = parts.speaker;
   p.language = parts.language;
   p.non_streaming = !parts.streaming;
+  // The wrapper drops a CustomVoice instruction when tts_model_size is a substring of "0b6" (the 0.6B models).
+  const bool drop_instruct =
+      !parts.speaker.empty() && std::string("0b6").find(c.tts_model_size) != std::string::npos;
+  if (!parts.instruct_ids.empty() && drop_instruct && note)
+    *note = "this is a 0.6B CustomVoice model (tts_model_size \"" + c.tts_model_size +
+            "\"); the reference ignores the instruction, and so does this run";
+  if (parts.templated) {
+    p.input_ids = parts.text_ids;
+    if (!drop_instruct) p.instruct_ids = parts.instruct_ids;
+    return p;
+  }
   // "<|im_start|>assistant\n" TEXT "<|im_end|>\n<|im_start|>assistant\n".
   const chat_ids chat = read_chat_ids(model_dir, c);
   p.input_ids = chat.assistant;
   p.input_ids.insert(p.input_ids.end(), parts.text_ids.begin(), parts.text_ids.end());
   p.input_ids.insert(p.input_ids.end(), chat.end.begin(), chat.end.end());
   p.input_ids.insert(p.input_ids.end(), chat.assistant.begin(), chat.assistant.end());
-  // The wrapper drops a CustomVoice instruction when tts_model_size is a substring of "0b6" (the 0.6B models).
-  const bool drop_instruct =
-      !parts.speaker.empty() && std::string("0b6").find(c.tts_model_size) != std::string::npos;
   if (!parts.instruct_ids.empty() && !drop_instruct) {
     p.instruct_ids = chat.user; // "<|im_start|>user\n" INSTRUCTION "<|im_end|>\n"
     p.instruct_ids.insert(p.instruct_ids.end(), parts.instruct_ids.begin(), parts.instruct_ids.end());
     p.instruct_ids.insert(p.instruct_ids.end(), chat.end.begin(), chat.end.end());
-  } else if (!parts.instruct_ids.empty() && note) {
-    *note = "this is a 0.6B CustomVoice model (tts_model_size \"" + c.tts_model_size +
-            "\"); the reference ignores the instruction, and so does this run";
   }
   return p;
 }

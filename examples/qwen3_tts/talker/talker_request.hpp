@@ -18,8 +18,12 @@ std::vector<std::int32_t> parse_ids(const std::string& text, const char* option)
 talker_sampling sampling_from(const std::string& model_dir);
 
 struct request_parts {
-  std::vector<std::int32_t> text_ids;     // the text's ids, without the chat template
+  std::vector<std::int32_t> text_ids;     // the text's ids, without the chat template (see templated)
   std::vector<std::int32_t> instruct_ids; // the instruction's ids, without the template; empty: none
+  // The ids above already carry the chat template (the text tokenizer's assistant_text_ids / instruct_ids,
+  // which encode the templated string whole, as the reference does: the text's first and last characters
+  // meet the template's newlines in one pre-token pass).
+  bool templated = false;
   std::string speaker;                    // CustomVoice speaker; empty: none
   std::string language = "auto";
   bool streaming = false;                 // one text row a decode step (model.generate's layout) instead of
