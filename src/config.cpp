@@ -65,6 +65,7 @@ config_error make_error(std::string_view file, config_mark at, std::string_view 
 }
 
 std::string line_note(config_mark at) { return at.known() ? fmt::format(" (line {})", at.line) : std::string(); }
+std::string first_note(config_mark at) { return at.known() ? fmt::format(" (first on line {})", at.line) : std::string(); }
 
 // A value quoted for a message: shortened, and with anything unprintable escaped (the text was
 // checked to be UTF-8 already, but a message should stay one line).
@@ -137,6 +138,24 @@ std::string suggestion(std::string_view written, const Range& candidates) {
   return best.empty() ? std::string() : fmt::format(" Did you mean '{}'?", best);
 }
 
+constexpr std::array<std::string_view, 5> dtype_names{"f32", "f16", "bf16", "i32", "u8"};
+
+// " Did you mean 'f16'?" for a dtype written another framework's way (fp16, float16, F32, BF16).
+std::string dtype_suggestion(std::string_view written) {
+  std::string lower(written.substr(0, 16));
+  for (auto& c : lower)
+    c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  static constexpr std::pair<std::string_view, std::string_view> aliases[] = {
+      {"fp32", "f32"},     {"float32", "f32"},  {"float", "f32"},  {"fp16", "f16"},   {"float16", "f16"},
+      {"half", "f16"},     {"bfloat16", "bf16"}, {"bfp16", "bf16"}, {"int32", "i32"},  {"uint8", "u8"}};
+  for (const auto& [alias, name] : aliases)
+    if (lower == alias) return fmt::format(" Did you mean '{}'?", name);
+  if (lower != written) // F32, BF16: the right name in the wrong case
+    for (std::string_view name : dtype_names)
+      if (lower == name) return fmt::format(" Did you mean '{}'?", name);
+  return suggestion(written, dtype_names);
+}
+
 // What a YAML node holds, in words, for "found ..." in messages.
 std::string found(const Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "nothing";
@@ -191,7 +210,7 @@ std::optional<std::pair<config_mark, std::string>> check_encoding(std::string_vi
     const bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
     if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
       return std::pair{at, std::string("an invalid UTF-8 sequence")};
-    if ((cp >= 0x80 && cp <= 0x9F && cp != 0x85) || cp == 0xFFFE || cp == 0xFFFF)
+    if ((cp >= 0x80 && cp <= 0x9F) || cp == 0xFFFE || cp == 0xFFFF)
       return std::pair{at, fmt::format("the non-printable character U+{:04X}", cp)};
     i += len;
     ++column;
@@ -357,7 +376,6 @@ constexpr std::array<std::string_view, 2> group_keys{"side_stream", "nodes"};
 constexpr std::array<std::string_view, 3> inline_group_keys{"name", "side_stream", "nodes"};
 constexpr std::array<std::string_view, 5> worker_keys{"name", "tp", "sp", "streams", "groups"};
 constexpr std::array<std::string_view, 5> kind_names{"kv_cache", "attention", "positions", "sampler", "recurrent_pool"};
-constexpr std::array<std::string_view, 5> dtype_names{"f32", "f16", "bf16", "i32", "u8"};
 constexpr std::array<std::string_view, 3> walk_names{"chain", "resident", "combined"};
 
 class loader {
@@ -445,8 +463,8 @@ public:
     }
     if (!root.IsDefined() || root.IsNull()) {
       fail({}, load_rule::empty,
-           "the config is empty: it describes no model. Way out: write model, resources, nodes and workers (see "
-           "configs/qwen3tts.yaml).");
+           "the config is empty: it describes no model. Way out: write model, resources, nodes and workers (the "
+           "schema: docs/config.md).");
       return finish();
     }
     try {
@@ -454,11 +472,14 @@ public:
     } catch (const std::exception& e) {
       fail({}, load_rule::internal, fmt::format("reading the YAML document failed: {}.", e.what()));
     }
-    if (!errors_.empty()) return finish();
+    // Errors that only left a key out (unknown or repeated keys) leave a model the rules can judge: its
+    // findings are listed too, so one typo does not hide them. Any other error left the model partial,
+    // and judging it would report faults of the loader's making.
+    if (!errors_.empty() && !judgeable_) return finish();
 
     model_.verdict = validate(model_.desc);
     model_.storage = strings_;
-    if (!model_.verdict.ok()) {
+    if (!model_.verdict.ok() || !errors_.empty()) {
       for (const auto& f : model_.verdict.findings)
         add(error_of(model_, f));
       if (model_.verdict.truncated)
@@ -481,7 +502,10 @@ public:
     return load_result(std::move(errors_));
   }
 
-  void fail(config_mark at, load_rule r, std::string_view text) { add(make_error(file_, at, id_of(r), text)); }
+  void fail(config_mark at, load_rule r, std::string_view text) {
+    if (r != load_rule::unknown_key && r != load_rule::duplicate_key) judgeable_ = false;
+    add(make_error(file_, at, id_of(r), text));
+  }
 
 private:
   static config_mark mark_from(const YAML::Mark& m) {
@@ -521,6 +545,13 @@ private:
         continue;
       }
       const std::string& k = key.Scalar();
+      if (k == "<<" && plain_scalar(key)) {
+        fail(kat, load_rule::unknown_key,
+             fmt::format("a merge key ('<<') in {}: the loader does not support YAML merge keys (nor does YAML 1.2). "
+                         "Way out: write the keys out in {}; anchors and aliases of whole values (&a / *a) work.",
+                         what, what));
+        continue;
+      }
       if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
         fail(kat, load_rule::unknown_key,
              fmt::format("unknown key {} in {}. Allowed keys{}: {}.{} Way out: correct or remove the key.",
@@ -529,8 +560,8 @@ private:
       }
       if (auto [pos, fresh] = seen.emplace(k, kat); !fresh) {
         fail(kat, load_rule::duplicate_key,
-             fmt::format("the key {} is written twice in {} (first{}). Way out: keep one of them.", quote_value(k),
-                         what, line_note(pos->second)));
+             fmt::format("the key {} is written twice in {} {}. Way out: keep one of them.", quote_value(k),
+                         what, first_note(pos->second)));
         continue;
       }
       out.push_back({k, kat, it->second});
@@ -583,8 +614,10 @@ private:
 
   // A whole number in [0, max]. Negative and absurd values are bad values; anything that is not a
   // whole number is the wrong type.
+  // `least` is the smallest value the model accepts (the validator refuses smaller ones, with its rule);
+  // it only shapes the messages.
   std::optional<std::uint32_t> count_of(const Node& n, config_mark at, std::string_view label, std::uint32_t max,
-                                        std::string_view meaning) {
+                                        std::string_view meaning, std::uint32_t least = 0) {
     const auto where = n.IsDefined() && !n.IsNull() ? mark_of(n) : at;
     if (plain_scalar(n)) {
       std::string_view s = n.Scalar();
@@ -600,8 +633,8 @@ private:
         const bool huge = ec == std::errc::result_out_of_range || p != s.data() + s.size() || v > max;
         if (negative && !(v == 0 && ec == std::errc{})) {
           fail(where, load_rule::bad_value,
-               fmt::format("{} is {}, and it cannot be negative ({}). Way out: write a number from 0 to {}.", label,
-                           quote_value(n.Scalar()), meaning, max));
+               fmt::format("{} is {}, and it cannot be negative ({}). Way out: write a number from {} to {}.", label,
+                           quote_value(n.Scalar()), meaning, least, max));
           return std::nullopt;
         }
         if (huge) {
@@ -613,15 +646,19 @@ private:
         return static_cast<std::uint32_t>(v);
       }
     }
+    const bool quoted = n.IsScalar() && !plain_scalar(n);
     fail(where, load_rule::wrong_type,
-         fmt::format("{} must be a whole number from 0 to {} ({}), found {}. Way out: write a number without quotes.",
-                     label, max, meaning, found(n)));
+         fmt::format("{} must be a whole number from {} to {} ({}), found {}. Way out: {}.", label, least, max, meaning,
+                     found(n),
+                     quoted ? "write the number without quotes"
+                            : "write it in decimal digits only (no sign other than '+', no point, exponent, hex or "
+                              "words)"));
     return std::nullopt;
   }
 
   std::optional<std::uint32_t> count_of(const field& f, std::string_view what, std::uint32_t max,
-                                        std::string_view meaning) {
-    return count_of(f.value, f.at, fmt::format("'{}' of {}", f.key, what), max, meaning);
+                                        std::string_view meaning, std::uint32_t least = 0) {
+    return count_of(f.value, f.at, fmt::format("'{}' of {}", f.key, what), max, meaning, least);
   }
 
   // A YAML list with at most `capacity` entries (a descriptor capacity, named in the message).
@@ -701,8 +738,8 @@ private:
     if (n.IsNull() && f.key == "groups") return; // an empty groups: section
     if (!n.IsMap()) {
       fail(n.IsDefined() && !n.IsNull() ? mark_of(n) : f.at, load_rule::wrong_type,
-           fmt::format("'{}' must be a map from each name to its entry, found {}. Way out: see configs/qwen3tts.yaml "
-                       "for the layout.",
+           fmt::format("'{}' must be a map from each name to its entry, found {}. Way out: write it as in "
+                       "docs/config.md's schema.",
                        f.key, found(n)));
       return;
     }
@@ -713,10 +750,15 @@ private:
                        f.key, n.size(), capacity, capacity_name));
       return;
     }
+    std::size_t index = 0;
     for (auto it = n.begin(); it != n.end(); ++it) {
       const auto at = mark_of(it->first);
       auto name = name_of(it->first, at, fmt::format("an entry name under '{}'", f.key));
-      if (name) each(*name, at, it->second);
+      ++index;
+      // A bad name is reported; the entry is still read under a stand-in, so its own faults are
+      // reported too (the model is not judged: name_of's error made it partial).
+      if (!name) name = intern(it->first.IsScalar() ? it->first.Scalar() : fmt::format("entry #{}", index));
+      each(*name, at, it->second);
     }
   }
 
@@ -771,7 +813,7 @@ private:
 
       if (kind == resource_kind::kv_cache) {
         if (const auto* p = find(*fs, "blocks")) {
-          if (auto n = count_of(*p, what, max_blocks, "KV cache blocks")) {
+          if (auto n = count_of(*p, what, max_blocks, "KV cache blocks", 1)) {
             d.blocks = *n;
             if (*n == 0)
               fail(mark_of(p->value), load_rule::bad_value,
@@ -783,7 +825,7 @@ private:
           missing(at, what, "blocks", "blocks: <number of KV blocks>");
         }
         if (const auto* p = find(*fs, "block_tokens")) {
-          if (auto n = count_of(*p, what, max_block_tokens, "tokens per KV block")) {
+          if (auto n = count_of(*p, what, max_block_tokens, "tokens per KV block", 1)) {
             d.block_tokens = *n;
             if (*n == 0)
               fail(mark_of(p->value), load_rule::bad_value,
@@ -811,8 +853,9 @@ private:
           if (p->value.Scalar() == dtype_names[k]) d.element = static_cast<dtype>(k), known = true;
       if (!known)
         fail(mark_of(p->value).known() ? mark_of(p->value) : p->at, load_rule::bad_value,
-             fmt::format("'dtype' of {} is {}, and it must be one of: {}. Way out: write the state's element type.",
-                         what, found(p->value), join(dtype_names)));
+             fmt::format("'dtype' of {} is {}, and it must be one of: {}.{} Way out: write the state's element type.",
+                         what, found(p->value), join(dtype_names),
+                         dtype_suggestion(p->value.IsScalar() ? p->value.Scalar() : std::string())));
     } else {
       missing(at, what, "dtype", "dtype: bf16 (or f32, f16)");
     }
@@ -821,20 +864,20 @@ private:
       if (auto dims = list_of(*p, what, max_state_rank, "max_state_rank", "[16, 1024]"))
         for (const auto& dim : *dims)
           if (auto n = count_of(dim, p->at, fmt::format("a dimension of 'shape' of {}", what), max_dim,
-                                "elements along one dimension of the per-slot state"))
+                                "elements along one dimension of the per-slot state", 1))
             d.state_shape.push_back(*n);
     } else {
       missing(at, what, "shape", "shape: [dims...] (the per-slot state's shape)");
     }
     if (const auto* p = find(fs, "layers")) {
       m.layers = p->at;
-      if (auto n = count_of(*p, what, max_layers, "layers of state per slot")) d.layers = *n;
+      if (auto n = count_of(*p, what, max_layers, "layers of state per slot", 1)) d.layers = *n;
     } else {
       missing(at, what, "layers", "layers: <layers of state per slot>");
     }
     if (const auto* p = find(fs, "slots")) {
       m.slots = p->at;
-      if (auto n = count_of(*p, what, max_slots, "slots, slot 0 being the padding sink")) d.slots = *n;
+      if (auto n = count_of(*p, what, max_slots, "slots, slot 0 being the padding sink", 2)) d.slots = *n;
     } else {
       missing(at, what, "slots", "slots: <concurrent requests + 1> (slot 0 is the padding sink)");
     }
@@ -941,8 +984,8 @@ private:
     const Node& n = f.value;
     if (!n.IsSequence()) {
       fail(n.IsDefined() && !n.IsNull() ? mark_of(n) : f.at, load_rule::wrong_type,
-           fmt::format("'workers' must be a list of workers ('- name: gpu0' entries), found {}. Way out: see "
-                       "configs/qwen3tts.yaml for the layout.",
+           fmt::format("'workers' must be a list of workers ('- name: gpu0' entries), found {}. Way out: write it as in "
+                       "docs/config.md's schema.",
                        found(n)));
       return;
     }
@@ -962,14 +1005,21 @@ private:
     for (const auto& w : n) {
       ++index;
       const auto at = mark_of(w);
-      auto fs = fields_of(w, f.at, fmt::format("worker #{}", index), worker_keys, " in a worker");
+      // Messages about the worker's keys name it by its name when it has a usable one, by its place otherwise.
+      std::string label = fmt::format("worker #{}", index);
+      if (w.IsMap())
+        for (auto it = w.begin(); it != w.end(); ++it)
+          if (it->first.IsScalar() && it->first.Scalar() == "name" && plain_scalar(it->second) &&
+              !it->second.Scalar().empty() && it->second.Scalar().size() <= max_name_length)
+            label = fmt::format("worker '{}' (#{})", it->second.Scalar(), index);
+      auto fs = fields_of(w, f.at, label, worker_keys, " in a worker");
       if (!fs) continue;
       worker_desc d{};
       worker_marks m{};
       m.entry = at;
       const auto* pname = find(*fs, "name");
       if (!pname) {
-        missing(at, fmt::format("worker #{}", index), "name", "name: <worker name>");
+        missing(at, label, "name", "name: <worker name>");
         continue;
       }
       auto name = name_of(pname->value, pname->at, fmt::format("the name of worker #{}", index));
@@ -979,11 +1029,11 @@ private:
       m.tp = m.sp = m.streams = at;
       if (const auto* p = find(*fs, "tp")) {
         m.tp = p->at;
-        if (auto v = count_of(*p, what, max_parallel, "tensor-parallel degree")) d.tp = *v;
+        if (auto v = count_of(*p, what, max_parallel, "tensor-parallel degree", 1)) d.tp = *v;
       }
       if (const auto* p = find(*fs, "sp")) {
         m.sp = p->at;
-        if (auto v = count_of(*p, what, max_parallel, "sequence-parallel degree")) d.sp = *v;
+        if (auto v = count_of(*p, what, max_parallel, "sequence-parallel degree", 1)) d.sp = *v;
       }
       if (const auto* p = find(*fs, "streams")) {
         m.streams = p->at;
@@ -1052,8 +1102,8 @@ private:
       if (!key) continue;
       if (auto [pos, fresh] = seen.emplace(std::string(*key), at); !fresh) {
         fail(at, load_rule::duplicate_key,
-             fmt::format("the key '{}' is written twice in 'example' (first{}). Way out: keep one of them.", *key,
-                         line_note(pos->second)));
+             fmt::format("the key '{}' is written twice in 'example' {}. Way out: keep one of them.", *key,
+                         first_note(pos->second)));
         continue;
       }
       example_entry e{std::string(*key), {}, false, at};
@@ -1090,6 +1140,7 @@ private:
   std::string file_;
   std::vector<config_error> errors_;
   bool overflow_ = false;
+  bool judgeable_ = true; // every loader error so far only left a key out
   loaded_model model_;
   std::shared_ptr<std::deque<std::string>> strings_;
 };

@@ -35,7 +35,9 @@ namespace mstar {
 // four levels deep.
 inline constexpr std::size_t max_config_bytes = std::size_t{1} << 20;
 inline constexpr int max_config_depth = 32;
-inline constexpr std::size_t max_config_errors = 32;
+// Errors listed per file, loader errors and rule findings together (the validator finds up to
+// max_findings, 64); past it the list ends with a too_many_errors note.
+inline constexpr std::size_t max_config_errors = 64;
 
 // The loader's own rules: what can be wrong with a file before the validator sees a model. The
 // validator's rules (rules.hpp) keep their own ids; a config_error carries either kind of id.

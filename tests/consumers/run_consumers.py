@@ -97,7 +97,7 @@ def mode_subproject(args, tmp, env):
     copy_source_tree(args.source_root, os.path.join(proj, "subprojects", "mstar"))
     build = os.path.join(tmp, "build")
     # buildtype=plain (no optimization) halves the build time; the consumer's output does not depend on it.
-    run(args.meson + ["setup", build, proj, "-Dbuildtype=plain"], env=env)
+    check_configure_quiet(run(args.meson + ["setup", build, proj, "-Dbuildtype=plain"], env=env))
     # The whole build, as a consumer's plain `meson compile` does: mstar's own targets must build as a
     # subproject too.
     run(args.meson + ["compile", "-C", build], env=env)
@@ -115,10 +115,24 @@ def install(args, tmp, env):
     """`meson setup` + `meson install` of mstar into tmp/prefix; returns the prefix."""
     prefix = os.path.join(tmp, "prefix")
     build = os.path.join(tmp, "mstar-build")
-    run(args.meson + ["setup", build, args.source_root, f"--prefix={prefix}", "-Dtests=false", "-Dgpu=disabled",
-                      "-Dbuildtype=plain"], env=env)
+    # The README's install command: no tests, no example (so no CUDA), the validator still built.
+    out = run(args.meson + ["setup", build, args.source_root, f"--prefix={prefix}", "-Dtests=false",
+                            "-Dexamples=false", "-Dgpu=disabled", "-Dbuildtype=plain"], env=env)
+    check_configure_quiet(out)
     run(args.meson + ["install", "-C", build], env=env)
+    # mstar-validate is installed without the example, and judges a config from the source tree.
+    validator = os.path.join(prefix, "bin", "mstar-validate")
+    if not os.path.isfile(validator):
+        raise Failure(f"meson install with -Dexamples=false installed no {validator}")
+    run([validator, os.path.join(args.source_root, "configs", "qwen3tts.yaml")], env=env)
     return prefix
+
+
+def check_configure_quiet(out):
+    """A configure of mstar prints no deprecation or warning of its own (a subproject user sees them)."""
+    noisy = [line for line in out.splitlines() if line.startswith(("DEPRECATION", "WARNING"))]
+    if noisy:
+        raise Failure("configuring mstar printed:\n  " + "\n  ".join(noisy))
 
 
 def find_one(root, name):
@@ -165,10 +179,20 @@ def check_installed_headers(args, prefix, env, tmp):
 
     tu_dir = os.path.join(tmp, "header-check")
     os.makedirs(tu_dir)
+    cuda_inc = cuda_include_flags(args, env, tu_dir)
     jobs = []
     for rel in installed:
         if rel.endswith(".hpp"):
             compiler = args.cxx + ["-std=c++20", "-fsyntax-only", "-x", "c++"] + WARNINGS
+            with open(os.path.join(inc, rel), encoding="utf-8") as f:
+                needs_cuda = "<cuda_runtime.h>" in f.read()
+            if needs_cuda:
+                # A CUDA header compiled by the host compiler (the one TU with the backend's bodies):
+                # it gets the toolkit's include path, as README.md tells its users to give it.
+                if cuda_inc is None:
+                    print(f"skipped {rel}: it includes <cuda_runtime.h>, and there is no CUDA toolkit here")
+                    continue
+                compiler = compiler + cuda_inc
         elif rel.endswith(".cuh"):
             if not args.nvcc:
                 print(f"skipped {rel}: no nvcc")
@@ -199,6 +223,20 @@ def check_installed_headers(args, prefix, env, tmp):
           ", ".join(rel for rel, _, _, _ in results))
 
 
+def cuda_include_flags(args, env, tmp):
+    """The flags that put cuda_runtime.h on the host compiler's path: the toolkit's include folder beside
+    nvcc when nvcc was given, none when the compiler finds the header alone; None when neither."""
+    if args.nvcc:
+        nvcc = os.path.realpath(shutil.which(args.nvcc[-1]) or args.nvcc[-1])
+        return ["-isystem", os.path.join(os.path.dirname(os.path.dirname(nvcc)), "include")]
+    probe = os.path.join(tmp, "cuda_probe.cpp")
+    with open(probe, "w", encoding="utf-8") as f:
+        f.write("#include <cuda_runtime.h>\n")
+    proc = subprocess.run(args.cxx + ["-E", probe, "-o", os.devnull], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    return [] if proc.returncode == 0 else None
+
+
 def mode_pkgconfig(args, tmp, env):
     if not args.pkg_config:
         raise Failure("pkg-config was not found")
@@ -220,6 +258,13 @@ def mode_pkgconfig(args, tmp, env):
     binary = os.path.join(tmp, "consumer")
     run(args.cxx + cflags + WARNINGS + [os.path.join(HERE, "consumer.cpp"), "-o", binary] + libs, env=env)
     check_output(binary, env)
+    if args.nvcc:
+        # What README.md tells CUDA users: --cflags as they are, plus the cuda_cflags variable.
+        cuda_flags = shlex.split(run(args.pkg_config + ["--variable=cuda_cflags", "mstar"], env=penv))
+        run(args.nvcc + cflags + cuda_flags + [f"-arch=sm_{args.cuda_arch}", "-c",
+                                               os.path.join(HERE, "consumer_cuda.cu"),
+                                               "-o", os.path.join(tmp, "consumer_cuda.o")], env=env)
+        print("consumer_cuda.cu compiled with nvcc and the pkg-config flags")
 
 
 def mode_cmake(args, tmp, env):
@@ -231,8 +276,12 @@ def mode_cmake(args, tmp, env):
     shutil.copy(os.path.join(HERE, "cmake", "CMakeLists.txt"), proj)
     shutil.copy(os.path.join(HERE, "consumer.cpp"), proj)
     shutil.copy(os.path.join(HERE, "consumer_config.cpp"), proj)
+    shutil.copy(os.path.join(HERE, "consumer_cuda.cu"), proj)
     build = os.path.join(tmp, "consumer-build")
     cmd = args.cmake + ["-S", proj, "-B", build, f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release"]
+    if args.nvcc:
+        nvcc = shutil.which(args.nvcc[-1]) or args.nvcc[-1]
+        cmd += ["-DMSTAR_CONSUMER_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_arch}"]
     # The C++ compiler this build uses (the last word of a launcher command such as `ccache c++`).
     cmd.append(f"-DCMAKE_CXX_COMPILER={shutil.which(args.cxx[-1]) or args.cxx[-1]}")
     out = run(cmd, env=env)
@@ -242,6 +291,10 @@ def mode_cmake(args, tmp, env):
     if not m or not os.path.realpath(m.group(1)).startswith(os.path.realpath(prefix) + os.sep):
         raise Failure(f"CMake found mstar at {m.group(1) if m else '(nowhere)'}, not under {prefix}\n{out}")
     run(args.cmake + ["--build", build, "--verbose"], env=env)
+    if args.nvcc:
+        print("consumer_cuda.cu (mstar::mstar) compiled with nvcc")
+    else:
+        print("skipped consumer_cuda.cu: no nvcc")
     check_output(os.path.join(build, "consumer"), env)
     # The YAML loader through mstar::config (a static library linking yaml-cpp and fmt).
     out = run([os.path.join(build, "consumer_config")], env=env)
@@ -261,6 +314,7 @@ def main():
     p.add_argument("--cmake", nargs="+")
     p.add_argument("--pkg-config", nargs="+")
     p.add_argument("--nvcc", nargs="+")
+    p.add_argument("--cuda-arch", default="90")
     p.add_argument("--version")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args(argv)

@@ -383,7 +383,7 @@ TEST_CASE("HostileYaml.many_errors_are_capped_with_a_note") {
   for (int i = 0; i < 6; ++i)
     text.append("x").append(std::to_string(i)).append(", ");
   text += "chain]}\nworkers: [{name: w, groups: [{name: g, nodes: [n]}]}]\n";
-  for (int i = 0; i < 60; ++i)
+  for (int i = 0; i < 2 * int(mstar::max_config_errors); ++i)
     text += "bogus" + std::to_string(i) + ": 1\n";
   const auto r = mstar::parse_model(text, "many.yaml");
   check_errors_are_clear(r, "many.yaml");

@@ -100,7 +100,11 @@ TEST_CASE("Qwen3TtsGpu.graphs off (decode and prefill), or a full prefill-graph 
   qwen3_tts::codec_config cc;
   cc.max_bucket = 64;
   cuda_rig a(gpu, on, cc), b(gpu, off, cc);
-  const auto o = batchings()[1].options;
+  // One at a time, so each prompt is prefilled alone: the four prompts (8, 13, 18, 23 tokens) give three
+  // prefill sizes (token buckets 8, 16, 24), and the capped run below has sizes to run eagerly. All at
+  // once (batchings()[1]) made a single prefill step of every prompt: one size, and the capped run was
+  // the uncapped one (issue 20: "prefill sizes seen: 1" on every GPU run).
+  const auto o = batchings()[0].options;
   const auto ra = run_fresh(a, specs, o), rb = run_fresh(b, specs, o);
   const auto diff = qwen3_tts::compare_runs(ra.digests, rb.digests);
   CHECK_MESSAGE(diff.empty(), describe(diff));

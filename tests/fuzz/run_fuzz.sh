@@ -13,7 +13,7 @@ cxx=${MSTAR_FUZZ_CXX:-clang++}
 mkdir -p "$work"
 
 if ! command -v "$cxx" >/dev/null 2>&1; then
-  echo "run_fuzz: $cxx not found: install clang (Debian: clang, libclang-rt-14-dev)" >&2
+  echo "run_fuzz: $cxx not found: bash scripts/setup.sh --fuzz installs clang and its fuzzer runtime" >&2
   exit 1
 fi
 # The fuzzer runtime lives in libclang-rt-14-dev; without it the link below fails. Check first so
@@ -22,7 +22,7 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned lon
   >"$work/probe.cpp"
 if ! "$cxx" -fsanitize=fuzzer "$work/probe.cpp" -o "$work/probe" 2>"$work/probe.log"; then
   echo "run_fuzz: $cxx cannot link a libFuzzer target (-fsanitize=fuzzer): the fuzzer runtime is missing." >&2
-  echo "run_fuzz: install it: apt-get install libclang-rt-14-dev (scripts/setup.sh does)." >&2
+  echo "run_fuzz: install it: bash scripts/setup.sh --fuzz (Debian 12: libclang-rt-14-dev)." >&2
   sed 's/^/  /' "$work/probe.log" >&2
   exit 1
 fi

@@ -48,16 +48,26 @@ struct device_buffer {
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
   ~device_buffer() { cudaFree(ptr); }
+  // The kernels run on a cudaStreamNonBlocking stream, which does not wait for the legacy default
+  // stream that cudaMemcpy and cudaMemset use: cudaMemset returns before it has run, and a cudaMemcpy
+  // from pageable memory may return before its DMA lands. On an idle GPU they were done before the
+  // kernel started; beside other processes on the same GPU the kernel could read the buffer first
+  // (issue 20: the suite failed here only when meson ran other GPU tests at the same time). Each fill
+  // therefore waits until it is on the device.
   void upload(std::span<const T> h) {
     REQUIRE(h.size() == size);
     MSTAR_CUDA_REQUIRE(cudaMemcpy(ptr, h.data(), h.size_bytes(), cudaMemcpyHostToDevice));
+    MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
   }
   std::vector<T> download() const {
     std::vector<T> h(size);
     MSTAR_CUDA_REQUIRE(cudaMemcpy(h.data(), ptr, size * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
-  void poison() { MSTAR_CUDA_REQUIRE(cudaMemset(ptr, mt::poison_byte, std::max<std::size_t>(size, 1) * sizeof(T))); }
+  void poison() {
+    MSTAR_CUDA_REQUIRE(cudaMemset(ptr, mt::poison_byte, std::max<std::size_t>(size, 1) * sizeof(T)));
+    MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
+  }
 };
 
 // One case run three ways (gather, scatter, zero_slots) on the device and on the host reference,

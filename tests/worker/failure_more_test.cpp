@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -371,8 +372,7 @@ TEST_CASE("Failures.a failed request cancelled while a row is out still ends fai
 }
 
 namespace {
-// The main thread is held in request 100's start hook; request 5's end hook throws (a fatal error,
-// outside the per-request hooks the docs list).
+// The main thread is held in request 100's start hook; request 5's end hook throws.
 struct throwing_end_flow : tts_flow {
   std::atomic<bool> gate{false}, in_gate{false};
   void start(request_state& s, mstar::request_id id, const tts_input& in) {
@@ -390,10 +390,11 @@ struct throwing_end_flow : tts_flow {
 };
 } // namespace
 
-// take_inbox moves the batch's submissions into a local vector and applies cancels in order; when a
-// cancel's end hook threw, the submissions after it in that batch were neither in the inbox nor in the
-// backlog, so end_all_failed never ended them (request 6 got no end hook).
-TEST_CASE("Failures.a fatal error inside take_inbox loses the batch's later submissions") {
+// Issue 20, item 1: one throwing end hook stopped the whole worker: wait_idle() and stop() rethrew, the
+// other requests ended failed ("the worker stopped on an error"), and after stop() recurrent slots, KV
+// blocks and request indices were still held. Inside take_inbox (a cancel's end hook), the submissions
+// after it in that batch were lost besides. Now the request's throw is recorded and nothing else changes.
+TEST_CASE("Failures.an end hook that throws fails that request alone; the others complete and every pool is full") {
   pool_hooks::reset();
   mstar::host_backend backend;
   Engine engine(backend, options(4));
@@ -401,20 +402,79 @@ TEST_CASE("Failures.a fatal error inside take_inbox loses the batch's later subm
   worker_of<throwing_end_flow> w(engine, flow, {});
   install_forwards(w, backend);
   w.start();
-  flow.gate = true;
-  REQUIRE(w.submit(100, tts_input{1, 4, 2}));
-  while (!flow.in_gate.load())
-    std::this_thread::yield();
-  REQUIRE(w.submit(5, tts_input{5, 4, 2}));
-  w.cancel(5); // ends 5 from the backlog: its end hook throws
-  REQUIRE(w.submit(6, tts_input{6, 4, 2}));
-  flow.gate = false;
-  CHECK_THROWS(w.wait_idle());
-  CHECK_THROWS(w.stop());
+  std::map<mstar::request_id, mstar::request_end> told; // what each end hook is told
+  SUBCASE("twelve requests, more than max_requests: some wait in the backlog") {
+    for (mstar::request_id i = 1; i <= 12; ++i) {
+      REQUIRE(w.submit(i, tts_input{i, 4, 6}));
+      told[i] = mstar::request_end::completed;
+    }
+  }
+  SUBCASE("a cancel's end hook throws inside take_inbox, with a submission after it in the same batch") {
+    flow.gate = true;
+    REQUIRE(w.submit(100, tts_input{1, 4, 2}));
+    while (!flow.in_gate.load())
+      std::this_thread::yield();
+    REQUIRE(w.submit(5, tts_input{5, 4, 2}));
+    w.cancel(5); // ends 5 from the backlog: its end hook throws
+    REQUIRE(w.submit(6, tts_input{6, 4, 2}));
+    flow.gate = false;
+    told = {{100, mstar::request_end::completed}, {5, mstar::request_end::cancelled}, {6, mstar::request_end::completed}};
+  }
+  CHECK_NOTHROW(w.wait_idle());
+  REQUIRE(w.submit(13, tts_input{13, 4, 3})); // the worker still takes requests
+  told[13] = mstar::request_end::completed;
+  CHECK_NOTHROW(w.wait_idle());
+  CHECK_NOTHROW(w.stop());
   std::lock_guard g(flow.lock);
-  CHECK(flow.results.count(100) == 1);
-  CHECK(flow.results.count(5) == 1);
-  CHECK(flow.results.count(6) == 1); // queued when the worker stopped: must end failed
+  REQUIRE(flow.results.size() == told.size());
+  for (const auto& [id, how] : told) {
+    CAPTURE(id);
+    CHECK(flow.results.at(id).how == how); // request 5's hook was told so, then threw
+  }
+  CHECK(w.counters().end_hook_errors.load() == 1);
+  CHECK(w.request_metrics().failed() == 1); // the throw is recorded against request 5
+  std::string why;
+  CHECK_MESSAGE(pools_full(engine, &why), why);
+}
+
+// The same for a throwing admit-failure handler (worker_options::on_refusal): the refused step's
+// requests fail with the handler's message, the others complete, and nothing stays held after stop().
+TEST_CASE("Failures.an admit-failure handler that throws fails the refused step's requests only; every pool is full") {
+  pool_hooks::reset();
+  mstar::host_backend backend;
+  Engine engine(backend, options(4));
+  tts_flow flow;
+  mstar::worker_options o;
+  std::atomic<int> calls{0};
+  o.on_refusal = [&calls](const mstar::refusal_event& ev) -> mstar::admit_action {
+    if (calls.fetch_add(1) == 0) throw std::runtime_error("on_refusal boom for " + std::string(ev.node_name));
+    return mstar::admit_action::hold;
+  };
+  worker_of<tts_flow> w(engine, flow, std::move(o));
+  install_forwards(w, backend);
+  w.start();
+  REQUIRE(w.submit(1, tts_input{1, 4, 3}));
+  w.wait_idle(); // one request alone: the refused codec step holds request 1 only
+  pool_hooks::refuse_admits = 1;
+  REQUIRE(w.submit(2, tts_input{2, 4, 6}));
+  CHECK_NOTHROW(w.wait_idle());
+  for (mstar::request_id i = 3; i <= 12; ++i)
+    REQUIRE(w.submit(i, tts_input{i, 4, 6}));
+  CHECK_NOTHROW(w.wait_idle());
+  CHECK_NOTHROW(w.stop());
+  std::lock_guard g(flow.lock);
+  REQUIRE(flow.results.size() == 12);
+  CHECK(flow.results.at(1).how == mstar::request_end::completed);
+  CHECK(flow.results.at(2).how == mstar::request_end::failed);
+  CHECK(flow.results.at(2).why.find("on_refusal boom for codec") != std::string::npos);
+  for (mstar::request_id i = 3; i <= 12; ++i) {
+    CAPTURE(i);
+    CHECK(flow.results.at(i).how == mstar::request_end::completed);
+  }
+  CHECK(calls.load() == 1);
+  CHECK(w.counters().refusal_handler_errors.load() == 1);
+  std::string why;
+  CHECK_MESSAGE(pools_full(engine, &why), why);
 }
 
 // The host backend keeps up to max_kept_errors (1024) untaken errors per stream. It dropped the newest

@@ -425,4 +425,7 @@ TEST_CASE("a fatal error on the GPU thread ends every request failed and is reth
     CHECK(flow.results.at(i).how == mstar::request_end::failed);
     CHECK(flow.results.at(i).why.find("injected batch_key failure") != std::string::npos);
   }
+  // Nothing runs after a fatal error, so nothing stays held (issue 20: slots, blocks and indices did).
+  std::string why;
+  CHECK_MESSAGE(pools_full(engine, &why), why);
 }

@@ -11,7 +11,9 @@
 // without. Then the same pair once more (lane on) over a KV cache of 12 blocks, too small for the live
 // requests, so prefills park at readiness on the KV cache (requests sized to the blocks their prefill
 // takes, prompt + frames = 8k tokens, so decode rows never need a block and nothing can stall): at
-// the end no KV reservation is left and no KV admit was refused.
+// the end no KV reservation is left and no KV admit was refused. In the runs with cancellations the
+// flow's end hook throws for every seventh request (after taking the result): each is counted once,
+// and nothing else changes (issue 20: one throwing end hook stopped the worker and left pools held).
 //
 //   mstar_worker_soak [--requests N] [--seed S] [--lane off|on|auto|all]
 //
@@ -25,7 +27,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 
@@ -47,6 +51,16 @@ bool flow_done(tts_flow& f, std::size_t id) {
 struct run_result {
   std::map<mstar::request_id, result> results;
   std::vector<bool> cancelled;
+};
+
+// The flow with an end hook that throws for every seventh request, once it has taken the result.
+template <class Flow>
+struct throwing_end : Flow {
+  static bool throws(mstar::request_id id) { return id % 7 == 3; }
+  void end(typename Flow::request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
+    Flow::end(s, id, how, why);
+    if (throws(id)) throw std::runtime_error("the soak's end hook throws for request " + std::to_string(id));
+  }
 };
 
 using SmallKv = tts_model<12>;
@@ -122,6 +136,10 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
                 (unsigned long long)c.cancel_side.load(), (unsigned long long)c.cancel_chain.load(),
                 (unsigned long long)c.cancel_idle.load(), (unsigned long long)c.cancel_ended.load());
     if (c.teardown_errors.load() != 0) fail("teardown errors: " + std::to_string(c.teardown_errors.load()));
+    const std::uint64_t throwing = cancel ? (in.size() + 3) / 7 : 0; // ids 3, 10, 17, ... below in.size()
+    if (c.end_hook_errors.load() != throwing || w.request_metrics().failed() != throwing)
+      fail(std::to_string(throwing) + " end hooks threw; the worker counted " + std::to_string(c.end_hook_errors.load()) +
+           " and the request metrics " + std::to_string(w.request_metrics().failed()) + " failed requests");
     if (!cancel && c.parked.load() == 0) fail("no row parked: the pools are too large to exercise parking");
     if (c.speculative_stages.load() == 0) fail("no decode step was staged from a prediction");
     if (cancel && c.batch_waits.load() == 0)
@@ -210,9 +228,9 @@ int main(int argc, char** argv) {
     const auto clean = kv_pair           ? run<tts_flow, small_kv>(in, mode, false, seed)
                        : hook_when_noisy ? run<tts_flow>(in, mode, false, seed)
                                          : run<tts_flow_predicting>(in, mode, false, seed);
-    const auto noisy = kv_pair           ? run<tts_flow_predicting, small_kv>(in, mode, true, seed + 1)
-                       : hook_when_noisy ? run<tts_flow_predicting>(in, mode, true, seed + 1)
-                                         : run<tts_flow>(in, mode, true, seed + 1);
+    const auto noisy = kv_pair           ? run<throwing_end<tts_flow_predicting>, small_kv>(in, mode, true, seed + 1)
+                       : hook_when_noisy ? run<throwing_end<tts_flow_predicting>>(in, mode, true, seed + 1)
+                                         : run<throwing_end<tts_flow>>(in, mode, true, seed + 1);
     std::size_t compared = 0, cancelled = 0;
     for (std::size_t i = 0; i < in.size(); ++i) {
       const auto& a = clean.results.at(i);

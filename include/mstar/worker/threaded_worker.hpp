@@ -132,6 +132,9 @@ struct worker_counters {
   std::atomic<std::uint64_t> speculative_stages{0}, stage_drops{0};
   std::atomic<std::uint64_t> refusals{0}, side_refusals{0}, failed_steps{0}, parked{0}, unparked{0};
   std::atomic<std::uint64_t> dropped_rows{0}, teardowns{0}, teardown_errors{0}, lane_created{0};
+  // End hooks that threw (each request counted failed in the request metrics) and admit-failure
+  // handlers that threw (each failing the refused step's requests).
+  std::atomic<std::uint64_t> end_hook_errors{0}, refusal_handler_errors{0};
   // Where cancels found their request: not admitted yet (backlog), a row parked, a row out on a side
   // node, a row out on the chain only, nothing out, or already ended (a cancel during or after teardown).
   std::atomic<std::uint64_t> cancel_backlog{0}, cancel_parked{0}, cancel_side{0}, cancel_chain{0}, cancel_idle{0},
@@ -552,7 +555,9 @@ private:
   // An exception outside any one request's work (a backend call that failed outside a step, a flow
   // hook outside a request, a worker bug) on any of the three threads: the worker stops. wait_idle()
   // and stop() rethrow the first such error; every request still queued or live ends failed with it
-  // as the reason (its resources are not torn down: the engine's state is unknown).
+  // as the reason, its resources torn down once the GPU thread has stopped and the streams are drained
+  // (a teardown that throws quarantines the index, as ever). A flow's end hook and the admit-failure
+  // handler are not such errors: they fail one request, or one step's requests.
   void fatal(std::exception_ptr e) noexcept {
     std::lock_guard g(inbox_lock_);
     if (!main_error_) {
@@ -596,6 +601,11 @@ private:
     for (auto& s : slots_)
       if (s.live) {
         s.live = false;
+        try { // nothing runs any more: the request's resources can be given back (or quarantined)
+          engine_->remove_request(s.ref, chain_);
+        } catch (...) {
+          counters_.teardown_errors.fetch_add(1, std::memory_order_relaxed);
+        }
         try {
           finish_request(s.state, s.id, s.timing, request_end::failed, why);
         } catch (...) {
@@ -652,11 +662,20 @@ private:
   static_assert(int(request_end::completed) == int(metrics::request_outcome::completed) &&
                 int(request_end::cancelled) == int(metrics::request_outcome::cancelled) &&
                 int(request_end::failed) == int(metrics::request_outcome::failed));
-  // A request ends: its metrics and the flow's end hook (the caller then calls ended()).
+  // A request ends: the flow's end hook, then its metrics (the caller then calls ended()). An end hook
+  // that throws concerns that request alone: its resources are torn down already, so the request is
+  // counted failed and the worker goes on (as a fatal error it would strand every other request).
   void finish_request(request_state& state, request_id id, metrics::request_timing& t, request_end how,
                       std::string_view why, metrics::nanos at = metrics::now_ns()) {
+    try {
+      detail::flow_end(*flow_, state, id, how, why);
+    } catch (...) {
+      how = request_end::failed;
+      counters_.end_hook_errors.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "mstar::threaded_worker: the flow's end hook threw for request %llu: %s\n",
+                   static_cast<unsigned long long>(id), detail::what_of(std::current_exception()).c_str());
+    }
     requests_rec_.on_finish(t, static_cast<metrics::request_outcome>(how), at);
-    detail::flow_end(*flow_, state, id, how, why);
   }
   // A request that never got an index ends (on a fresh state).
   void end_unstarted(const submission& sub, request_end how, std::string_view why) {
@@ -1736,7 +1755,15 @@ private:
       refusal_event ev{n, Model::descriptor.nodes[n].name, rec.side, rec.count,
                        why.why ? why.why->resource : std::string_view{},
                        why.why ? why.why->message() : std::string_view{}};
-      action = options_.on_refusal(ev);
+      try {
+        action = options_.on_refusal(ev);
+      } catch (...) { // the handler's fault concerns this step's rows: they fail, the worker goes on
+        counters_.refusal_handler_errors.fetch_add(1, std::memory_order_relaxed);
+        end_now(rec_index, std::string(Model::descriptor.nodes[n].name) +
+                               " step refused, and the admit-failure handler (worker_options::on_refusal) threw: " +
+                               detail::what_of(std::current_exception()));
+        return;
+      }
     }
     auto& q = action == admit_action::hold ? held_[n] : ready_[n];
     if (action == admit_action::hold) {
