@@ -1,0 +1,142 @@
+// The real Qwen3-TTS Talker and its code predictor on CUDA: bf16 weights on the device, cuBLAS GEMMs
+// with float32 accumulation and float32 outputs, the residual stream in float32, the paged KV cache in
+// bf16 ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
+// step -- the code predictor's 15 codes of the current frame, the next Talker input (16 codebook
+// embeddings plus the trailing text row), the Talker's layers, the codec head and the greedy choice of
+// the next frame's code 0 -- enqueued as a single stream of work that a CUDA graph captures per batch
+// size. The math follows qwen-tts 0.1.1 (modeling_qwen3_tts.py) as the host float32 forward does.
+//
+// A row of a step is also the index of its request's generation state (seen codes, frame count):
+// the caller keeps a request on the same row from prefill to its last decode step.
+#pragma once
+
+#include "talker.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qwen3_tts {
+
+// One decoder stack: the Talker's or the code predictor's.
+struct cuda_stack_dims {
+  int layers = 0;
+  int hidden = 0;
+  int intermediate = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float rms_eps = 1e-6f;
+  float rope_theta = 1e6f;
+};
+
+struct talker_cuda_dims {
+  cuda_stack_dims talker;
+  cuda_stack_dims predictor;
+  int codec_vocab = 0;      // the Talker's vocab_size: rows of codec_embedding and codec_head
+  int predictor_vocab = 0;  // the code predictor's vocab_size (codebook size)
+  int code_groups = 16;
+  int text_vocab = 0;
+  int text_hidden = 0;
+  // Greedy code-0 processing, as the reference's generate applies it.
+  int eos_id = 0;
+  float repetition_penalty = 1.05f;
+  int min_new_tokens = 2;
+};
+
+// Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
+struct talker_cuda_limits {
+  int max_rows = 1;
+  int max_prefill_tokens = 256;  // tokens of one prefill call, all rows together
+  int kv_blocks = 64;
+  int block_tokens = 16;
+  int max_pages = 64;  // entries of page_indices in one call
+};
+
+// A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
+// bytes must stay valid until the next call of the source.
+struct host_tensor {
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+};
+// Looks a tensor up by its checkpoint name ("talker.model.layers.0.self_attn.q_proj.weight") and the
+// shape the config implies; throws when the checkpoint has none (talker_cuda checks the shape too).
+using weight_source = std::function<host_tensor(const std::string& name, const std::vector<std::int64_t>& shape)>;
+
+// The CUDA model's sizes and code-0 settings from the host Talker's typed config.json. The three
+// multimodal RoPE position streams are equal for TTS, so plain RoPE over head_dim / 2 frequencies is
+// exact; a config whose streams could differ is still computed this way (the host forward does too).
+talker_cuda_dims cuda_dims(const talker_config& config);
+// A weight_source over a float32 source (the host forward's tensor_source: tests, or a weight_store's
+// to_f32); the tensors go to the device as bf16.
+weight_source f32_weight_source(
+    std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source);
+
+class talker_cuda {
+public:
+  talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits& limits);
+  ~talker_cuda();
+  talker_cuda(const talker_cuda&) = delete;
+  talker_cuda& operator=(const talker_cuda&) = delete;
+
+  // Uploads every weight once (converted to bf16, norms to float32) through a pinned staging buffer,
+  // checking each tensor's shape against the dims; the error names the tensor, the shape found and
+  // the shape expected.
+  void load_weights(const weight_source& source);
+  // Fills every weight with deterministic pseudo-random values on the device (benchmarks: real sizes,
+  // no checkpoint file). Norm weights near 1, matrices scaled by 1/sqrt(fan-in).
+  void random_weights(std::uint32_t seed);
+  // Bytes of weights one decode step reads (the Talker once, the predictor's layers 15 times).
+  std::size_t decode_weight_bytes() const;
+  std::size_t weight_bytes() const { return weight_bytes_; }
+
+  // The prompt: embeds [tokens][talker hidden] float32 on the host (build_prompt's rows), addressed by
+  // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans). Runs the Talker, keeps each row's last post-norm hidden state, computes its code-0
+  // logits and chooses code 0 of frame 0 (the row's generation state starts afresh). Synchronous.
+  void prefill(std::span<const float> embeds, const step_plan& plan);
+
+  // The addressing of the next decode step (one token per row) and each row's trailing text id (the
+  // next text token in the streaming layout, tts_eos after the text, then tts_pad). Asynchronous
+  // copies on the model's stream from pinned memory; the next decode() reads them.
+  void set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids);
+  // One decode step for rows [0, rows): completes frame k (code 0 from the last step, codes 1..15
+  // here) and chooses frame k+1's code 0. With graphs on, the first call for a row count captures
+  // the step and later calls replay it. Asynchronous; the read functions below synchronise.
+  void decode(int rows);
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+
+  // Results of the last step.
+  std::vector<std::int32_t> frames(int rows) const;        // [rows][16]: the frame decode() completed
+  std::vector<std::int32_t> code0(int rows) const;         // [rows]: the next frame's code 0
+  std::vector<float> talker_logits(int rows) const;        // [rows][codec_vocab], raw
+  std::vector<float> processed_logits(int rows) const;     // [rows][codec_vocab], after penalty/bans
+  std::vector<float> predictor_logits(int rows) const;     // [15][rows][predictor_vocab], raw
+  std::vector<float> last_hidden(int rows) const;          // [rows][talker hidden], post-norm
+  std::vector<float> kv_cache_k(int layer) const;          // the whole layer, as float32 (tests)
+
+  cudaStream_t stream() const { return stream_; }
+  const talker_cuda_dims& dims() const { return dims_; }
+  const talker_cuda_limits& limits() const { return limits_; }
+
+  struct state;  // device buffers and weights (talker_cuda.cu)
+
+private:
+  void enqueue_decode(int rows);
+  void upload_plan(const step_plan& plan, int tokens);
+
+  talker_cuda_dims dims_;
+  talker_cuda_limits limits_;
+  cudaStream_t stream_ = nullptr;
+  bool use_graphs_ = true;
+  std::size_t weight_bytes_ = 0;
+  std::unique_ptr<state> s_;
+};
+
+} // namespace qwen3_tts

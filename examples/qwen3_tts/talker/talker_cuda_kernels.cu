@@ -1,0 +1,500 @@
+// The CUDA Talker's own kernels (talker_cuda_kernels.hpp says what each computes). Written for
+// clarity first: float32 arithmetic everywhere, bf16 only where a value is stored for a GEMM or the KV
+// cache, the reference's order of operations (RMSNorm: x * rsqrt(mean(x^2) + eps), then the weight;
+// softmax in float32 over the scaled scores), accurate expf/cosf/sinf (no fast-math), so that the only
+// differences from the float32 reference are the bf16 roundings.
+#include "talker_cuda_kernels.hpp"
+
+#include <cfloat>
+#include <stdexcept>
+#include <string>
+
+namespace qwen3_tts::cuda {
+namespace {
+
+void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("qwen3_tts CUDA talker: launch of ") + kernel + " failed: " +
+                             cudaGetErrorString(e));
+}
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < int(blockDim.x >> 5) ? part[lane] : 0.0f;
+    t = warp_sum(t);
+    if (lane == 0) total = t;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();  // part/total may be reused by the caller's next reduction
+  return r;
+}
+
+// Row r of token t: the last r with qo_indptr[r] <= t (rows are few; a binary search keeps it exact).
+__device__ int row_of_token(const std::int32_t* qo_indptr, int rows, int t) {
+  int lo = 0, hi = rows - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (qo_indptr[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ int kv_len_of_row(const paged_view& v, int r) {
+  return (v.page_indptr[r + 1] - v.page_indptr[r] - 1) * v.block_tokens + v.last_page_len[r];
+}
+
+// Element offset of kv index j of row r, kv head h, in a [blocks][block_tokens][kv_heads][head_dim] layer.
+__device__ std::size_t kv_offset(const paged_view& v, int r, int j, int h, int kv_heads, int head_dim) {
+  const int page = v.page_indices[v.page_indptr[r] + j / v.block_tokens];
+  return ((std::size_t(page) * v.block_tokens + j % v.block_tokens) * kv_heads + h) * std::size_t(head_dim);
+}
+
+__global__ void rms_norm_kernel(float* x, const float* add, const float* w, bf16* y, float* y32, int width,
+                                float eps) {
+  float* xr = x + std::size_t(blockIdx.x) * width;
+  const float* ar = add ? add + std::size_t(blockIdx.x) * width : nullptr;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = xr[i];
+    if (ar) {
+      v += ar[i];
+      xr[i] = v;
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(width) + eps);
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    const float n = w[i] * (xr[i] * inv);
+    if (y) y[std::size_t(blockIdx.x) * width + i] = __float2bfloat16(n);
+    if (y32) y32[std::size_t(blockIdx.x) * width + i] = n;
+  }
+}
+
+__global__ void gather_last_rows_kernel(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16,
+                                        int width) {
+  const int r = blockIdx.x;
+  const float* row = src + std::size_t(qo_indptr[r + 1] - 1) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    if (dst32) dst32[std::size_t(r) * width + i] = row[i];
+    if (dst16) dst16[std::size_t(r) * width + i] = __float2bfloat16(row[i]);
+  }
+}
+
+// One warp a head: heads q heads, then kv_heads k heads, then kv_heads v heads.
+__global__ void qk_norm_rope_append_kernel(const float* qkv, const float* q_norm, const float* k_norm,
+                                           const float* inv_freq, float* q_out, kv_layer cache, paged_view view,
+                                           int heads, int kv_heads, int head_dim, float eps) {
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x >> 5;
+  const int width = (heads + 2 * kv_heads) * head_dim;
+  const int half = head_dim / 2;
+  const int r = row_of_token(view.qo_indptr, view.rows, t);
+  const int j = kv_len_of_row(view, r) - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
+  const float pos = float(view.positions[t]);
+  for (int h = threadIdx.x >> 5; h < heads + 2 * kv_heads; h += warps) {
+    const float* src = qkv + std::size_t(t) * width + std::size_t(h) * head_dim;
+    if (h >= heads + kv_heads) {  // v: stored as it is
+      const int kvh = h - heads - kv_heads;
+      bf16* dst = cache.v + kv_offset(view, r, j, kvh, kv_heads, head_dim);
+      for (int i = lane; i < head_dim; i += 32) dst[i] = __float2bfloat16(src[i]);
+      continue;
+    }
+    const bool is_q = h < heads;
+    const float* nw = is_q ? q_norm : k_norm;
+    float ss = 0.0f;
+    for (int i = lane; i < head_dim; i += 32) ss += src[i] * src[i];
+    const float inv = rsqrtf(warp_sum(ss) / float(head_dim) + eps);
+    float* qdst = is_q ? q_out + (std::size_t(t) * heads + h) * head_dim : nullptr;
+    bf16* kdst = is_q ? nullptr : cache.k + kv_offset(view, r, j, h - heads, kv_heads, head_dim);
+    for (int i = lane; i < half; i += 32) {
+      const float a = nw[i] * (src[i] * inv);
+      const float b = nw[i + half] * (src[i + half] * inv);
+      const float angle = pos * inv_freq[i];
+      const float c = cosf(angle), s = sinf(angle);
+      const float lo = a * c - b * s;
+      const float hi = b * c + a * s;
+      if (is_q) {
+        qdst[i] = lo;
+        qdst[i + half] = hi;
+      } else {
+        kdst[i] = __float2bfloat16(lo);
+        kdst[i + half] = __float2bfloat16(hi);
+      }
+    }
+  }
+}
+
+// Block (token, q head), 4 warps; lane l owns elements [l*per, (l+1)*per) of the head (lanes past
+// head_dim own none). Each warp runs an online softmax over kv indices w, w+4, ... of the causal
+// range; the four partial results are merged through shared memory.
+template <int D>
+__global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_view view, bf16* out, int heads,
+                                       int kv_heads) {
+  constexpr int per = D >= 32 ? D / 32 : 1;
+  constexpr int warps = 4;
+  __shared__ float part_m[warps], part_l[warps];
+  __shared__ float part_acc[warps][D];
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool active = lane * per < D;
+  const int kvh = h / (heads / kv_heads);
+  const int r = row_of_token(view.qo_indptr, view.rows, t);
+  const int kv_len = kv_len_of_row(view, r);
+  const int last = kv_len - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
+  const float scale = rsqrtf(float(D));
+
+  float qv[per], acc[per];
+  const float* qh = q + (std::size_t(t) * heads + h) * D;
+#pragma unroll
+  for (int e = 0; e < per; ++e) {
+    qv[e] = active ? qh[lane * per + e] : 0.0f;
+    acc[e] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int j = warp; j <= last; j += warps) {
+    const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + lane * per;
+    float s = 0.0f;
+    if (active) {
+#pragma unroll
+      for (int e = 0; e < per; ++e) s += qv[e] * __bfloat162float(cache.k[off + e]);
+    }
+    s = warp_sum(s) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);
+    const float p = expf(s - m_new);
+    l = l * corr + p;
+    if (active) {
+#pragma unroll
+      for (int e = 0; e < per; ++e) acc[e] = acc[e] * corr + p * __bfloat162float(cache.v[off + e]);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+  if (active) {
+#pragma unroll
+    for (int e = 0; e < per; ++e) part_acc[warp][lane * per + e] = acc[e];
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float big = -INFINITY;
+    for (int w = 0; w < warps; ++w) big = fmaxf(big, part_m[w]);
+    float total = 0.0f, f[warps];
+    for (int w = 0; w < warps; ++w) {
+      f[w] = part_l[w] > 0.0f ? expf(part_m[w] - big) : 0.0f;
+      total += part_l[w] * f[w];
+    }
+    if (active) {
+      bf16* dst = out + (std::size_t(t) * heads + h) * D + lane * per;
+#pragma unroll
+      for (int e = 0; e < per; ++e) {
+        float v = 0.0f;
+        for (int w = 0; w < warps; ++w) v += part_acc[w][lane * per + e] * f[w];
+        dst[e] = __float2bfloat16(v / total);
+      }
+    }
+  }
+}
+
+__device__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+__global__ void swiglu_kernel(const float* gate_up, bf16* out, int tokens, int inter) {
+  const std::size_t n = std::size_t(tokens) * inter;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t t = i / inter, c = i % inter;
+    const float g = gate_up[t * 2 * inter + c], u = gate_up[t * 2 * inter + inter + c];
+    out[i] = __float2bfloat16(silu(g) * u);
+  }
+}
+
+__global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width,
+                            bool act) {
+  const std::size_t n = std::size_t(tokens) * width;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    float v = x[i] + bias[i % width];
+    if (act) v = silu(v);
+    if (y16) y16[i] = __float2bfloat16(v);
+    if (y32) y32[i] = v;
+  }
+}
+
+__global__ void gather_rows_kernel(const bf16* table, const std::int32_t* ids, bf16* out, int width) {
+  const bf16* src = table + std::size_t(ids[blockIdx.x]) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) out[std::size_t(blockIdx.x) * width + i] = src[i];
+}
+
+__global__ void predictor_prefill_input_kernel(const float* past_hidden, const bf16* codec_embedding,
+                                               const std::int32_t* code0, float* out, int width) {
+  const int r = blockIdx.x;
+  const bf16* e = codec_embedding + std::size_t(code0[r]) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    out[std::size_t(2 * r) * width + i] = past_hidden[std::size_t(r) * width + i];
+    out[std::size_t(2 * r + 1) * width + i] = __bfloat162float(e[i]);
+  }
+}
+
+__global__ void gather_code_rows_kernel(const bf16* table, const std::int32_t* codes, int code_stride, int g,
+                                        float* out, int width) {
+  const int r = blockIdx.x;
+  const bf16* e = table + std::size_t(codes[r * code_stride + g]) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) out[std::size_t(r) * width + i] = __bfloat162float(e[i]);
+}
+
+__global__ void to_bf16_kernel(const float* x, bf16* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void frame_embedding_sum_kernel(const bf16* codec_embedding, const bf16* pred_embeddings,
+                                           std::int64_t pred_table_elems, const std::int32_t* frames, int groups,
+                                           const float* text, float* x, int width) {
+  const int r = blockIdx.x;
+  const std::int32_t* f = frames + std::size_t(r) * groups;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = __bfloat162float(codec_embedding[std::size_t(f[0]) * width + i]);
+    for (int g = 1; g < groups; ++g)
+      v += __bfloat162float(pred_embeddings[std::size_t(g - 1) * pred_table_elems + std::size_t(f[g]) * width + i]);
+    x[std::size_t(r) * width + i] = v + text[std::size_t(r) * width + i];
+  }
+}
+
+// Block-wide argmax, lowest index on ties; every thread gets the result.
+__device__ int block_argmax(const float* v, int n) {
+  __shared__ float best_v[32];
+  __shared__ int best_i[32];
+  __shared__ int result;
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (v[i] > bv || (v[i] == bv && i < bi)) {
+      bv = v[i];
+      bi = i;
+    }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    best_v[warp] = bv;
+    best_i[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float fv = best_v[0];
+    int fi = best_i[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      if (best_v[w] > fv || (best_v[w] == fv && best_i[w] < fi)) {
+        fv = best_v[w];
+        fi = best_i[w];
+      }
+    result = fi == 0x7fffffff ? 0 : fi;  // all -inf or NaN: index 0, as no better choice exists
+  }
+  __syncthreads();
+  return result;
+}
+
+__global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride,
+                                   int out_offset) {
+  const int r = blockIdx.x;
+  const int best = block_argmax(logits + std::size_t(r) * vocab, vocab);
+  if (threadIdx.x == 0) out[r * out_stride + out_offset] = best;
+}
+
+__global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                                    std::int32_t* code0, float penalty, int min_new, int eos, int suppress_from) {
+  const int r = blockIdx.x;
+  const float* in = raw + std::size_t(r) * vocab;
+  float* lr = logits + std::size_t(r) * vocab;
+  std::uint8_t* sr = seen + std::size_t(r) * vocab;
+  const bool ban_eos = generated[r] < min_new;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    float v = in[i];
+    if (sr[i]) v = v < 0.0f ? v * penalty : v / penalty;
+    if ((i == eos && ban_eos) || (i >= suppress_from && i != eos)) v = -INFINITY;
+    lr[i] = v;
+  }
+  __syncthreads();
+  const int best = block_argmax(lr, vocab);
+  if (threadIdx.x == 0) {
+    sr[best] = 1;
+    generated[r] += 1;
+    code0[r] = best;
+  }
+}
+
+__device__ std::uint32_t mix32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+__global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint32_t seed, float offset,
+                                   float scale) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::uint32_t h = mix32(std::uint32_t(i) ^ mix32(seed ^ std::uint32_t(i >> 32)));
+    const float u = float(h) * (2.0f / 4294967296.0f) - 1.0f;  // [-1, 1)
+    if (p) p[i] = __float2bfloat16(u * scale);
+    if (p32) p32[i] = offset + u * scale;
+  }
+}
+
+unsigned grid_for(std::size_t n) {
+  const std::size_t b = (n + 255) / 256;
+  return unsigned(b < 1 ? 1 : (b > 8192 ? 8192 : b));
+}
+
+} // namespace
+
+void rms_norm(float* x, const float* add, const float* w, bf16* y16, float* y32, int tokens, int width, float eps,
+              cudaStream_t s) {
+  if (tokens == 0) return;
+  rms_norm_kernel<<<tokens, 256, 0, s>>>(x, add, w, y16, y32, width, eps);
+  check_launch("rms_norm");
+}
+
+void gather_last_rows(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16, int rows, int width,
+                      cudaStream_t s) {
+  if (rows == 0) return;
+  gather_last_rows_kernel<<<rows, 256, 0, s>>>(src, qo_indptr, dst32, dst16, width);
+  check_launch("gather_last_rows");
+}
+
+void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
+                         float* q_out, kv_layer cache, paged_view view, int heads, int kv_heads, int head_dim,
+                         float eps, cudaStream_t s) {
+  if (view.tokens == 0) return;
+  if (head_dim % 2 != 0 || head_dim > 256)
+    throw std::runtime_error("qwen3_tts CUDA talker: head_dim " + std::to_string(head_dim) +
+                             " is not supported (even, at most 256)");
+  qk_norm_rope_append_kernel<<<view.tokens, 256, 0, s>>>(qkv, q_norm, k_norm, inv_freq, q_out, cache, view, heads,
+                                                         kv_heads, head_dim, eps);
+  check_launch("qk_norm_rope_append");
+}
+
+void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads,
+                     int head_dim, cudaStream_t s) {
+  if (view.tokens == 0) return;
+  if (kv_heads <= 0 || heads % kv_heads != 0)
+    throw std::runtime_error("qwen3_tts CUDA talker: " + std::to_string(heads) + " query heads are not a multiple of " +
+                             std::to_string(kv_heads) + " KV heads");
+  const dim3 grid(unsigned(view.tokens), unsigned(heads));
+  switch (head_dim) {
+  case 16: paged_attention_kernel<16><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 32: paged_attention_kernel<32><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 64: paged_attention_kernel<64><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 128: paged_attention_kernel<128><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 256: paged_attention_kernel<256><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  default:
+    throw std::runtime_error("qwen3_tts CUDA talker: paged attention has no kernel for head_dim " +
+                             std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
+  }
+  check_launch("paged_attention");
+}
+
+void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s) {
+  if (tokens == 0) return;
+  swiglu_kernel<<<grid_for(std::size_t(tokens) * inter), 256, 0, s>>>(gate_up, out, tokens, inter);
+  check_launch("swiglu");
+}
+
+void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s) {
+  if (tokens == 0) return;
+  bias_kernel<<<grid_for(std::size_t(tokens) * width), 256, 0, s>>>(x, bias, y, nullptr, tokens, width, true);
+  check_launch("bias_silu");
+}
+
+void bias_add(const float* x, const float* bias, float* y32, bf16* y16, int tokens, int width, cudaStream_t s) {
+  if (tokens == 0) return;
+  bias_kernel<<<grid_for(std::size_t(tokens) * width), 256, 0, s>>>(x, bias, y16, y32, tokens, width, false);
+  check_launch("bias_add");
+}
+
+void gather_rows(const bf16* table, const std::int32_t* ids, bf16* out, int rows, int width, cudaStream_t s) {
+  if (rows == 0) return;
+  gather_rows_kernel<<<rows, 256, 0, s>>>(table, ids, out, width);
+  check_launch("gather_rows");
+}
+
+void predictor_prefill_input(const float* past_hidden, const bf16* codec_embedding, const std::int32_t* code0,
+                             float* out, int rows, int width, cudaStream_t s) {
+  if (rows == 0) return;
+  predictor_prefill_input_kernel<<<rows, 256, 0, s>>>(past_hidden, codec_embedding, code0, out, width);
+  check_launch("predictor_prefill_input");
+}
+
+void gather_code_rows(const bf16* table, const std::int32_t* codes, int code_stride, int g, float* out, int rows,
+                      int width, cudaStream_t s) {
+  if (rows == 0) return;
+  gather_code_rows_kernel<<<rows, 256, 0, s>>>(table, codes, code_stride, g, out, width);
+  check_launch("gather_code_rows");
+}
+
+void to_bf16(const float* x, bf16* y, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), 256, 0, s>>>(x, y, n);
+  check_launch("to_bf16");
+}
+
+void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embeddings, std::int64_t pred_table_elems,
+                         const std::int32_t* frames, int groups, const float* text, float* x, int rows, int width,
+                         cudaStream_t s) {
+  if (rows == 0) return;
+  frame_embedding_sum_kernel<<<rows, 256, 0, s>>>(codec_embedding, pred_embeddings, pred_table_elems, frames, groups,
+                                                  text, x, width);
+  check_launch("frame_embedding_sum");
+}
+
+void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset, int rows,
+                 cudaStream_t s) {
+  if (rows == 0) return;
+  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset);
+  check_launch("argmax_rows");
+}
+
+void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, int rows, float penalty, int min_new, int eos, int suppress_from,
+                  cudaStream_t s) {
+  if (rows == 0) return;
+  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, penalty, min_new, eos,
+                                           suppress_from);
+  check_launch("choose_code0");
+}
+
+void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n), 256, 0, s>>>(p, nullptr, n, seed, 0.0f, scale);
+  check_launch("fill_random");
+}
+
+void fill_random_f32(float* p, std::size_t n, std::uint32_t seed, float offset, float scale, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n), 256, 0, s>>>(nullptr, p, n, seed, offset, scale);
+  check_launch("fill_random_f32");
+}
+
+} // namespace qwen3_tts::cuda

@@ -1,0 +1,44 @@
+// The bridge from the host Talker's config and weight sources to the CUDA Talker (kept out of the .cu
+// files so nvcc never compiles nlohmann/json).
+#include "talker_config.hpp"
+#include "talker_cuda.hpp"
+
+#include <memory>
+
+namespace qwen3_tts {
+
+talker_cuda_dims cuda_dims(const talker_config& c) {
+  auto stack = [](const stack_config& s) {
+    cuda_stack_dims d;
+    d.layers = s.layers;
+    d.hidden = s.hidden;
+    d.intermediate = s.intermediate;
+    d.heads = s.heads;
+    d.kv_heads = s.kv_heads;
+    d.head_dim = s.head_dim;
+    d.rms_eps = s.rms_eps;
+    d.rope_theta = float(s.rope_theta);
+    return d;
+  };
+  talker_cuda_dims d;
+  d.talker = stack(c.talker);
+  d.predictor = stack(c.predictor);
+  d.codec_vocab = c.talker.vocab;
+  d.predictor_vocab = c.predictor.vocab;
+  d.code_groups = c.code_groups;
+  d.text_vocab = c.text_vocab;
+  d.text_hidden = c.text_hidden;
+  d.eos_id = c.codec_eos;
+  return d;
+}
+
+weight_source f32_weight_source(
+    std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source) {
+  auto held = std::make_shared<std::vector<float>>();  // the last tensor, alive until the next call
+  return [source = std::move(source), held](const std::string& name, const std::vector<std::int64_t>& shape) {
+    *held = source(name, shape);
+    return host_tensor{"F32", shape, held->data(), held->size() * sizeof(float)};
+  };
+}
+
+} // namespace qwen3_tts
