@@ -24,8 +24,8 @@ void check(cudaError_t e, const char* what) {
 }
 void check(cublasStatus_t e, const char* what) {
   if (e != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("qwen3_tts CUDA talker (cuBLAS): ") + what + " failed: " +
-                             cublasGetStatusString(e));
+    throw std::runtime_error(std::string("qwen3_tts CUDA talker (cuBLAS): ") + what +
+                             " failed: " + cublasGetStatusString(e));
 }
 #define TALKER_CHECK(call) check((call), #call)
 
@@ -34,7 +34,8 @@ constexpr std::size_t staging_bytes = std::size_t(64) << 20;
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
   std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  for (std::size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
   return t + "]";
 }
 
@@ -50,8 +51,9 @@ float f16_bits_to_float(std::uint16_t h) {
   std::uint32_t mant = h & 0x3ffu;
   std::uint32_t u;
   if (exp == 0) {
-    if (mant == 0) u = sign;
-    else {  // subnormal: normalise
+    if (mant == 0)
+      u = sign;
+    else { // subnormal: normalise
       exp = 1;
       while ((mant & 0x400u) == 0) {
         mant <<= 1;
@@ -60,16 +62,18 @@ float f16_bits_to_float(std::uint16_t h) {
       mant &= 0x3ffu;
       u = sign | (std::uint32_t(exp + 112) << 23) | (mant << 13);
     }
-  } else if (exp == 31) u = sign | 0x7f800000u | (mant << 13);
-  else u = sign | (std::uint32_t(exp + 112) << 23) | (mant << 13);
+  } else if (exp == 31)
+    u = sign | 0x7f800000u | (mant << 13);
+  else
+    u = sign | (std::uint32_t(exp + 112) << 23) | (mant << 13);
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-std::uint16_t float_to_bf16_bits(float f) {  // round to nearest even, as torch's .to(bfloat16)
+std::uint16_t float_to_bf16_bits(float f) { // round to nearest even, as torch's .to(bfloat16)
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);  // NaN stays NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u); // NaN stays NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return std::uint16_t(u >> 16);
 }
@@ -102,10 +106,10 @@ T* device_alloc(std::size_t n, std::vector<void*>& owned, std::size_t* bytes = n
 // Weights of one layer; q/k/v are stacked into one [q; k; v] matrix and gate/up into [gate; up], so
 // each is one GEMM.
 struct layer_weights {
-  bf16* qkv = nullptr;      // [(heads + 2 kv_heads) * head_dim][hidden]
-  bf16* o = nullptr;        // [hidden][heads * head_dim]
-  bf16* gate_up = nullptr;  // [2 * intermediate][hidden]
-  bf16* down = nullptr;     // [hidden][intermediate]
+  bf16* qkv = nullptr;     // [(heads + 2 kv_heads) * head_dim][hidden]
+  bf16* o = nullptr;       // [hidden][heads * head_dim]
+  bf16* gate_up = nullptr; // [2 * intermediate][hidden]
+  bf16* down = nullptr;    // [hidden][intermediate]
   float* input_norm = nullptr;
   float* post_norm = nullptr;
   float* q_norm = nullptr;
@@ -115,7 +119,7 @@ struct layer_weights {
 struct stack_weights {
   std::vector<layer_weights> layers;
   float* norm = nullptr;
-  float* inv_freq = nullptr;  // [head_dim / 2]
+  float* inv_freq = nullptr; // [head_dim / 2]
   std::vector<cuda::kv_layer> kv;
 };
 
@@ -125,47 +129,47 @@ struct talker_cuda::state {
   void* workspace = nullptr;
 
   stack_weights talker, predictor;
-  bf16* codec_embedding = nullptr;  // [codec_vocab][hidden]
-  bf16* text_embedding = nullptr;   // [text_vocab][text_hidden]
-  bf16* text_fc1 = nullptr;         // [text_hidden][text_hidden]
+  bf16* codec_embedding = nullptr; // [codec_vocab][hidden]
+  bf16* text_embedding = nullptr;  // [text_vocab][text_hidden]
+  bf16* text_fc1 = nullptr;        // [text_hidden][text_hidden]
   float* text_fc1_bias = nullptr;
-  bf16* text_fc2 = nullptr;         // [hidden][text_hidden]
+  bf16* text_fc2 = nullptr; // [hidden][text_hidden]
   float* text_fc2_bias = nullptr;
-  bf16* codec_head = nullptr;       // [codec_vocab][hidden]
-  bf16* pred_embeddings = nullptr;  // [groups - 1][predictor_vocab][hidden]  (the Talker's width)
-  bf16* pred_heads = nullptr;       // [groups - 1][predictor_vocab][predictor hidden]
-  bf16* proj = nullptr;             // [predictor hidden][hidden], null when the widths agree
+  bf16* codec_head = nullptr;      // [codec_vocab][hidden]
+  bf16* pred_embeddings = nullptr; // [groups - 1][predictor_vocab][hidden]  (the Talker's width)
+  bf16* pred_heads = nullptr;      // [groups - 1][predictor_vocab][predictor hidden]
+  bf16* proj = nullptr;            // [predictor hidden][hidden], null when the widths agree
   float* proj_bias = nullptr;
 
   // Scratch, sized for the largest token count of any call.
-  float* x = nullptr;        // residual stream [tokens][max width]
-  float* xin = nullptr;      // predictor input before the projection [tokens][hidden]
-  bf16* xn = nullptr;        // GEMM input [tokens][max in-width]
-  float* qkv = nullptr;      // [tokens][max qkv width]
-  float* q = nullptr;        // [tokens][max q width]
-  bf16* attn = nullptr;      // [tokens][max q width]
-  float* out = nullptr;      // o / down / projection output [tokens][max width]
-  float* gate_up = nullptr;  // [tokens][2 * max intermediate]
-  bf16* act = nullptr;       // [tokens][max intermediate]
-  float* text = nullptr;     // trailing text rows [rows][hidden]
-  float* hidden_all = nullptr;  // prefill's post-norm states [tokens][hidden]
+  float* x = nullptr;          // residual stream [tokens][max width]
+  float* xin = nullptr;        // predictor input before the projection [tokens][hidden]
+  bf16* xn = nullptr;          // GEMM input [tokens][max in-width]
+  float* qkv = nullptr;        // [tokens][max qkv width]
+  float* q = nullptr;          // [tokens][max q width]
+  bf16* attn = nullptr;        // [tokens][max q width]
+  float* out = nullptr;        // o / down / projection output [tokens][max width]
+  float* gate_up = nullptr;    // [tokens][2 * max intermediate]
+  bf16* act = nullptr;         // [tokens][max intermediate]
+  float* text = nullptr;       // trailing text rows [rows][hidden]
+  float* hidden_all = nullptr; // prefill's post-norm states [tokens][hidden]
 
   // Generation state, one entry per row.
   std::int32_t* code0 = nullptr;
-  std::int32_t* frames = nullptr;  // [rows][groups]
+  std::int32_t* frames = nullptr; // [rows][groups]
   std::int32_t* text_ids = nullptr;
-  std::uint8_t* seen = nullptr;    // [rows][codec_vocab]
+  std::uint8_t* seen = nullptr; // [rows][codec_vocab]
   std::int32_t* generated = nullptr;
-  float* past_hidden = nullptr;    // [rows][hidden]
+  float* past_hidden = nullptr; // [rows][hidden]
   bf16* past_hidden16 = nullptr;
-  float* logits = nullptr;         // [rows][codec_vocab]
+  float* logits = nullptr; // [rows][codec_vocab]
   float* processed = nullptr;
-  float* pred_logits = nullptr;    // [groups - 1][rows][predictor_vocab]
+  float* pred_logits = nullptr; // [groups - 1][rows][predictor_vocab]
 
   // The Talker's plan (device, and a pinned host mirror for asynchronous uploads).
   std::int32_t *qo_indptr = nullptr, *page_indptr = nullptr, *page_indices = nullptr, *last_page_len = nullptr,
                *positions = nullptr, *text_ids_dev = nullptr;
-  std::int32_t* pinned = nullptr;  // same layout, contiguous
+  std::int32_t* pinned = nullptr; // same layout, contiguous
   std::size_t pinned_ints = 0;
 
   // The predictor's fixed plans: iteration 0 is a 2-token prefill per row at positions 0, 1; iteration
@@ -179,12 +183,13 @@ struct talker_cuda::state {
 
   std::map<int, cudaGraphExec_t> graphs;
 
-  void gemm(cudaStream_t s, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m) const {
-    // y[m][out] = x[m][in] * w[out][in]^T, column-major view: y^T = w * x^T.
+  // y[m][out] = x[m][in] * w[out][in]^T (column-major view: y^T = w * x^T). Always on the model's
+  // stream, which the handle was bound to once: cublasSetStream resets the handle's workspace to
+  // cuBLAS's own pool, and a pool allocation must not happen inside a graph capture.
+  void gemm(cudaStream_t, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m) const {
     const float one = 1.0f, zero = 0.0f;
-    TALKER_CHECK(cublasSetStream(blas, s));
-    TALKER_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF,
-                              ldx, &zero, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TALKER_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF, ldx,
+                              &zero, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };
 
@@ -230,8 +235,8 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
     need(s->heads > 0 && s->kv_heads > 0 && s->heads % s->kv_heads == 0,
          which + ": heads " + std::to_string(s->heads) + " must be a positive multiple of kv_heads " +
              std::to_string(s->kv_heads));
-    need(s->head_dim % 2 == 0 && s->head_dim <= 256, which + ": head_dim " + std::to_string(s->head_dim) +
-                                                         " must be even and at most 256");
+    need(s->head_dim % 2 == 0 && s->head_dim <= 256,
+         which + ": head_dim " + std::to_string(s->head_dim) + " must be even and at most 256");
   }
   need(d.code_groups >= 2 && d.code_groups <= 32, "code_groups " + std::to_string(d.code_groups) + " out of [2, 32]");
   need(d.codec_vocab > 0 && d.predictor_vocab > 0 && d.text_vocab > 0 && d.text_hidden > 0,
@@ -252,8 +257,8 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TALKER_CHECK(cublasCreate(&st.blas));
   st.workspace = device_alloc<unsigned char>(workspace_bytes, own);
+  TALKER_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
   TALKER_CHECK(cublasSetWorkspace(st.blas, st.workspace, workspace_bytes));
-  TALKER_CHECK(cublasSetStream(st.blas, stream_));
 
   const auto& T = dims.talker;
   const auto& P = dims.predictor;
@@ -349,8 +354,10 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
 
   // The predictor's fixed plans.
   std::vector<std::int32_t> indptr(rows + 1), pages(rows);
-  for (std::size_t r = 0; r <= rows; ++r) indptr[r] = std::int32_t(r);
-  for (std::size_t r = 0; r < rows; ++r) pages[r] = std::int32_t(r);
+  for (std::size_t r = 0; r <= rows; ++r)
+    indptr[r] = std::int32_t(r);
+  for (std::size_t r = 0; r < rows; ++r)
+    pages[r] = std::int32_t(r);
   st.pred_page_indptr = device_alloc<std::int32_t>(rows + 1, own);
   st.pred_page_indices = device_alloc<std::int32_t>(rows, own);
   TALKER_CHECK(cudaMemcpy(st.pred_page_indptr, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
@@ -358,8 +365,10 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   for (int g = 0; g < groups - 1; ++g) {
     const int per_row = g == 0 ? 2 : 1;
     std::vector<std::int32_t> qo(rows + 1), last(rows, g + 2), pos(rows * per_row);
-    for (std::size_t r = 0; r <= rows; ++r) qo[r] = std::int32_t(r * per_row);
-    for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = g == 0 ? std::int32_t(i % 2) : g + 1;
+    for (std::size_t r = 0; r <= rows; ++r)
+      qo[r] = std::int32_t(r * per_row);
+    for (std::size_t i = 0; i < pos.size(); ++i)
+      pos[i] = g == 0 ? std::int32_t(i % 2) : g + 1;
     state::predictor_plan pp{device_alloc<std::int32_t>(qo.size(), own), device_alloc<std::int32_t>(rows, own),
                              device_alloc<std::int32_t>(pos.size(), own)};
     TALKER_CHECK(cudaMemcpy(pp.qo_indptr, qo.data(), qo.size() * 4, cudaMemcpyHostToDevice));
@@ -367,15 +376,20 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
     TALKER_CHECK(cudaMemcpy(pp.positions, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
     st.pred_plans.push_back(pp);
   }
+  // The memsets and copies above ran on the legacy stream, which the model's non-blocking stream does
+  // not wait for.
+  TALKER_CHECK(cudaDeviceSynchronize());
 }
 
 talker_cuda::~talker_cuda() {
   if (!s_) return;
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [rows, g] : s_->graphs) cudaGraphExecDestroy(g);
+  for (auto& [rows, g] : s_->graphs)
+    cudaGraphExecDestroy(g);
   if (s_->blas) cublasDestroy(s_->blas);
   if (s_->pinned) cudaFreeHost(s_->pinned);
-  for (void* p : s_->owned) cudaFree(p);
+  for (void* p : s_->owned)
+    cudaFree(p);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -387,11 +401,11 @@ std::size_t talker_cuda::decode_weight_bytes() const {
                 std::size_t(3) * d.intermediate * d.hidden);
   };
   const std::size_t iterations = std::size_t(dims_.code_groups - 1);
-  std::size_t b = layer(T) * T.layers + 2 * std::size_t(dims_.codec_vocab) * T.hidden;     // talker + codec head
+  std::size_t b = layer(T) * T.layers + 2 * std::size_t(dims_.codec_vocab) * T.hidden; // talker + codec head
   b += 2 * (std::size_t(dims_.text_hidden) * dims_.text_hidden + std::size_t(T.hidden) * dims_.text_hidden);
-  b += iterations * layer(P) * P.layers;                                                   // predictor, 15 passes
-  b += iterations * 2 * std::size_t(dims_.predictor_vocab) * P.hidden;                     // one lm head each
-  if (P.hidden != T.hidden) b += iterations * 2 * std::size_t(P.hidden) * T.hidden;        // projection each pass
+  b += iterations * layer(P) * P.layers;                                            // predictor, 15 passes
+  b += iterations * 2 * std::size_t(dims_.predictor_vocab) * P.hidden;              // one lm head each
+  if (P.hidden != T.hidden) b += iterations * 2 * std::size_t(P.hidden) * T.hidden; // projection each pass
   return b;
 }
 
@@ -402,7 +416,9 @@ void talker_cuda::random_weights(std::uint32_t seed) {
   auto mat = [&](bf16* p, std::size_t rows, std::size_t cols) {
     cuda::fill_random(p, rows * cols, ++salt, 1.0f / std::sqrt(float(cols)), s);
   };
-  auto vec = [&](float* p, std::size_t n, float offset, float scale) { cuda::fill_random_f32(p, n, ++salt, offset, scale, s); };
+  auto vec = [&](float* p, std::size_t n, float offset, float scale) {
+    cuda::fill_random_f32(p, n, ++salt, offset, scale, s);
+  };
   auto stack = [&](stack_weights& w, const cuda_stack_dims& d) {
     for (auto& l : w.layers) {
       mat(l.qkv, std::size_t(qkv_width(d)), std::size_t(d.hidden));
@@ -457,7 +473,8 @@ void talker_cuda::load_weights(const weight_source& source) {
       throw std::runtime_error("qwen3_tts CUDA talker: tensor " + name + " has dtype " + t.dtype +
                                "; only BF16, F16 and F32 are read");
     std::size_t n = 1;
-    for (auto v : shape) n *= std::size_t(v);
+    for (auto v : shape)
+      n *= std::size_t(v);
     if (t.bytes != n * (t.dtype == "F32" ? 4 : 2))
       throw std::runtime_error("qwen3_tts CUDA talker: tensor " + name + " holds " + std::to_string(t.bytes) +
                                " bytes for " + std::to_string(n) + " elements of " + t.dtype);
@@ -475,10 +492,12 @@ void talker_cuda::load_weights(const weight_source& source) {
         std::memcpy(staging, static_cast<const unsigned char*>(t.data) + 2 * first, 2 * count);
       } else if (as_f32) {
         auto* f = static_cast<float*>(staging);
-        for (std::size_t i = 0; i < count; ++i) f[i] = element(t, first + i);
+        for (std::size_t i = 0; i < count; ++i)
+          f[i] = element(t, first + i);
       } else {
         auto* b = static_cast<std::uint16_t*>(staging);
-        for (std::size_t i = 0; i < count; ++i) b[i] = float_to_bf16_bits(element(t, first + i));
+        for (std::size_t i = 0; i < count; ++i)
+          b[i] = float_to_bf16_bits(element(t, first + i));
       }
       TALKER_CHECK(cudaMemcpyAsync(out + esize * first, staging, esize * count, cudaMemcpyHostToDevice, stream_));
       TALKER_CHECK(cudaStreamSynchronize(stream_));
@@ -489,7 +508,8 @@ void talker_cuda::load_weights(const weight_source& source) {
   };
   auto vector = [&](const std::string& name, float* dst, std::int64_t n) { upload(fetch(name, {n}), dst, true); };
   auto stack = [&](stack_weights& w, const cuda_stack_dims& d, const std::string& prefix) {
-    const std::int64_t h = d.hidden, qw = std::int64_t(d.heads) * d.head_dim, kw = std::int64_t(d.kv_heads) * d.head_dim;
+    const std::int64_t h = d.hidden, qw = std::int64_t(d.heads) * d.head_dim,
+                       kw = std::int64_t(d.kv_heads) * d.head_dim;
     for (int l = 0; l < d.layers; ++l) {
       const std::string p = prefix + "layers." + std::to_string(l) + ".";
       layer_weights& lw = w.layers[std::size_t(l)];
@@ -541,8 +561,9 @@ void talker_cuda::upload_plan(const step_plan& plan, int tokens) {
        "has " + std::to_string(rows) + " rows; the model was built for at most " + std::to_string(limits_.max_rows));
   need(int(plan.page_indptr.size()) == rows + 1 && int(plan.last_page_len.size()) == rows,
        "page_indptr / last_page_len sizes disagree with qo_indptr's " + std::to_string(rows) + " rows");
-  need(int(plan.page_indices.size()) <= limits_.max_pages,
-       "uses " + std::to_string(plan.page_indices.size()) + " pages; max_pages is " + std::to_string(limits_.max_pages));
+  need(int(plan.page_indices.size()) <= limits_.max_pages, "uses " + std::to_string(plan.page_indices.size()) +
+                                                               " pages; max_pages is " +
+                                                               std::to_string(limits_.max_pages));
   need(plan.qo_indptr.back() == tokens && int(plan.positions.size()) == tokens,
        "qo_indptr ends at " + std::to_string(plan.qo_indptr.back()) + " and has " +
            std::to_string(plan.positions.size()) + " positions for " + std::to_string(tokens) + " tokens");
@@ -553,11 +574,13 @@ void talker_cuda::upload_plan(const step_plan& plan, int tokens) {
     const int qo = plan.qo_indptr[std::size_t(r) + 1] - plan.qo_indptr[std::size_t(r)];
     need(pages >= 1 && last >= 1 && last <= limits_.block_tokens && qo >= 1 && qo <= kv,
          "row " + std::to_string(r) + ": " + std::to_string(pages) + " pages, last page " + std::to_string(last) +
-             " tokens, " + std::to_string(qo) + " new tokens (each row needs >= 1 page, 1..block_tokens in its last, "
+             " tokens, " + std::to_string(qo) +
+             " new tokens (each row needs >= 1 page, 1..block_tokens in its last, "
              "and no more new tokens than its KV length)");
   }
   for (auto b : plan.page_indices)
-    need(b >= 0 && b < limits_.kv_blocks, "names block " + std::to_string(b) + " of " + std::to_string(limits_.kv_blocks));
+    need(b >= 0 && b < limits_.kv_blocks,
+         "names block " + std::to_string(b) + " of " + std::to_string(limits_.kv_blocks));
   // The pinned mirror is rewritten only after the previous step's copy from it has completed.
   TALKER_CHECK(cudaStreamSynchronize(stream_));
   std::int32_t* p = st.pinned;
@@ -583,11 +606,12 @@ void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) 
                                 " floats, the plan's " + std::to_string(tokens) + " tokens need " +
                                 std::to_string(std::size_t(tokens) * T.hidden));
   upload_plan(plan, tokens);
+  planned_rows_ = 0; // the plan buffers now hold a prefill's tables
   cudaStream_t s = stream_;
   TALKER_CHECK(cudaMemcpyAsync(st.qo_indptr, st.pinned, st.pinned_ints * 4, cudaMemcpyHostToDevice, s));
   TALKER_CHECK(cudaMemcpyAsync(st.x, embeds.data(), embeds.size() * 4, cudaMemcpyHostToDevice, s));
-  const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices, st.last_page_len, st.positions,
-                              rows, tokens, limits_.block_tokens};
+  const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices, st.last_page_len,
+                              st.positions, rows,           tokens,          limits_.block_tokens};
   run_stack(st, st.talker, T, st.x, tokens, view, st.xn, st.hidden_all, s);
   cuda::gather_last_rows(st.hidden_all, st.qo_indptr, st.past_hidden, st.past_hidden16, rows, T.hidden, s);
   st.gemm(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
@@ -615,6 +639,7 @@ void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::
                                   std::to_string(r) + " has " +
                                   std::to_string(plan.qo_indptr[std::size_t(r) + 1] - plan.qo_indptr[std::size_t(r)]));
   upload_plan(plan, rows);
+  planned_rows_ = rows;
   std::copy(text_ids.begin(), text_ids.end(), st.pinned + (st.text_ids_dev - st.qo_indptr));
   TALKER_CHECK(cudaMemcpyAsync(st.qo_indptr, st.pinned, st.pinned_ints * 4, cudaMemcpyHostToDevice, stream_));
 }
@@ -638,16 +663,16 @@ void talker_cuda::enqueue_decode(int rows) {
     if (g == 0)
       cuda::predictor_prefill_input(st.past_hidden, st.codec_embedding, st.code0, input, rows, T.hidden, s);
     else
-      cuda::gather_code_rows(st.pred_embeddings + std::size_t(g - 1) * pv * T.hidden, st.frames, groups, g, input,
-                             rows, T.hidden, s);
+      cuda::gather_code_rows(st.pred_embeddings + std::size_t(g - 1) * pv * T.hidden, st.frames, groups, g, input, rows,
+                             T.hidden, s);
     if (st.proj) {
       cuda::to_bf16(st.xin, st.xn, std::size_t(tokens) * T.hidden, s);
       st.gemm(s, st.proj, P.hidden, T.hidden, st.xn, T.hidden, st.out, P.hidden, tokens);
       cuda::bias_add(st.out, st.proj_bias, st.x, nullptr, tokens, P.hidden, s);
     }
     const auto& pp = st.pred_plans[std::size_t(g)];
-    const cuda::paged_view view{pp.qo_indptr, st.pred_page_indptr, st.pred_page_indices, pp.last_page_len,
-                                pp.positions, rows, tokens, groups};
+    const cuda::paged_view view{
+        pp.qo_indptr, st.pred_page_indptr, st.pred_page_indices, pp.last_page_len, pp.positions, rows, tokens, groups};
     run_stack(st, st.predictor, P, st.x, tokens, view, st.xn, nullptr, s);
     // The head reads each row's last token: token 2r + 1 of the prefill, token r afterwards.
     const bf16* last = g == 0 ? st.xn + P.hidden : st.xn;
@@ -658,16 +683,16 @@ void talker_cuda::enqueue_decode(int rows) {
   }
   // The next Talker input: the frame's 16 embeddings plus the trailing text row.
   cuda::gather_rows(st.text_embedding, st.text_ids_dev, st.xn, rows, dims_.text_hidden, s);
-  st.gemm(s, st.text_fc1, dims_.text_hidden, dims_.text_hidden, st.xn, dims_.text_hidden, st.gate_up,
-          dims_.text_hidden, rows);
+  st.gemm(s, st.text_fc1, dims_.text_hidden, dims_.text_hidden, st.xn, dims_.text_hidden, st.gate_up, dims_.text_hidden,
+          rows);
   cuda::bias_silu(st.gate_up, st.text_fc1_bias, st.act, rows, dims_.text_hidden, s);
   st.gemm(s, st.text_fc2, T.hidden, dims_.text_hidden, st.act, dims_.text_hidden, st.out, T.hidden, rows);
   cuda::bias_add(st.out, st.text_fc2_bias, st.text, nullptr, rows, T.hidden, s);
   cuda::frame_embedding_sum(st.codec_embedding, st.pred_embeddings, std::int64_t(pv) * T.hidden, st.frames, groups,
                             st.text, st.x, rows, T.hidden, s);
   // The Talker's step and the next frame's code 0.
-  const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices, st.last_page_len, st.positions,
-                              rows, rows, limits_.block_tokens};
+  const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
+                              rows,         rows,           limits_.block_tokens};
   run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s);
   st.gemm(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
           rows);
@@ -679,6 +704,10 @@ void talker_cuda::decode(int rows) {
   if (rows <= 0 || rows > limits_.max_rows)
     throw std::invalid_argument("qwen3_tts CUDA talker: decode of " + std::to_string(rows) + " rows; max_rows is " +
                                 std::to_string(limits_.max_rows));
+  if (rows != planned_rows_)
+    throw std::invalid_argument("qwen3_tts CUDA talker: decode of " + std::to_string(rows) +
+                                " rows, but set_decode_inputs planned " + std::to_string(planned_rows_) +
+                                "; plan every decode step with its own rows first");
   if (!use_graphs_) {
     enqueue_decode(rows);
     return;
@@ -718,7 +747,9 @@ std::vector<T> read_back(cudaStream_t s, const T* p, std::size_t n) {
 std::vector<std::int32_t> talker_cuda::frames(int rows) const {
   return read_back(stream_, s_->frames, std::size_t(rows) * dims_.code_groups);
 }
-std::vector<std::int32_t> talker_cuda::code0(int rows) const { return read_back(stream_, s_->code0, std::size_t(rows)); }
+std::vector<std::int32_t> talker_cuda::code0(int rows) const {
+  return read_back(stream_, s_->code0, std::size_t(rows));
+}
 std::vector<float> talker_cuda::talker_logits(int rows) const {
   return read_back(stream_, s_->logits, std::size_t(rows) * dims_.codec_vocab);
 }
@@ -743,7 +774,8 @@ std::vector<float> talker_cuda::kv_cache_k(int layer) const {
   const std::size_t n = std::size_t(limits_.kv_blocks) * limits_.block_tokens * T.kv_heads * T.head_dim;
   auto raw = read_back(stream_, reinterpret_cast<const std::uint16_t*>(s_->talker.kv.at(std::size_t(layer)).k), n);
   std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(raw[i]);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = bf16_bits_to_float(raw[i]);
   return out;
 }
 

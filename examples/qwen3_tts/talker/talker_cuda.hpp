@@ -38,8 +38,8 @@ struct cuda_stack_dims {
 struct talker_cuda_dims {
   cuda_stack_dims talker;
   cuda_stack_dims predictor;
-  int codec_vocab = 0;      // the Talker's vocab_size: rows of codec_embedding and codec_head
-  int predictor_vocab = 0;  // the code predictor's vocab_size (codebook size)
+  int codec_vocab = 0;     // the Talker's vocab_size: rows of codec_embedding and codec_head
+  int predictor_vocab = 0; // the code predictor's vocab_size (codebook size)
   int code_groups = 16;
   int text_vocab = 0;
   int text_hidden = 0;
@@ -52,10 +52,10 @@ struct talker_cuda_dims {
 // Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
 struct talker_cuda_limits {
   int max_rows = 1;
-  int max_prefill_tokens = 256;  // tokens of one prefill call, all rows together
+  int max_prefill_tokens = 256; // tokens of one prefill call, all rows together
   int kv_blocks = 64;
   int block_tokens = 16;
-  int max_pages = 64;  // entries of page_indices in one call
+  int max_pages = 64; // entries of page_indices in one call
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
@@ -74,10 +74,15 @@ using weight_source = std::function<host_tensor(const std::string& name, const s
 // multimodal RoPE position streams are equal for TTS, so plain RoPE over head_dim / 2 frequencies is
 // exact; a config whose streams could differ is still computed this way (the host forward does too).
 talker_cuda_dims cuda_dims(const talker_config& config);
+// The text id whose projected row decode step `step` (0 = the first after the prefill) adds to its
+// input, as the reference's generate lays it out: streaming, the text after its first id, then
+// tts_eos, then tts_pad; non-streaming, tts_pad from the start. build_prompt's trailing rows are the
+// projections of exactly these ids.
+std::int32_t trailing_text_id(const talker_prompt& prompt, const talker_config& config, int step);
 // A weight_source over a float32 source (the host forward's tensor_source: tests, or a weight_store's
 // to_f32); the tensors go to the device as bf16.
-weight_source f32_weight_source(
-    std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source);
+weight_source
+f32_weight_source(std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source);
 
 class talker_cuda {
 public:
@@ -98,8 +103,9 @@ public:
   std::size_t weight_bytes() const { return weight_bytes_; }
 
   // The prompt: embeds [tokens][talker hidden] float32 on the host (build_prompt's rows), addressed by
-  // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans). Runs the Talker, keeps each row's last post-norm hidden state, computes its code-0
-  // logits and chooses code 0 of frame 0 (the row's generation state starts afresh). Synchronous.
+  // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans). Runs the Talker, keeps
+  // each row's last post-norm hidden state, computes its code-0 logits and chooses code 0 of frame 0 (the row's
+  // generation state starts afresh). Synchronous.
   void prefill(std::span<const float> embeds, const step_plan& plan);
 
   // The addressing of the next decode step (one token per row) and each row's trailing text id (the
@@ -113,19 +119,19 @@ public:
   void set_use_graphs(bool on) { use_graphs_ = on; }
 
   // Results of the last step.
-  std::vector<std::int32_t> frames(int rows) const;        // [rows][16]: the frame decode() completed
-  std::vector<std::int32_t> code0(int rows) const;         // [rows]: the next frame's code 0
-  std::vector<float> talker_logits(int rows) const;        // [rows][codec_vocab], raw
-  std::vector<float> processed_logits(int rows) const;     // [rows][codec_vocab], after penalty/bans
-  std::vector<float> predictor_logits(int rows) const;     // [15][rows][predictor_vocab], raw
-  std::vector<float> last_hidden(int rows) const;          // [rows][talker hidden], post-norm
-  std::vector<float> kv_cache_k(int layer) const;          // the whole layer, as float32 (tests)
+  std::vector<std::int32_t> frames(int rows) const;    // [rows][16]: the frame decode() completed
+  std::vector<std::int32_t> code0(int rows) const;     // [rows]: the next frame's code 0
+  std::vector<float> talker_logits(int rows) const;    // [rows][codec_vocab], raw
+  std::vector<float> processed_logits(int rows) const; // [rows][codec_vocab], after penalty/bans
+  std::vector<float> predictor_logits(int rows) const; // [15][rows][predictor_vocab], raw
+  std::vector<float> last_hidden(int rows) const;      // [rows][talker hidden], post-norm
+  std::vector<float> kv_cache_k(int layer) const;      // the whole layer, as float32 (tests)
 
   cudaStream_t stream() const { return stream_; }
   const talker_cuda_dims& dims() const { return dims_; }
   const talker_cuda_limits& limits() const { return limits_; }
 
-  struct state;  // device buffers and weights (talker_cuda.cu)
+  struct state; // device buffers and weights (talker_cuda.cu)
 
 private:
   void enqueue_decode(int rows);
@@ -135,6 +141,7 @@ private:
   talker_cuda_limits limits_;
   cudaStream_t stream_ = nullptr;
   bool use_graphs_ = true;
+  int planned_rows_ = 0; // rows of the last set_decode_inputs
   std::size_t weight_bytes_ = 0;
   std::unique_ptr<state> s_;
 };

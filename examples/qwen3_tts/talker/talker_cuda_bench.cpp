@@ -79,8 +79,8 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
-void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts,
-                 int kv, int iters, double rate) {
+void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
+                 int iters, double rate) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
   lim.max_rows = max_rows;
@@ -103,16 +103,19 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
     qwen3_tts::kv_block_pool pool(lim.kv_blocks, lim.block_tokens);
     std::vector<qwen3_tts::row_pages> pages(static_cast<std::size_t>(rows));
     std::vector<qwen3_tts::row_pages*> ptrs;
-    for (auto& p : pages) ptrs.push_back(&p);
+    for (auto& p : pages)
+      ptrs.push_back(&p);
     std::vector<int> history(static_cast<std::size_t>(rows), kv - 1), one(static_cast<std::size_t>(rows), 1);
     (void)pool.plan(ptrs, history);
     const qwen3_tts::step_tables tables = pool.plan(ptrs, one);
     const qwen3_tts::step_plan plan = tables.view();
     std::vector<std::int32_t> text(static_cast<std::size_t>(rows));
-    for (int r = 0; r < rows; ++r) text[std::size_t(r)] = 1000 + 37 * r;
+    for (int r = 0; r < rows; ++r)
+      text[std::size_t(r)] = 1000 + 37 * r;
     model.set_decode_inputs(plan, text);
-    model.decode(rows);  // captures the graph
-    for (int i = 0; i < 5; ++i) model.decode(rows);
+    model.decode(rows); // captures the graph
+    for (int i = 0; i < 5; ++i)
+      model.decode(rows);
     check(cudaStreamSynchronize(model.stream()), "warm-up decode steps");
     std::vector<float> ms(static_cast<std::size_t>(iters));
     for (int i = 0; i < iters; ++i) {
@@ -128,8 +131,8 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
                             double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
     const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
     const double floor_ms = bytes / rate * 1e3;
-    std::printf("RESULT %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s\n", name,
-                rows, median, double(ms.front()), floor_ms, median / floor_ms, rows / (median * 1e-3));
+    std::printf("RESULT %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s\n", name, rows,
+                median, double(ms.front()), floor_ms, median / floor_ms, rows / (median * 1e-3));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -147,11 +150,16 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--model") which = value();
-    else if (a == "--mlp-1p7b") mlp = std::stoi(value());
-    else if (a == "--kv") kv = std::stoi(value());
-    else if (a == "--iters") iters = std::stoi(value());
-    else if (a == "--rows") rows = parse_list(value());
+    if (a == "--model")
+      which = value();
+    else if (a == "--mlp-1p7b")
+      mlp = std::stoi(value());
+    else if (a == "--kv")
+      kv = std::stoi(value());
+    else if (a == "--iters")
+      iters = std::stoi(value());
+    else if (a == "--rows")
+      rows = parse_list(value());
     else {
       std::fprintf(stderr, "unknown option %s (see the comment at the top of talker_cuda_bench.cpp)\n", a.c_str());
       return 2;
@@ -172,7 +180,8 @@ int main(int argc, char** argv) {
     std::printf("device %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
                 prop.multiProcessorCount, rate / 1e9);
     std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
-                "tokens a row, median of %d graph replays\n", kv, iters);
+                "tokens a row, median of %d graph replays\n",
+                kv, iters);
     if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate);
     if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate);
   } catch (const std::exception& e) {

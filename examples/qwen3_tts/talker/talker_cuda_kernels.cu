@@ -15,12 +15,13 @@ namespace {
 void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    throw std::runtime_error(std::string("qwen3_tts CUDA talker: launch of ") + kernel + " failed: " +
-                             cudaGetErrorString(e));
+    throw std::runtime_error(std::string("qwen3_tts CUDA talker: launch of ") + kernel +
+                             " failed: " + cudaGetErrorString(e));
 }
 
 __device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -39,7 +40,7 @@ __device__ float block_sum(float v) {
   }
   __syncthreads();
   const float r = total;
-  __syncthreads();  // part/total may be reused by the caller's next reduction
+  __syncthreads(); // part/total may be reused by the caller's next reduction
   return r;
 }
 
@@ -48,7 +49,10 @@ __device__ int row_of_token(const std::int32_t* qo_indptr, int rows, int t) {
   int lo = 0, hi = rows - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (qo_indptr[mid] <= t) lo = mid; else hi = mid - 1;
+    if (qo_indptr[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -63,8 +67,7 @@ __device__ std::size_t kv_offset(const paged_view& v, int r, int j, int h, int k
   return ((std::size_t(page) * v.block_tokens + j % v.block_tokens) * kv_heads + h) * std::size_t(head_dim);
 }
 
-__global__ void rms_norm_kernel(float* x, const float* add, const float* w, bf16* y, float* y32, int width,
-                                float eps) {
+__global__ void rms_norm_kernel(float* x, const float* add, const float* w, bf16* y, float* y32, int width, float eps) {
   float* xr = x + std::size_t(blockIdx.x) * width;
   const float* ar = add ? add + std::size_t(blockIdx.x) * width : nullptr;
   float ss = 0.0f;
@@ -108,16 +111,18 @@ __global__ void qk_norm_rope_append_kernel(const float* qkv, const float* q_norm
   const float pos = float(view.positions[t]);
   for (int h = threadIdx.x >> 5; h < heads + 2 * kv_heads; h += warps) {
     const float* src = qkv + std::size_t(t) * width + std::size_t(h) * head_dim;
-    if (h >= heads + kv_heads) {  // v: stored as it is
+    if (h >= heads + kv_heads) { // v: stored as it is
       const int kvh = h - heads - kv_heads;
       bf16* dst = cache.v + kv_offset(view, r, j, kvh, kv_heads, head_dim);
-      for (int i = lane; i < head_dim; i += 32) dst[i] = __float2bfloat16(src[i]);
+      for (int i = lane; i < head_dim; i += 32)
+        dst[i] = __float2bfloat16(src[i]);
       continue;
     }
     const bool is_q = h < heads;
     const float* nw = is_q ? q_norm : k_norm;
     float ss = 0.0f;
-    for (int i = lane; i < head_dim; i += 32) ss += src[i] * src[i];
+    for (int i = lane; i < head_dim; i += 32)
+      ss += src[i] * src[i];
     const float inv = rsqrtf(warp_sum(ss) / float(head_dim) + eps);
     float* qdst = is_q ? q_out + (std::size_t(t) * heads + h) * head_dim : nullptr;
     bf16* kdst = is_q ? nullptr : cache.k + kv_offset(view, r, j, h - heads, kv_heads, head_dim);
@@ -171,7 +176,8 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
     float s = 0.0f;
     if (active) {
 #pragma unroll
-      for (int e = 0; e < per; ++e) s += qv[e] * __bfloat162float(cache.k[off + e]);
+      for (int e = 0; e < per; ++e)
+        s += qv[e] * __bfloat162float(cache.k[off + e]);
     }
     s = warp_sum(s) * scale;
     const float m_new = fmaxf(m, s);
@@ -180,7 +186,8 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
     l = l * corr + p;
     if (active) {
 #pragma unroll
-      for (int e = 0; e < per; ++e) acc[e] = acc[e] * corr + p * __bfloat162float(cache.v[off + e]);
+      for (int e = 0; e < per; ++e)
+        acc[e] = acc[e] * corr + p * __bfloat162float(cache.v[off + e]);
     }
     m = m_new;
   }
@@ -190,12 +197,14 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
   }
   if (active) {
 #pragma unroll
-    for (int e = 0; e < per; ++e) part_acc[warp][lane * per + e] = acc[e];
+    for (int e = 0; e < per; ++e)
+      part_acc[warp][lane * per + e] = acc[e];
   }
   __syncthreads();
   if (warp == 0) {
     float big = -INFINITY;
-    for (int w = 0; w < warps; ++w) big = fmaxf(big, part_m[w]);
+    for (int w = 0; w < warps; ++w)
+      big = fmaxf(big, part_m[w]);
     float total = 0.0f, f[warps];
     for (int w = 0; w < warps; ++w) {
       f[w] = part_l[w] > 0.0f ? expf(part_m[w] - big) : 0.0f;
@@ -206,7 +215,8 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
 #pragma unroll
       for (int e = 0; e < per; ++e) {
         float v = 0.0f;
-        for (int w = 0; w < warps; ++w) v += part_acc[w][lane * per + e] * f[w];
+        for (int w = 0; w < warps; ++w)
+          v += part_acc[w][lane * per + e] * f[w];
         dst[e] = __float2bfloat16(v / total);
       }
     }
@@ -217,17 +227,18 @@ __device__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 __global__ void swiglu_kernel(const float* gate_up, bf16* out, int tokens, int inter) {
   const std::size_t n = std::size_t(tokens) * inter;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t t = i / inter, c = i % inter;
     const float g = gate_up[t * 2 * inter + c], u = gate_up[t * 2 * inter + inter + c];
     out[i] = __float2bfloat16(silu(g) * u);
   }
 }
 
-__global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width,
-                            bool act) {
+__global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width, bool act) {
   const std::size_t n = std::size_t(tokens) * width;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     float v = x[i] + bias[i % width];
     if (act) v = silu(v);
     if (y16) y16[i] = __float2bfloat16(v);
@@ -237,7 +248,8 @@ __global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float*
 
 __global__ void gather_rows_kernel(const bf16* table, const std::int32_t* ids, bf16* out, int width) {
   const bf16* src = table + std::size_t(ids[blockIdx.x]) * width;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) out[std::size_t(blockIdx.x) * width + i] = src[i];
+  for (int i = threadIdx.x; i < width; i += blockDim.x)
+    out[std::size_t(blockIdx.x) * width + i] = src[i];
 }
 
 __global__ void predictor_prefill_input_kernel(const float* past_hidden, const bf16* codec_embedding,
@@ -254,11 +266,13 @@ __global__ void gather_code_rows_kernel(const bf16* table, const std::int32_t* c
                                         float* out, int width) {
   const int r = blockIdx.x;
   const bf16* e = table + std::size_t(codes[r * code_stride + g]) * width;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) out[std::size_t(r) * width + i] = __bfloat162float(e[i]);
+  for (int i = threadIdx.x; i < width; i += blockDim.x)
+    out[std::size_t(r) * width + i] = __bfloat162float(e[i]);
 }
 
 __global__ void to_bf16_kernel(const float* x, bf16* y, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     y[i] = __float2bfloat16(x[i]);
 }
 
@@ -309,21 +323,21 @@ __device__ int block_argmax(const float* v, int n) {
         fv = best_v[w];
         fi = best_i[w];
       }
-    result = fi == 0x7fffffff ? 0 : fi;  // all -inf or NaN: index 0, as no better choice exists
+    result = fi == 0x7fffffff ? 0 : fi; // all -inf or NaN: index 0, as no better choice exists
   }
   __syncthreads();
   return result;
 }
 
-__global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride,
-                                   int out_offset) {
+__global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset) {
   const int r = blockIdx.x;
   const int best = block_argmax(logits + std::size_t(r) * vocab, vocab);
   if (threadIdx.x == 0) out[r * out_stride + out_offset] = best;
 }
 
-__global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen, std::int32_t* generated,
-                                    std::int32_t* code0, float penalty, int min_new, int eos, int suppress_from) {
+__global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen,
+                                    std::int32_t* generated, std::int32_t* code0, float penalty, int min_new, int eos,
+                                    int suppress_from) {
   const int r = blockIdx.x;
   const float* in = raw + std::size_t(r) * vocab;
   float* lr = logits + std::size_t(r) * vocab;
@@ -353,11 +367,11 @@ __device__ std::uint32_t mix32(std::uint32_t x) {
   return x;
 }
 
-__global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint32_t seed, float offset,
-                                   float scale) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+__global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint32_t seed, float offset, float scale) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const std::uint32_t h = mix32(std::uint32_t(i) ^ mix32(seed ^ std::uint32_t(i >> 32)));
-    const float u = float(h) * (2.0f / 4294967296.0f) - 1.0f;  // [-1, 1)
+    const float u = float(h) * (2.0f / 4294967296.0f) - 1.0f; // [-1, 1)
     if (p) p[i] = __float2bfloat16(u * scale);
     if (p32) p32[i] = offset + u * scale;
   }
@@ -396,8 +410,8 @@ void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_n
   check_launch("qk_norm_rope_append");
 }
 
-void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads,
-                     int head_dim, cudaStream_t s) {
+void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim,
+                     cudaStream_t s) {
   if (view.tokens == 0) return;
   if (kv_heads <= 0 || heads % kv_heads != 0)
     throw std::runtime_error("qwen3_tts CUDA talker: " + std::to_string(heads) + " query heads are not a multiple of " +

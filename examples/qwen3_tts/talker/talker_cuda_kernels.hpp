@@ -54,8 +54,8 @@ void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_n
 
 // Causal grouped-query attention of this step's tokens over their rows' pages (the tokens appended
 // above included): out [tokens][heads * head_dim] bf16.
-void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads,
-                     int head_dim, cudaStream_t s);
+void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim,
+                     cudaStream_t s);
 
 // gate_up: [tokens][2 * inter] float32 (gate first, up second) -> silu(gate) * up as bf16.
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s);

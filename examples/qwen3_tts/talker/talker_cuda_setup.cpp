@@ -32,9 +32,17 @@ talker_cuda_dims cuda_dims(const talker_config& c) {
   return d;
 }
 
-weight_source f32_weight_source(
-    std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source) {
-  auto held = std::make_shared<std::vector<float>>();  // the last tensor, alive until the next call
+std::int32_t trailing_text_id(const talker_prompt& prompt, const talker_config& config, int step) {
+  if (prompt.non_streaming) return config.tts_pad;
+  // input_ids: 3 header ids, the text, 5 tail ids; the prompt holds the text's first id.
+  const int text = int(prompt.input_ids.size()) - 8;
+  if (step + 1 < text) return prompt.input_ids[std::size_t(4 + step)];
+  return step + 1 == text ? config.tts_eos : config.tts_pad;
+}
+
+weight_source
+f32_weight_source(std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source) {
+  auto held = std::make_shared<std::vector<float>>(); // the last tensor, alive until the next call
   return [source = std::move(source), held](const std::string& name, const std::vector<std::int64_t>& shape) {
     *held = source(name, shape);
     return host_tensor{"F32", shape, held->data(), held->size() * sizeof(float)};

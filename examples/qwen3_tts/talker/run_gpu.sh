@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The CUDA Talker on a GPU machine, in one go (about 2-4 minutes on an H100/H200): configure a build
+# with -Dgpu=enabled, build only mstar_talker_gpu_tests and qwen3tts_talker_bench, run the GPU tests
+# (then once more under compute-sanitizer memcheck), run the bench, and print a short table last.
+# Logs go to $OUT (default /tmp/talker_gpu). Exit status: the GPU tests' (0 pass, 1 fail).
+#
+#   examples/qwen3_tts/talker/run_gpu.sh
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../../.." && pwd)"
+out="${OUT:-/tmp/talker_gpu}"
+build="$root/build-talker-gpu"
+mkdir -p "$out"
+cd "$root"
+start=$SECONDS
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$out/gpu.txt" 2>&1
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" -Dgpu=enabled --buildtype=release > "$out/setup.log" 2>&1 ||
+    { tail -30 "$out/setup.log"; echo "meson setup failed (log: $out/setup.log)"; exit 2; }
+fi
+ninja -C "$build" -j "$(nproc)" tests/gpu/mstar_talker_gpu_tests examples/qwen3_tts/talker/qwen3tts_talker_bench \
+  > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "build failed (log: $out/build.log)"; exit 2; }
+echo "configured and built in $((SECONDS - start)) s"
+
+timeout 150 "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/gpu_tests.log" 2>&1
+test_rc=$?
+cat "$out/gpu_tests.log"
+
+san_rc=skipped
+if command -v compute-sanitizer > /dev/null; then
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/memcheck.log" 2>&1
+  san_rc=$?
+  tail -5 "$out/memcheck.log"
+fi
+
+timeout 180 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 100 > "$out/bench.log" 2>&1
+bench_rc=$?
+cat "$out/bench.log"
+
+echo
+echo "==== CUDA Talker on $(head -2 "$out/gpu.txt" | tail -1 | cut -d, -f1) ($((SECONDS - start)) s) ===="
+echo "GPU tests: rc $test_rc ($(grep -E 'test cases:' "$out/gpu_tests.log" | tail -1 | tr -s ' '))"
+grep -E '^host vs cuda|codebook .*: host' "$out/gpu_tests.log" | head -6
+echo "memcheck (all GPU tests): rc $san_rc"
+echo "bench: rc $bench_rc"
+grep -E '^(device|0\.6B|1\.7B):' "$out/bench.log"
+grep '^RESULT' "$out/bench.log" | sed 's/^RESULT //'
+[ "$test_rc" -eq 0 ] || exit 1
