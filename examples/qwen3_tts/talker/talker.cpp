@@ -179,8 +179,12 @@ void run_stack(const stack_config& s, const std::vector<decoder_layer_weights>& 
   }
   last.resize(plan.rows() * std::size_t(s.hidden));
   for (std::size_t r = 0; r < plan.rows(); ++r) {
-    const float* src = x.data() + std::size_t(plan.qo_indptr[r + 1] - 1) * s.hidden;
-    std::copy_n(src, s.hidden, last.data() + r * std::size_t(s.hidden));
+    float* dst = last.data() + r * std::size_t(s.hidden);
+    if (plan.qo_indptr[r + 1] == plan.qo_indptr[r]) { // a padding row
+      std::fill_n(dst, s.hidden, 0.0f);
+      continue;
+    }
+    std::copy_n(x.data() + std::size_t(plan.qo_indptr[r + 1] - 1) * s.hidden, s.hidden, dst);
   }
   rms_norm(last.data(), plan.rows(), s.hidden, norm, s.rms_eps);
 }

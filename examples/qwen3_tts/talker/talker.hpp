@@ -57,6 +57,15 @@ struct step_plan {
   std::size_t rows() const { return qo_indptr.empty() ? 0 : qo_indptr.size() - 1; }
 };
 
+// A step_plan from one step's mstar plans (paged_kv_cache, attention_metadata and position_table plan_types):
+// their host spans, padded rows included (a padding row has no tokens and no pages, and yields zeros).
+template <class KvPlan, class AttentionPlan, class PositionsPlan>
+step_plan plan_from(const KvPlan& kv, const AttentionPlan& attention, const PositionsPlan& positions) {
+  return {attention.host_qo_indptr.first(kv.bucket + 1), kv.host_page_indptr.first(kv.bucket + 1),
+          kv.host_page_indices.first(kv.pages), kv.host_last_page_len.first(kv.bucket),
+          positions.host_positions.first(positions.tokens)};
+}
+
 // The arrays behind a step_plan, for callers that run without the engine (tests, generate_batch, the CLI).
 struct step_tables {
   std::vector<std::int32_t> qo_indptr, page_indptr, page_indices, last_page_len, positions;

@@ -101,7 +101,6 @@ stack_config read_stack(const reader& r, int default_vocab) {
     r.fail("attention_bias", "true is not computed by this port (the released checkpoints have false)");
   if (r.opt_bool("use_sliding_window", false))
     r.fail("use_sliding_window", "true is not computed by this port (the released checkpoints have false)");
-  s.rope_stream.assign(std::size_t(s.head_dim / 2), 0);
   return s;
 }
 
@@ -153,18 +152,6 @@ talker_config parse_talker_config(const json& config, const std::string& where) 
     rs.fail("mrope_section", "sums to " + std::to_string(sum) + " but talker_config.head_dim / 2 is " +
                                  std::to_string(c.talker.head_dim / 2) + " (one section entry per rotary frequency)");
   c.mrope_interleaved = rs.opt_bool("interleaved", false);
-  auto& stream = c.talker.rope_stream;
-  if (c.mrope_interleaved) {
-    // Frequency j takes stream s (1 or 2) when j = s mod 3 and j < 3 * section[s]; else the temporal stream.
-    for (int s = 1; s < 3; ++s)
-      for (int j = s; j < 3 * c.mrope_section[std::size_t(s)] && j < int(stream.size()); j += 3)
-        stream[std::size_t(j)] = std::uint8_t(s);
-  } else {
-    int j = 0;
-    for (int s = 0; s < 3; ++s)
-      for (int k = 0; k < c.mrope_section[std::size_t(s)]; ++k)
-        stream[std::size_t(j++)] = std::uint8_t(s);
-  }
 
   const int cv = c.talker.vocab, tv = c.text_vocab;
   c.codec_eos = tr.opt_id("codec_eos_token_id", 4198, cv, "codec");

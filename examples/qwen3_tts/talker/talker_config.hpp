@@ -21,9 +21,6 @@ struct stack_config {
   int hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   float rms_eps = 1e-6f;
   double rope_theta = 10000.0;
-  // Which of the three position streams (temporal, height, width) drives each rotary frequency
-  // j < head_dim / 2: the multimodal sections, interleaved or in blocks; all zero for plain RoPE.
-  std::vector<std::uint8_t> rope_stream;
   int vocab = 0; // codec vocabulary (Talker: codec head rows; predictor: each lm head's rows)
 };
 
@@ -32,7 +29,10 @@ struct talker_config {
   stack_config predictor;
   int text_vocab = 0, text_hidden = 0;
   int code_groups = 16;
-  std::vector<int> mrope_section;  // as configured (empty: plain RoPE)
+  // The Talker's multimodal RoPE as configured. A TTS token's three position streams (temporal, height, width)
+  // are equal, so which stream drives which frequency (sections, interleaved or in blocks) changes nothing:
+  // the forward rotates every frequency by the token's one position. The parity fixtures hold it to that.
+  std::vector<int> mrope_section;
   bool mrope_interleaved = false;
 
   // Codec control ids (Talker vocabulary).
