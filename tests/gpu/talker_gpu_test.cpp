@@ -8,10 +8,17 @@
 #include "gpu_test.hpp"
 #include "talker_cuda.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,8 +68,8 @@ std::vector<float> random_tensor(const std::string& name, const std::vector<std:
 // head_dim not hidden / heads, text width unlike the Talker's, GQA in both stacks.
 talker_config tiny_config() {
   talker_config c;
-  c.talker = {64, 96, 2, 4, 2, 32, 1e-6f, 10000.0, {}, 1280};
-  c.predictor = {48, 64, 2, 4, 2, 16, 1e-6f, 10000.0, {}, 256};
+  c.talker = {64, 96, 2, 4, 2, 32, 1e-6f, 10000.0, 1280};
+  c.predictor = {48, 64, 2, 4, 2, 16, 1e-6f, 10000.0, 256};
   c.text_vocab = 600;
   c.text_hidden = 80;
   c.code_groups = 16;
@@ -311,6 +318,237 @@ TEST_CASE("trailing_text_id names the text row that build_prompt gives each deco
       host.text_rows(std::span(&id, 1), row.data());
       INFO("non_streaming ", non_streaming, " step ", step, ": id ", id);
       CHECK(std::equal(row.begin(), row.end(), b.text_row(step)));
+    }
+  }
+}
+
+// ---- against the reference's fixtures (tests/fixtures/qwen3tts, written by tools/make_fixtures.py) ----------
+
+namespace {
+
+// The few safetensors files of a fixture, read whole (they are small). Only what these tests need: BF16
+// and F32 tensors by name, shards through model.safetensors.index.json.
+class fixture_tensors {
+public:
+  explicit fixture_tensors(const std::vector<std::string>& files) {
+    for (const auto& f : files) read(f);
+  }
+  std::vector<float> get(const std::string& name, const std::vector<std::int64_t>& shape) const {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw std::runtime_error("fixture has no tensor " + name);
+    if (!shape.empty() && it->second.shape != shape) throw std::runtime_error("fixture tensor " + name + ": shape");
+    return it->second.values;
+  }
+
+private:
+  struct entry {
+    std::vector<std::int64_t> shape;
+    std::vector<float> values;
+  };
+  void read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open fixture file " + path);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const auto header = nlohmann::json::parse(bytes.data() + 8, bytes.data() + 8 + n);
+    const char* data = bytes.data() + 8 + n;
+    for (const auto& [name, t] : header.items()) {
+      if (name == "__metadata__") continue;
+      entry e;
+      e.shape = t.at("shape").get<std::vector<std::int64_t>>();
+      const auto off = t.at("data_offsets").get<std::vector<std::size_t>>();
+      const std::string dtype = t.at("dtype");
+      const std::size_t size = dtype == "F32" ? 4 : 2;
+      for (std::size_t i = off[0]; i < off[1]; i += size) {
+        float v = 0;
+        if (dtype == "F32") std::memcpy(&v, data + i, 4);
+        else if (dtype == "BF16") {
+          std::uint32_t u = 0;
+          std::memcpy(reinterpret_cast<char*>(&u) + 2, data + i, 2);
+          std::memcpy(&v, &u, 4);
+        } else throw std::runtime_error("fixture tensor " + name + " has dtype " + dtype);
+        e.values.push_back(v);
+      }
+      tensors_.emplace(name, std::move(e));
+    }
+  }
+  std::map<std::string, entry> tensors_;
+};
+
+std::string fixture_dir(const std::string& name) { return std::string(MSTAR_SOURCE_ROOT) + "/tests/fixtures/qwen3tts/" + name; }
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<std::string> weight_files(const std::string& dir) {
+  if (!std::filesystem::exists(dir + "/model.safetensors.index.json")) return {dir + "/model.safetensors"};
+  std::set<std::string> shards;
+  const nlohmann::json index = read_json(dir + "/model.safetensors.index.json");  // alive through the loop
+  for (const auto& [name, file] : index.at("weight_map").items())
+    shards.insert(dir + "/" + file.get<std::string>());
+  return {shards.begin(), shards.end()};
+}
+
+void check_against_reference(const std::string& name) {
+  const std::string dir = fixture_dir(name);
+  const talker_config config = parse_talker_config(read_json(dir + "/config.json"), dir + "/config.json");
+  const fixture_tensors weights(weight_files(dir));
+  const fixture_tensors expected({dir + "/expected/talker_logits.safetensors"});
+  auto source = [&](const std::string& n, const std::vector<std::int64_t>& s) { return weights.get(n, s); };
+  const talker_host host(config, load_talker_weights(config, source));
+  const auto cases = read_json(dir + "/expected/talker.json").at("prompts");
+
+  // All prompts together, one row each.
+  std::vector<talker_prompt> prompts;
+  std::vector<float> embeds;
+  std::vector<int> lens;
+  int most_frames = 0;
+  for (const auto& c : cases) {
+    talker_prompt p;
+    p.input_ids = c.at("input_ids").get<std::vector<std::int32_t>>();
+    if (!c.at("instruct_ids").is_null()) p.instruct_ids = c.at("instruct_ids").get<std::vector<std::int32_t>>();
+    if (!c.at("speaker").is_null()) p.speaker = c.at("speaker").get<std::string>();
+    p.language = c.at("language").get<std::string>();
+    p.non_streaming = c.at("non_streaming_mode").get<bool>();
+    const built_prompt b = host.build_prompt(p);
+    embeds.insert(embeds.end(), b.prefill.begin(), b.prefill.end());
+    lens.push_back(b.rows);
+    most_frames = std::max(most_frames, c.at("frames").get<int>());
+    prompts.push_back(p);
+  }
+  const int rows = int(prompts.size()), groups = config.code_groups, vocab = config.talker.vocab,
+            pv = config.predictor.vocab;
+  talker_cuda gpu(cuda_dims(config), talker_cuda_limits{rows, 512, 512, 16, 512});
+  gpu.load_weights(f32_weight_source(source));
+  kv_block_pool pool(512, 16, 3);
+  std::vector<row_pages> pages(prompts.size());
+  std::vector<row_pages*> ptrs;
+  for (auto& p : pages) ptrs.push_back(&p);
+  gpu.prefill(embeds, pool.plan(ptrs, lens).view());
+
+  std::vector<int> agreed(prompts.size(), -1);  // -1: still agreeing
+  float worst_talker = 0, worst_predictor = 0;
+  auto compare_logits = [&](int r, const float* got, const std::string& tensor, std::size_t at, std::size_t n,
+                            float& worst, const std::string& what) {
+    const auto ref = expected.get("p" + std::to_string(r) + "." + tensor, {});
+    const float e = rel_err(got, ref.data() + at * n, n);
+    worst = std::max(worst, e);
+    INFO(name, " prompt ", r, " (", cases[std::size_t(r)].at("name").get<std::string>(), ") ", what,
+         ": max|cuda - reference| / max|reference| = ", e);
+    CHECK(e <= tol);
+  };
+  auto first_logits = gpu.talker_logits(rows);
+  for (int r = 0; r < rows; ++r)
+    compare_logits(r, first_logits.data() + std::size_t(r) * vocab, "talker_logits", 0, std::size_t(vocab),
+                   worst_talker, "prefill Talker logits");
+  auto mismatch = [&](int r, int f, int cb, int ref, int got) {
+    const auto& c = cases[std::size_t(r)];
+    const double margin = c.at("margins")[std::size_t(f)][std::size_t(cb)].get<double>();
+    std::printf("%s prompt %d (%s): first mismatch at frame %d codebook %d: reference %d, cuda %d; reference "
+                "margin there %.3g (smallest margin of the prompt %.3g)\n",
+                name.c_str(), r, c.at("name").get<std::string>().c_str(), f, cb, ref, got, margin,
+                c.at("min_margin").get<double>());
+    agreed[std::size_t(r)] = f;
+  };
+  std::vector<std::int32_t> code0 = gpu.code0(rows);
+  for (int f = 0; f < most_frames; ++f) {
+    for (int r = 0; r < rows; ++r) {
+      const auto& c = cases[std::size_t(r)];
+      if (agreed[std::size_t(r)] >= 0 || f >= c.at("frames").get<int>()) continue;
+      const int ref0 = c.at("codes")[std::size_t(f)][0].get<int>();
+      if (ref0 != code0[std::size_t(r)]) mismatch(r, f, 0, ref0, code0[std::size_t(r)]);
+    }
+    std::vector<std::int32_t> text;
+    for (int r = 0; r < rows; ++r) text.push_back(trailing_text_id(prompts[std::size_t(r)], config, f));
+    const std::vector<int> one(prompts.size(), 1);
+    const step_tables t = pool.plan(ptrs, one);
+    gpu.set_decode_inputs(t.view(), text);
+    gpu.decode(rows);
+    const auto frames = gpu.frames(rows);
+    const auto pred = gpu.predictor_logits(rows);
+    const auto talker = gpu.talker_logits(rows);
+    code0 = gpu.code0(rows);
+    for (int r = 0; r < rows; ++r) {
+      const auto& c = cases[std::size_t(r)];
+      const int n = c.at("frames").get<int>();
+      if (agreed[std::size_t(r)] >= 0 || f >= n) continue;
+      for (int g = 1; g < groups && agreed[std::size_t(r)] < 0; ++g) {
+        if (f < 5)
+          compare_logits(r, pred.data() + (std::size_t(g - 1) * rows + std::size_t(r)) * pv, "predictor_logits",
+                         std::size_t(f) * (groups - 1) + std::size_t(g - 1), std::size_t(pv), worst_predictor,
+                         "frame " + std::to_string(f) + " predictor logits, codebook " + std::to_string(g));
+        const int ref = c.at("codes")[std::size_t(f)][std::size_t(g)].get<int>();
+        const int got = frames[std::size_t(r) * groups + std::size_t(g)];
+        if (ref != got) mismatch(r, f, g, ref, got);
+      }
+      if (agreed[std::size_t(r)] < 0 && f + 1 < 5)
+        compare_logits(r, talker.data() + std::size_t(r) * vocab, "talker_logits", std::size_t(f + 1),
+                       std::size_t(vocab), worst_talker, "decode step " + std::to_string(f) + " Talker logits");
+      if (agreed[std::size_t(r)] < 0 && f + 1 == n && c.at("stopped_on_eos").get<bool>()) {
+        INFO(name, " prompt ", r, ": the reference stops after ", n, " frames; cuda's next code 0 is ",
+             code0[std::size_t(r)]);
+        CHECK(code0[std::size_t(r)] == config.codec_eos);
+      }
+    }
+  }
+  std::printf("%s vs reference: worst relative logits error Talker %.3g, predictor %.3g (first 5 steps); frames "
+              "identical per prompt:", name.c_str(), double(worst_talker), double(worst_predictor));
+  for (int r = 0; r < rows; ++r) {
+    const int n = cases[std::size_t(r)].at("frames").get<int>();
+    std::printf(" %d/%d", agreed[std::size_t(r)] < 0 ? n : agreed[std::size_t(r)], n);
+  }
+  std::printf("\n");
+  for (int r = 0; r < rows; ++r) {
+    const auto& c = cases[std::size_t(r)];
+    const int n = c.at("frames").get<int>(), a = agreed[std::size_t(r)] < 0 ? n : agreed[std::size_t(r)];
+    INFO(name, " prompt ", r, " (", c.at("name").get<std::string>(), "): greedy codes identical for ", a, " of ", n,
+         " frames (the bar: 32, or all when fewer); see the first mismatch and the reference margin above");
+    CHECK(a >= std::min(32, n));
+  }
+}
+
+} // namespace
+
+TEST_CASE("the CUDA Talker's greedy codes and logits match the reference's on the tiny06 fixture" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  check_against_reference("tiny06");
+}
+
+TEST_CASE("the CUDA Talker's greedy codes and logits match the reference's on the tiny17 fixture" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  check_against_reference("tiny17");
+}
+
+TEST_CASE("the fixture reader and the host prompt builder give the reference's prefill embeddings") {
+  // Needs no GPU: it checks the harness of the two fixture cases above (weights read, prompts built,
+  // prompt i is p{i}) against the reference's own prefill inputs.
+  for (const std::string name : {"tiny06", "tiny17"}) {
+    const std::string dir = fixture_dir(name);
+    const talker_config config = parse_talker_config(read_json(dir + "/config.json"), dir + "/config.json");
+    const fixture_tensors weights(weight_files(dir));
+    const fixture_tensors expected({dir + "/expected/talker_logits.safetensors"});
+    const talker_host host(config, load_talker_weights(config, [&](const std::string& n, const auto& s) {
+      return weights.get(n, s);
+    }));
+    int r = 0;
+    const nlohmann::json cases = read_json(dir + "/expected/talker.json");
+    for (const auto& c : cases.at("prompts")) {
+      talker_prompt p;
+      p.input_ids = c.at("input_ids").get<std::vector<std::int32_t>>();
+      if (!c.at("instruct_ids").is_null()) p.instruct_ids = c.at("instruct_ids").get<std::vector<std::int32_t>>();
+      if (!c.at("speaker").is_null()) p.speaker = c.at("speaker").get<std::string>();
+      p.language = c.at("language").get<std::string>();
+      p.non_streaming = c.at("non_streaming_mode").get<bool>();
+      const auto ref = expected.get("p" + std::to_string(r) + ".prefill_embeds", {});
+      const built_prompt b = host.build_prompt(p);
+      INFO(name, " prompt ", r);
+      REQUIRE(b.prefill.size() == ref.size());
+      CHECK(rel_err(b.prefill.data(), ref.data(), ref.size()) <= 1e-5f);
+      ++r;
     }
   }
 }
