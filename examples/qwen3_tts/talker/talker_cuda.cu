@@ -160,6 +160,9 @@ struct talker_cuda::state {
   std::int32_t* text_ids = nullptr;
   std::uint8_t* seen = nullptr; // [rows][codec_vocab]
   std::int32_t* generated = nullptr;
+  // Teacher forcing for tests, [rows][groups], -1 = the model's own choice: column 0 is the code 0 that
+  // the step chooses (the next frame's), columns 1..15 this frame's predictor codes.
+  std::int32_t* forced = nullptr;
   float* past_hidden = nullptr; // [rows][hidden]
   bf16* past_hidden16 = nullptr;
   float* logits = nullptr; // [rows][codec_vocab]
@@ -329,6 +332,8 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.frames = device_alloc<std::int32_t>(rows * groups, own);
   st.seen = device_alloc<std::uint8_t>(rows * dims.codec_vocab, own);
   st.generated = device_alloc<std::int32_t>(rows, own);
+  st.forced = device_alloc<std::int32_t>(rows * groups, own);
+  TALKER_CHECK(cudaMemset(st.forced, 0xff, rows * groups * 4)); // all -1
   st.past_hidden = device_alloc<float>(rows * T.hidden, own);
   st.past_hidden16 = device_alloc<bf16>(rows * T.hidden, own);
   st.logits = device_alloc<float>(rows * dims.codec_vocab, own);
@@ -618,9 +623,22 @@ void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) 
           rows);
   TALKER_CHECK(cudaMemsetAsync(st.seen, 0, std::size_t(rows) * dims_.codec_vocab, s));
   TALKER_CHECK(cudaMemsetAsync(st.generated, 0, std::size_t(rows) * 4, s));
-  cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, rows,
-                     dims_.repetition_penalty, dims_.min_new_tokens, dims_.eos_id, dims_.codec_vocab - 1024, s);
+  cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
+                     dims_.code_groups, rows, dims_.repetition_penalty, dims_.min_new_tokens, dims_.eos_id,
+                     dims_.codec_vocab - 1024, s);
   TALKER_CHECK(cudaStreamSynchronize(s));
+}
+
+void talker_cuda::force_codes(std::span<const std::int32_t> codes) {
+  state& st = *s_;
+  const std::size_t n = std::size_t(limits_.max_rows) * dims_.code_groups;
+  if (!codes.empty() && codes.size() > n)
+    throw std::invalid_argument("qwen3_tts CUDA talker: force_codes got " + std::to_string(codes.size()) +
+                                " codes; at most max_rows x code_groups = " + std::to_string(n));
+  std::vector<std::int32_t> all(n, -1);
+  std::copy(codes.begin(), codes.end(), all.begin());
+  TALKER_CHECK(cudaStreamSynchronize(stream_));
+  TALKER_CHECK(cudaMemcpy(st.forced, all.data(), n * 4, cudaMemcpyHostToDevice));
 }
 
 void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids) {
@@ -679,7 +697,7 @@ void talker_cuda::enqueue_decode(int rows) {
     const int ld = g == 0 ? 2 * P.hidden : P.hidden;
     float* logits = st.pred_logits + std::size_t(g) * limits_.max_rows * pv;
     st.gemm(s, st.pred_heads + std::size_t(g) * pv * P.hidden, pv, P.hidden, last, ld, logits, pv, rows);
-    cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, rows, s);
+    cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, st.forced, rows, s);
   }
   // The next Talker input: the frame's 16 embeddings plus the trailing text row.
   cuda::gather_rows(st.text_embedding, st.text_ids_dev, st.xn, rows, dims_.text_hidden, s);
@@ -696,8 +714,9 @@ void talker_cuda::enqueue_decode(int rows) {
   run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s);
   st.gemm(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
           rows);
-  cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, rows,
-                     dims_.repetition_penalty, dims_.min_new_tokens, dims_.eos_id, dims_.codec_vocab - 1024, s);
+  cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
+                     dims_.code_groups, rows, dims_.repetition_penalty, dims_.min_new_tokens, dims_.eos_id,
+                     dims_.codec_vocab - 1024, s);
 }
 
 void talker_cuda::decode(int rows) {

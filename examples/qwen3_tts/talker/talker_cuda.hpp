@@ -117,6 +117,11 @@ public:
   // the step and later calls replay it. Asynchronous; the read functions below synchronise.
   void decode(int rows);
   void set_use_graphs(bool on) { use_graphs_ = on; }
+  // Teacher forcing for parity tests: codes [rows][16] (-1 = the model's own choice) that the next
+  // prefill or decode step takes instead of its argmax; column 0 is the code 0 the step chooses (the
+  // next frame's), columns 1..15 the frame's predictor codes. The logits stay the model's own, so a test
+  // can compare every decision on the reference's path. An empty span clears it. Synchronous.
+  void force_codes(std::span<const std::int32_t> codes);
 
   // Results of the last step.
   std::vector<std::int32_t> frames(int rows) const;    // [rows][16]: the frame decode() completed

@@ -329,15 +329,17 @@ __device__ int block_argmax(const float* v, int n) {
   return result;
 }
 
-__global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset) {
+__global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
+                                   const std::int32_t* forced) {
   const int r = blockIdx.x;
   const int best = block_argmax(logits + std::size_t(r) * vocab, vocab);
-  if (threadIdx.x == 0) out[r * out_stride + out_offset] = best;
+  const int at = r * out_stride + out_offset;
+  if (threadIdx.x == 0) out[at] = forced && forced[at] >= 0 ? forced[at] : best;
 }
 
 __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen,
-                                    std::int32_t* generated, std::int32_t* code0, float penalty, int min_new, int eos,
-                                    int suppress_from) {
+                                    std::int32_t* generated, std::int32_t* code0, const std::int32_t* forced,
+                                    int forced_stride, float penalty, int min_new, int eos, int suppress_from) {
   const int r = blockIdx.x;
   const float* in = raw + std::size_t(r) * vocab;
   float* lr = logits + std::size_t(r) * vocab;
@@ -350,7 +352,8 @@ __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, 
     lr[i] = v;
   }
   __syncthreads();
-  const int best = block_argmax(lr, vocab);
+  int best = block_argmax(lr, vocab);
+  if (forced && forced[r * forced_stride] >= 0) best = forced[r * forced_stride];
   if (threadIdx.x == 0) {
     sr[best] = 1;
     generated[r] += 1;
@@ -483,19 +486,19 @@ void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embedding
   check_launch("frame_embedding_sum");
 }
 
-void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset, int rows,
-                 cudaStream_t s) {
+void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
+                 const std::int32_t* forced, int rows, cudaStream_t s) {
   if (rows == 0) return;
-  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset);
+  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset, forced);
   check_launch("argmax_rows");
 }
 
 void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
-                  std::int32_t* code0, int rows, float penalty, int min_new, int eos, int suppress_from,
-                  cudaStream_t s) {
+                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
+                  int min_new, int eos, int suppress_from, cudaStream_t s) {
   if (rows == 0) return;
-  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, penalty, min_new, eos,
-                                           suppress_from);
+  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
+                                           penalty, min_new, eos, suppress_from);
   check_launch("choose_code0");
 }
 
