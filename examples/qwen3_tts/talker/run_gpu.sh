@@ -22,19 +22,21 @@ ninja -C "$build" -j "$(nproc)" tests/gpu/mstar_talker_gpu_tests examples/qwen3_
   > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "build failed (log: $out/build.log)"; exit 2; }
 echo "configured and built in $((SECONDS - start)) s"
 
-timeout 150 "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/gpu_tests.log" 2>&1
+timeout 120 "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/gpu_tests.log" 2>&1
 test_rc=$?
 cat "$out/gpu_tests.log"
 
 san_rc=skipped
 if command -v compute-sanitizer > /dev/null; then
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/memcheck.log" 2>&1
+  # The host-vs-CUDA and graph tests only: the fixture tests launch ~10^5 kernels, too slow under memcheck.
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro --test-case='*host float32*,*captured*' \
+    > "$out/memcheck.log" 2>&1
   san_rc=$?
   tail -5 "$out/memcheck.log"
 fi
 
-timeout 180 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 100 > "$out/bench.log" 2>&1
+timeout 120 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 100 > "$out/bench.log" 2>&1
 bench_rc=$?
 cat "$out/bench.log"
 
@@ -42,7 +44,7 @@ echo
 echo "==== CUDA Talker on $(head -2 "$out/gpu.txt" | tail -1 | cut -d, -f1) ($((SECONDS - start)) s) ===="
 echo "GPU tests: rc $test_rc ($(grep -E 'test cases:' "$out/gpu_tests.log" | tail -1 | tr -s ' '))"
 grep -E '^host vs cuda|codebook .*: host' "$out/gpu_tests.log" | head -6
-echo "memcheck (all GPU tests): rc $san_rc"
+echo "memcheck (host-vs-CUDA and graph tests): rc $san_rc"
 echo "bench: rc $bench_rc"
 grep -E '^(device|0\.6B|1\.7B):' "$out/bench.log"
 grep '^RESULT' "$out/bench.log" | sed 's/^RESULT //'

@@ -343,6 +343,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cudaMemset(st.code0, 0, rows * 4));
   TALKER_CHECK(cudaMemset(st.seen, 0, rows * dims.codec_vocab));
   TALKER_CHECK(cudaMemset(st.generated, 0, rows * 4));
+  TALKER_CHECK(cudaMemset(st.past_hidden, 0, rows * T.hidden * 4));  // a decode before any prefill reads zeros
 
   // The Talker's plan: one device block, one pinned mirror, same layout.
   const std::size_t n_qo = rows + 1, n_pi = rows + 1, n_idx = std::size_t(limits.max_pages), n_last = rows,
@@ -637,8 +638,10 @@ void talker_cuda::force_codes(std::span<const std::int32_t> codes) {
                                 " codes; at most max_rows x code_groups = " + std::to_string(n));
   std::vector<std::int32_t> all(n, -1);
   std::copy(codes.begin(), codes.end(), all.begin());
+  // On the model's stream (a plain cudaMemcpy from pageable memory may return before its DMA lands,
+  // and the non-blocking stream would not wait for it), then wait so `all` may go.
+  TALKER_CHECK(cudaMemcpyAsync(st.forced, all.data(), n * 4, cudaMemcpyHostToDevice, stream_));
   TALKER_CHECK(cudaStreamSynchronize(stream_));
-  TALKER_CHECK(cudaMemcpy(st.forced, all.data(), n * 4, cudaMemcpyHostToDevice));
 }
 
 void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids) {
