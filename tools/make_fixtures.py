@@ -101,7 +101,7 @@ def control_ids(codebook):
     }
 
 
-def talker_config(case, codebook, text_ids, text_vocab):
+def talker_config(case, codebook, text_vocab):
     languages = {"english": codebook + 2, "german": codebook + 3, "chinese": codebook + 7,
                  "beijing_dialect": codebook + 12, "sichuan_dialect": codebook + 13}
     cfg = dict(
@@ -136,7 +136,7 @@ def talker_config(case, codebook, text_ids, text_vocab):
 
 def model_config(case, codebook, text_ids, text_vocab):
     return Qwen3TTSConfig(
-        talker_config=talker_config(case, codebook, text_ids, text_vocab),
+        talker_config=talker_config(case, codebook, text_vocab),
         # The released checkpoints carry only these two fields here; see write_main_config.
         speaker_encoder_config={"enc_dim": 64, "sample_rate": 24000},
         tokenizer_type="qwen3_tts_tokenizer_12hz",

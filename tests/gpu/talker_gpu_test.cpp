@@ -12,6 +12,9 @@
 // frame, codebook and margin. So that one flip does not end the comparison, the CUDA model is
 // teacher-forced onto the reference's codes (talker_cuda::force_codes): its logits stay its own.
 #include "gpu_test.hpp"
+#include "qwen3_tts/checkpoint/checkpoint.hpp"
+#include "qwen3_tts/checkpoint/json_file.hpp"
+#include "talker_checkpoint.hpp"
 #include "talker_cuda.hpp"
 
 #include <nlohmann/json.hpp>
@@ -20,10 +23,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -332,76 +331,22 @@ TEST_CASE("trailing_text_id names the text row that build_prompt gives each deco
 
 namespace {
 
-// The few safetensors files of a fixture, read whole (they are small). Only what these tests need: BF16
-// and F32 tensors by name, shards through model.safetensors.index.json.
+// The expected tensors of a fixture case (float32), by name.
 class fixture_tensors {
 public:
-  explicit fixture_tensors(const std::vector<std::string>& files) {
-    for (const auto& f : files)
-      read(f);
-  }
-  std::vector<float> get(const std::string& name, const std::vector<std::int64_t>& shape) const {
-    const auto it = tensors_.find(name);
-    if (it == tensors_.end()) throw std::runtime_error("fixture has no tensor " + name);
-    if (!shape.empty() && it->second.shape != shape) throw std::runtime_error("fixture tensor " + name + ": shape");
-    return it->second.values;
+  explicit fixture_tensors(const std::string& path) : file_(path) {}
+  std::vector<float> get(const std::string& name) const {
+    const tensor_view* t = file_.find(name);
+    if (!t) throw std::runtime_error(file_.path().string() + " has no tensor " + name);
+    return to_f32(*t);
   }
 
 private:
-  struct entry {
-    std::vector<std::int64_t> shape;
-    std::vector<float> values;
-  };
-  void read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open fixture file " + path);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::uint64_t n = 0;
-    std::memcpy(&n, bytes.data(), 8);
-    const auto header = nlohmann::json::parse(bytes.data() + 8, bytes.data() + 8 + n);
-    const char* data = bytes.data() + 8 + n;
-    for (const auto& [name, t] : header.items()) {
-      if (name == "__metadata__") continue;
-      entry e;
-      e.shape = t.at("shape").get<std::vector<std::int64_t>>();
-      const auto off = t.at("data_offsets").get<std::vector<std::size_t>>();
-      const std::string dtype = t.at("dtype");
-      const std::size_t size = dtype == "F32" ? 4 : 2;
-      for (std::size_t i = off[0]; i < off[1]; i += size) {
-        float v = 0;
-        if (dtype == "F32")
-          std::memcpy(&v, data + i, 4);
-        else if (dtype == "BF16") {
-          std::uint32_t u = 0;
-          std::memcpy(reinterpret_cast<char*>(&u) + 2, data + i, 2);
-          std::memcpy(&v, &u, 4);
-        } else
-          throw std::runtime_error("fixture tensor " + name + " has dtype " + dtype);
-        e.values.push_back(v);
-      }
-      tensors_.emplace(name, std::move(e));
-    }
-  }
-  std::map<std::string, entry> tensors_;
+  safetensors_file file_;
 };
 
 std::string fixture_dir(const std::string& name) {
   return std::string(MSTAR_SOURCE_ROOT) + "/tests/fixtures/qwen3tts/" + name;
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  return nlohmann::json::parse(in);
-}
-
-std::vector<std::string> weight_files(const std::string& dir) {
-  if (!std::filesystem::exists(dir + "/model.safetensors.index.json")) return {dir + "/model.safetensors"};
-  std::set<std::string> shards;
-  const nlohmann::json index = read_json(dir + "/model.safetensors.index.json"); // alive through the loop
-  for (const auto& [name, file] : index.at("weight_map").items())
-    shards.insert(dir + "/" + file.get<std::string>());
-  return {shards.begin(), shards.end()};
 }
 
 // One fixture case on the CUDA Talker, all prompts batched as rows. Free-running (forced = false): each
@@ -413,12 +358,11 @@ std::vector<std::string> weight_files(const std::string& dir) {
 // compared whatever the earlier decisions were.
 void check_against_reference(const std::string& name, bool forced) {
   const std::string dir = fixture_dir(name);
-  const talker_config config = parse_talker_config(read_json(dir + "/config.json"), dir + "/config.json");
-  const fixture_tensors weights(weight_files(dir));
-  const fixture_tensors expected({dir + "/expected/talker_logits.safetensors"});
-  auto source = [&](const std::string& n, const std::vector<std::int64_t>& s) { return weights.get(n, s); };
-  const talker_host host(config, load_talker_weights(config, source));
-  const auto cases = read_json(dir + "/expected/talker.json").at("prompts");
+  const checkpoint_folder checkpoint = open_checkpoint(dir);
+  const talker_host host = load_talker(dir); // the host Talker builds the prompts
+  const talker_config& config = host.config();
+  const fixture_tensors expected(dir + "/expected/talker_logits.safetensors");
+  const auto cases = read_json_object(dir + "/expected/talker.json").at("prompts");
 
   std::vector<talker_prompt> prompts;
   std::vector<float> embeds;
@@ -450,7 +394,7 @@ void check_against_reference(const std::string& name, bool forced) {
   };
 
   talker_cuda gpu(cuda_dims(config), talker_cuda_limits{rows, 512, 512, 16, 512});
-  gpu.load_weights(f32_weight_source(source));
+  gpu.load_weights(store_weight_source(checkpoint.weights)); // the files' bf16 bytes, as a real run loads them
   kv_block_pool pool(512, 16, 3);
   std::vector<row_pages> pages(prompts.size());
   std::vector<row_pages*> ptrs;
@@ -475,7 +419,7 @@ void check_against_reference(const std::string& name, bool forced) {
   float worst_talker = 0, worst_predictor = 0;
   auto compare_logits = [&](int r, const float* got, const std::string& tensor, std::size_t at, std::size_t n,
                             float& worst, const std::string& what) {
-    const auto ref = expected.get("p" + std::to_string(r) + "." + tensor, {});
+    const auto ref = expected.get("p" + std::to_string(r) + "." + tensor);
     const float e = rel_err(got, ref.data() + at * n, n);
     worst = std::max(worst, e);
     INFO(label(r), " ", what, ": max|cuda - reference| / max|reference| = ", e);
@@ -585,18 +529,15 @@ TEST_CASE("on the reference's path every CUDA Talker decision and logit agrees w
   check_against_reference("tiny17", true);
 }
 
-TEST_CASE("the fixture reader and the host prompt builder give the reference's prefill embeddings") {
-  // Needs no GPU: it checks the harness of the two fixture cases above (weights read, prompts built,
-  // prompt i is p{i}) against the reference's own prefill inputs.
+TEST_CASE("the fixture prompts built by the host Talker are the reference's prefill embeddings") {
+  // Needs no GPU: it checks the harness of the fixture cases above (prompt i is p{i}, its rows built
+  // from talker.json's fields) against the reference's own prefill inputs.
   for (const std::string name : {"tiny06", "tiny17"}) {
     const std::string dir = fixture_dir(name);
-    const talker_config config = parse_talker_config(read_json(dir + "/config.json"), dir + "/config.json");
-    const fixture_tensors weights(weight_files(dir));
-    const fixture_tensors expected({dir + "/expected/talker_logits.safetensors"});
-    const talker_host host(
-        config, load_talker_weights(config, [&](const std::string& n, const auto& s) { return weights.get(n, s); }));
+    const talker_host host = load_talker(dir);
+    const fixture_tensors expected(dir + "/expected/talker_logits.safetensors");
     int r = 0;
-    const nlohmann::json cases = read_json(dir + "/expected/talker.json");
+    const nlohmann::json cases = read_json_object(dir + "/expected/talker.json");
     for (const auto& c : cases.at("prompts")) {
       talker_prompt p;
       p.input_ids = c.at("input_ids").get<std::vector<std::int32_t>>();
@@ -604,7 +545,7 @@ TEST_CASE("the fixture reader and the host prompt builder give the reference's p
       if (!c.at("speaker").is_null()) p.speaker = c.at("speaker").get<std::string>();
       p.language = c.at("language").get<std::string>();
       p.non_streaming = c.at("non_streaming_mode").get<bool>();
-      const auto ref = expected.get("p" + std::to_string(r) + ".prefill_embeds", {});
+      const auto ref = expected.get("p" + std::to_string(r) + ".prefill_embeds");
       const built_prompt b = host.build_prompt(p);
       INFO(name, " prompt ", r);
       REQUIRE(b.prefill.size() == ref.size());

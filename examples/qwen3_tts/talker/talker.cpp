@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -520,108 +521,143 @@ void talker_host::decode_input(std::span<const std::int32_t> frame, const float*
 
 // ---- generate -------------------------------------------------------------------------------------------------
 
+namespace {
+
+// The requests of one generate_batch call and where each stands. A request's life: one prefill step that
+// yields code 0 of frame 0; then, per frame, the predictor's codes 1..15 and (unless the frame limit is
+// reached) one decode step that yields the next frame's code 0; it ends when code 0 is the end token.
+class batch_run {
+public:
+  batch_run(const talker_host& model, std::span<const talker_prompt> prompts, const talker_sampling& sampling,
+            std::span<const std::uint64_t> seeds, const generate_options& options)
+      : model_(model), c_(model.config()), sampler_(c_, sampling), seeds_(seeds), options_(options),
+        max_frames_(sampling.max_frames), results_(prompts.size()), pages_(prompts.size()),
+        history_(prompts.size()), code0_(prompts.size()) {
+    int tokens = 0;
+    for (const auto& p : prompts) {
+      built_.push_back(model.build_prompt(p));
+      tokens += built_.back().rows + max_frames_ + options.block_tokens;
+    }
+    const int blocks = tokens / options.block_tokens + int(prompts.size());
+    pool_ = std::make_unique<kv_block_pool>(blocks, options.block_tokens, options.scatter_seed);
+    kv_ = std::make_unique<paged_kv>(model.kv_for(blocks, options.block_tokens));
+  }
+
+  std::vector<generate_result> run() {
+    std::vector<std::size_t> live(results_.size());
+    std::iota(live.begin(), live.end(), 0);
+    std::vector<float> x;
+    for (std::size_t r : live) x.insert(x.end(), built_[r].prefill.begin(), built_[r].prefill.end());
+    talker_step(live, x, 0, true);
+    for (int step = 0; !live.empty(); ++step) {
+      std::erase_if(live, [&](std::size_t r) { return ended(r); });
+      if (live.empty()) break;
+      const std::vector<std::int32_t> codes = predict(live, step);
+      x.assign(live.size() * std::size_t(c_.talker.hidden), 0.0f);
+      std::vector<std::size_t> decoding;
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        if (int(results_[live[i]].frames.size()) == max_frames_) continue;
+        model_.decode_input(std::span(codes).subspan(i * groups(), groups()), built_[live[i]].text_row(step),
+                            x.data() + decoding.size() * std::size_t(c_.talker.hidden));
+        decoding.push_back(live[i]);
+      }
+      live.swap(decoding);
+      if (live.empty()) break;
+      x.resize(live.size() * std::size_t(c_.talker.hidden));
+      talker_step(live, x, step + 1, false);
+    }
+    for (auto& p : pages_) pool_->release(p);
+    return std::move(results_);
+  }
+
+private:
+  std::size_t groups() const { return std::size_t(c_.code_groups); }
+
+  bool ended(std::size_t r) {
+    if (code0_[r] != c_.codec_eos) return false;
+    results_[r].stopped = true;
+    return true;
+  }
+
+  // A Talker step over `live` (their prompts when prefilling, else one token each), then code 0 for each.
+  void talker_step(const std::vector<std::size_t>& live, const std::vector<float>& x, int step, bool prefill) {
+    std::vector<row_pages*> rows;
+    std::vector<int> tokens;
+    for (std::size_t r : live) {
+      rows.push_back(&pages_[r]);
+      tokens.push_back(prefill ? built_[r].rows : 1);
+    }
+    const step_tables t = pool_->plan(rows, tokens);
+    if (prefill) model_.prefill(x, t.view(), *kv_, out_);
+    else model_.decode(x, t.view(), *kv_, out_);
+    hidden_.assign(results_.size() * std::size_t(c_.talker.hidden), 0.0f);
+    const std::size_t vocab = std::size_t(c_.talker.vocab), hd = std::size_t(c_.talker.hidden);
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const std::size_t r = live[i];
+      std::copy_n(out_.hidden.begin() + std::ptrdiff_t(i * hd), hd, hidden_.begin() + std::ptrdiff_t(r * hd));
+      std::span<float> logits(out_.logits.data() + i * vocab, vocab);
+      if (step < options_.record_steps) results_[r].talker_logits.emplace_back(logits.begin(), logits.end());
+      code0_[r] = sampler_.pick_code0(logits, history_[r], seeds_[r], std::uint32_t(history_[r].size()));
+      history_[r].push_back(code0_[r]);
+    }
+  }
+
+  // Codes 1..15 of each live request's current frame; the frames are appended to the results.
+  std::vector<std::int32_t> predict(const std::vector<std::size_t>& live, int step) {
+    const std::size_t hd = std::size_t(c_.talker.hidden);
+    std::vector<std::int32_t> codes(live.size() * groups(), 0);
+    std::vector<float> hidden;
+    std::vector<std::uint64_t> seeds;
+    std::vector<std::uint32_t> frames;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const std::size_t r = live[i];
+      codes[i * groups()] = code0_[r];
+      hidden.insert(hidden.end(), hidden_.begin() + std::ptrdiff_t(r * hd), hidden_.begin() + std::ptrdiff_t((r + 1) * hd));
+      seeds.push_back(seeds_[r]);
+      frames.push_back(std::uint32_t(results_[r].frames.size()));
+    }
+    std::vector<float> logits;
+    model_.predict(hidden, codes, sampler_, seeds, frames, step < options_.record_steps ? &logits : nullptr);
+    const std::size_t per_row = (groups() - 1) * std::size_t(c_.predictor.vocab);
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      generate_result& res = results_[live[i]];
+      res.frames.emplace_back(codes.begin() + std::ptrdiff_t(i * groups()), codes.begin() + std::ptrdiff_t((i + 1) * groups()));
+      if (!logits.empty())
+        res.predictor_logits.emplace_back(logits.begin() + std::ptrdiff_t(i * per_row),
+                                          logits.begin() + std::ptrdiff_t((i + 1) * per_row));
+    }
+    return codes;
+  }
+
+  const talker_host& model_;
+  const talker_config& c_;
+  talker_sampler sampler_;
+  std::span<const std::uint64_t> seeds_;
+  generate_options options_;
+  int max_frames_;
+  std::vector<built_prompt> built_;
+  std::unique_ptr<kv_block_pool> pool_;
+  std::unique_ptr<paged_kv> kv_;
+  std::vector<generate_result> results_;
+  std::vector<row_pages> pages_;
+  std::vector<std::vector<std::int32_t>> history_; // code-0 ids so far, per request
+  std::vector<std::int32_t> code0_;                // the latest code 0, per request
+  std::vector<float> hidden_;                      // the latest post-norm hidden state, per request
+  talker_step_output out_;
+};
+
+} // namespace
+
 std::vector<generate_result> generate_batch(const talker_host& model, std::span<const talker_prompt> prompts,
                                             const talker_sampling& sampling, std::span<const std::uint64_t> seeds,
                                             const generate_options& options) {
-  const talker_config& c = model.config();
-  const int hd = c.talker.hidden, vocab = c.talker.vocab, groups = c.code_groups;
-  const std::size_t n = prompts.size();
-  if (seeds.size() != n) throw std::invalid_argument("generate_batch: one seed a prompt");
-  const talker_sampler sampler(c, sampling);
-
-  std::vector<built_prompt> built;
-  int need_tokens = 0;
-  for (const auto& p : prompts) {
-    built.push_back(model.build_prompt(p));
-    need_tokens += built.back().rows + sampling.max_frames + options.block_tokens;
-  }
-  const int blocks = need_tokens / options.block_tokens + int(n);
-  kv_block_pool pool(blocks, options.block_tokens, options.scatter_seed);
-  paged_kv kv(model.kv_for(blocks, options.block_tokens));
-  std::vector<row_pages> pages(n);
-  std::vector<generate_result> results(n);
-  std::vector<std::vector<std::int32_t>> history(n); // code-0 ids so far
-  std::vector<std::int32_t> code0(n);
-
-  auto pick_all = [&](const std::vector<std::size_t>& live, talker_step_output& out, int step) {
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      const std::size_t r = live[i];
-      std::span<float> l(out.logits.data() + i * vocab, std::size_t(vocab));
-      if (step < options.record_steps) results[r].talker_logits.emplace_back(l.begin(), l.end());
-      code0[r] = sampler.pick_code0(l, history[r], seeds[r], std::uint32_t(history[r].size()));
-      history[r].push_back(code0[r]);
-    }
-  };
-
-  // Prefill every prompt in one step.
-  std::vector<std::size_t> live(n);
-  std::iota(live.begin(), live.end(), 0);
-  std::vector<float> x;
-  std::vector<row_pages*> ptrs;
-  std::vector<int> counts;
-  for (std::size_t r = 0; r < n; ++r) {
-    x.insert(x.end(), built[r].prefill.begin(), built[r].prefill.end());
-    ptrs.push_back(&pages[r]);
-    counts.push_back(built[r].rows);
-  }
-  talker_step_output out;
-  step_tables t = pool.plan(ptrs, counts);
-  model.prefill(x, t.view(), kv, out);
-  std::vector<float> hidden = out.hidden;
-  pick_all(live, out, 0);
-
-  for (int step = 0;; ++step) {
-    // Rows whose code 0 was the end token stop here; the others get their frame's codes 1..15.
-    std::vector<std::size_t> next;
-    std::vector<float> next_hidden;
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      if (code0[live[i]] == c.codec_eos) { results[live[i]].stopped = true; continue; }
-      next.push_back(live[i]);
-      next_hidden.insert(next_hidden.end(), hidden.begin() + std::ptrdiff_t(i * hd), hidden.begin() + std::ptrdiff_t((i + 1) * hd));
-    }
-    live.swap(next);
-    if (live.empty()) break;
-    std::vector<std::int32_t> codes(live.size() * groups, 0);
-    std::vector<std::uint64_t> row_seeds;
-    std::vector<std::uint32_t> frames;
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      codes[i * groups] = code0[live[i]];
-      row_seeds.push_back(seeds[live[i]]);
-      frames.push_back(std::uint32_t(results[live[i]].frames.size()));
-    }
-    std::vector<float> pl;
-    model.predict(next_hidden, codes, sampler, row_seeds, frames, step < options.record_steps ? &pl : nullptr);
-    next.clear();
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      generate_result& res = results[live[i]];
-      res.frames.emplace_back(codes.begin() + std::ptrdiff_t(i * groups), codes.begin() + std::ptrdiff_t((i + 1) * groups));
-      if (!pl.empty())
-        res.predictor_logits.emplace_back(pl.begin() + std::ptrdiff_t(i * (groups - 1) * c.predictor.vocab),
-                                          pl.begin() + std::ptrdiff_t((i + 1) * (groups - 1) * c.predictor.vocab));
-      if (int(res.frames.size()) < sampling.max_frames) next.push_back(i);
-    }
-    // One decode step for the rows that want another frame.
-    std::vector<std::size_t> decoding;
-    x.assign(next.size() * hd, 0.0f);
-    ptrs.clear();
-    counts.clear();
-    for (std::size_t k = 0; k < next.size(); ++k) {
-      const std::size_t r = live[next[k]];
-      decoding.push_back(r);
-      model.decode_input(std::span(codes.data() + next[k] * groups, std::size_t(groups)), built[r].text_row(step),
-                         x.data() + k * hd);
-      ptrs.push_back(&pages[r]);
-      counts.push_back(1);
-    }
-    live.swap(decoding);
-    if (live.empty()) break;
-    t = pool.plan(ptrs, counts);
-    model.decode(x, t.view(), kv, out);
-    hidden = out.hidden;
-    pick_all(live, out, step + 1);
-  }
-  for (auto& p : pages) pool.release(p);
-  return results;
+  if (seeds.size() != prompts.size())
+    throw std::invalid_argument("generate_batch: " + std::to_string(prompts.size()) + " prompts but " +
+                                std::to_string(seeds.size()) + " seeds (give one seed a prompt)");
+  if (sampling.max_frames < 1)
+    throw std::invalid_argument("talker_sampling.max_frames is " + std::to_string(sampling.max_frames) +
+                                "; give at least 1");
+  return batch_run(model, prompts, sampling, seeds, options).run();
 }
 
 generate_result generate(const talker_host& model, const talker_prompt& prompt, const talker_sampling& sampling,

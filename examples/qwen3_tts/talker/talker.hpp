@@ -108,7 +108,7 @@ struct talker_sampling {
   sampling_settings sub;                // the code predictor's codes 1..15 (subtalker_*)
   float repetition_penalty = 1.05f;     // on code-0 ids already generated in this request
   int min_new_tokens = 2;               // the end token is masked before this many code-0 ids
-  int max_frames = 4096;                // frames at most (the reference's max_new_tokens - 1)
+  int max_frames = 4095;                // frames at most: the reference generate()'s max_new_tokens 4096, less one
   static talker_sampling greedy() {
     talker_sampling s;
     s.talker.do_sample = s.sub.do_sample = false;

@@ -343,7 +343,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cudaMemset(st.code0, 0, rows * 4));
   TALKER_CHECK(cudaMemset(st.seen, 0, rows * dims.codec_vocab));
   TALKER_CHECK(cudaMemset(st.generated, 0, rows * 4));
-  TALKER_CHECK(cudaMemset(st.past_hidden, 0, rows * T.hidden * 4));  // a decode before any prefill reads zeros
+  TALKER_CHECK(cudaMemset(st.past_hidden, 0, rows * T.hidden * 4)); // a decode before any prefill reads zeros
 
   // The Talker's plan: one device block, one pinned mirror, same layout.
   const std::size_t n_qo = rows + 1, n_pi = rows + 1, n_idx = std::size_t(limits.max_pages), n_last = rows,

@@ -79,6 +79,10 @@ talker_cuda_dims cuda_dims(const talker_config& config);
 // tts_eos, then tts_pad; non-streaming, tts_pad from the start. build_prompt's trailing rows are the
 // projections of exactly these ids.
 std::int32_t trailing_text_id(const talker_prompt& prompt, const talker_config& config, int step);
+class weight_store;
+// A weight_source over a checkpoint's weight store: each tensor's bytes straight from the file's mapping
+// (bf16 in the released checkpoints, uploaded as they are). Defined where the checkpoint reader is built.
+weight_source store_weight_source(const weight_store& store);
 // A weight_source over a float32 source (the host forward's tensor_source: tests, or a weight_store's
 // to_f32); the tensors go to the device as bf16.
 weight_source

@@ -5,6 +5,11 @@
 
 #include <memory>
 
+#if __has_include("qwen3_tts/checkpoint/weight_store.hpp")
+#include "qwen3_tts/checkpoint/weight_store.hpp"
+#define QWEN3_TTS_HAS_WEIGHT_STORE 1
+#endif
+
 namespace qwen3_tts {
 
 talker_cuda_dims cuda_dims(const talker_config& c) {
@@ -48,5 +53,14 @@ f32_weight_source(std::function<std::vector<float>(const std::string&, const std
     return host_tensor{"F32", shape, held->data(), held->size() * sizeof(float)};
   };
 }
+
+#ifdef QWEN3_TTS_HAS_WEIGHT_STORE
+weight_source store_weight_source(const weight_store& store) {
+  return [&store](const std::string& name, const std::vector<std::int64_t>& shape) {
+    const tensor_view& t = store.require(name, shape); // names the tensor and its file when absent or misshapen
+    return host_tensor{std::string(dtype_name(t.dtype)), t.shape, t.bytes.data(), t.bytes.size()};
+  };
+}
+#endif
 
 } // namespace qwen3_tts
