@@ -185,6 +185,7 @@ struct talker_cuda::state {
   std::int32_t* pred_page_indices = nullptr;
 
   std::map<int, cudaGraphExec_t> graphs;
+  std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
 
   // y[m][out] = x[m][in] * w[out][in]^T (column-major view: y^T = w * x^T). Always on the model's
   // stream, which the handle was bound to once: cublasSetStream resets the handle's workspace to
@@ -747,6 +748,8 @@ void talker_cuda::decode(int rows) {
       throw;
     }
     TALKER_CHECK(cudaStreamEndCapture(stream_, &graph));
+    std::size_t nodes = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) st.graph_nodes[rows] = nodes;
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -765,6 +768,11 @@ std::vector<T> read_back(cudaStream_t s, const T* p, std::size_t n) {
   return out;
 }
 } // namespace
+
+std::size_t talker_cuda::graph_nodes(int rows) const {
+  const auto it = s_->graph_nodes.find(rows);
+  return it == s_->graph_nodes.end() ? 0 : it->second;
+}
 
 std::vector<std::int32_t> talker_cuda::frames(int rows) const {
   return read_back(stream_, s_->frames, std::size_t(rows) * dims_.code_groups);

@@ -121,6 +121,9 @@ public:
   // the step and later calls replay it. Asynchronous; the read functions below synchronise.
   void decode(int rows);
   void set_use_graphs(bool on) { use_graphs_ = on; }
+  // Nodes of the graph captured for `rows` (0 before its capture): at small batches the step's time is
+  // mostly one launch latency per node.
+  std::size_t graph_nodes(int rows) const;
   // Teacher forcing for parity tests: codes [rows][16] (-1 = the model's own choice) that the next
   // prefill or decode step takes instead of its argmax; column 0 is the code 0 the step chooses (the
   // next frame's), columns 1..15 the frame's predictor codes. The logits stay the model's own, so a test

@@ -131,8 +131,9 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
                             double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
     const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
     const double floor_ms = bytes / rate * 1e3;
-    std::printf("RESULT %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s\n", name, rows,
-                median, double(ms.front()), floor_ms, median / floor_ms, rows / (median * 1e-3));
+    std::printf("RESULT %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s  %zu nodes\n",
+                name, rows, median, double(ms.front()), floor_ms, median / floor_ms, rows / (median * 1e-3),
+                model.graph_nodes(rows));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

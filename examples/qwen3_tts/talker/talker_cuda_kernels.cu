@@ -170,24 +170,47 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
     qv[e] = active ? qh[lane * per + e] : 0.0f;
     acc[e] = 0.0f;
   }
+  // Each pass takes `unroll` positions (j, j + warps, ...), loading all their K and V rows before the
+  // first use, so a warp keeps several loads in flight instead of one dependent load per position.
+  constexpr int unroll = 4;
   float m = -INFINITY, l = 0.0f;
-  for (int j = warp; j <= last; j += warps) {
-    const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + lane * per;
-    float s = 0.0f;
-    if (active) {
+  for (int j0 = warp; j0 <= last; j0 += warps * unroll) {
+    float kr[unroll][per], vr[unroll][per];
 #pragma unroll
-      for (int e = 0; e < per; ++e)
-        s += qv[e] * __bfloat162float(cache.k[off + e]);
+    for (int u = 0; u < unroll; ++u) {
+      const int j = j0 + u * warps;
+      const bool load = active && j <= last;
+      const std::size_t off = load ? kv_offset(view, r, j, kvh, kv_heads, D) + lane * per : 0;
+#pragma unroll
+      for (int e = 0; e < per; ++e) {
+        kr[u][e] = load ? __bfloat162float(cache.k[off + e]) : 0.0f;
+        vr[u][e] = load ? __bfloat162float(cache.v[off + e]) : 0.0f;
+      }
     }
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);
-    const float p = expf(s - m_new);
-    l = l * corr + p;
-    if (active) {
+    float sc[unroll];
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      float d = 0.0f;
 #pragma unroll
       for (int e = 0; e < per; ++e)
-        acc[e] = acc[e] * corr + p * __bfloat162float(cache.v[off + e]);
+        d += qv[e] * kr[u][e];
+      d = warp_sum(d) * scale;
+      sc[u] = j0 + u * warps <= last ? d : -INFINITY; // warp-uniform: past the causal limit counts nothing
+      m_new = fmaxf(m_new, sc[u]);
+    }
+    const float corr = expf(m - m_new); // m_new is finite: position j0 <= last is always in the pass
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < per; ++e)
+      acc[e] *= corr;
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      const float p = expf(sc[u] - m_new); // 0 for positions past the limit
+      l += p;
+#pragma unroll
+      for (int e = 0; e < per; ++e)
+        acc[e] += p * vr[u][e];
     }
     m = m_new;
   }
