@@ -124,6 +124,19 @@ struct stack_weights {
 };
 
 struct talker_cuda::state {
+  // Everything is released here, so a constructor that throws half-way leaks nothing either.
+  ~state() {
+    if (stream) cudaStreamSynchronize(stream);
+    for (auto& [rows, g] : graphs)
+      cudaGraphExecDestroy(g);
+    if (blas) cublasDestroy(blas);
+    if (pinned) cudaFreeHost(pinned);
+    for (void* p : owned)
+      cudaFree(p);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  cudaStream_t stream = nullptr;
   std::vector<void*> owned;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
@@ -157,8 +170,7 @@ struct talker_cuda::state {
   // Generation state, one entry per row.
   std::int32_t* code0 = nullptr;
   std::int32_t* frames = nullptr; // [rows][groups]
-  std::int32_t* text_ids = nullptr;
-  std::uint8_t* seen = nullptr; // [rows][codec_vocab]
+  std::uint8_t* seen = nullptr;   // [rows][codec_vocab]
   std::int32_t* generated = nullptr;
   // Teacher forcing for tests, [rows][groups], -1 = the model's own choice: column 0 is the code 0 that
   // the step chooses (the next frame's), columns 1..15 this frame's predictor codes.
@@ -239,8 +251,10 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
     need(s->heads > 0 && s->kv_heads > 0 && s->heads % s->kv_heads == 0,
          which + ": heads " + std::to_string(s->heads) + " must be a positive multiple of kv_heads " +
              std::to_string(s->kv_heads));
-    need(s->head_dim % 2 == 0 && s->head_dim <= 256,
-         which + ": head_dim " + std::to_string(s->head_dim) + " must be even and at most 256");
+    const int hd = s->head_dim;
+    need(hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256,
+         which + ": head_dim " + std::to_string(hd) +
+             " has no attention kernel (16, 32, 64, 128, 256 are built; add a case to paged_attention)");
   }
   need(d.code_groups >= 2 && d.code_groups <= 32, "code_groups " + std::to_string(d.code_groups) + " out of [2, 32]");
   need(d.codec_vocab > 0 && d.predictor_vocab > 0 && d.text_vocab > 0 && d.text_hidden > 0,
@@ -248,7 +262,6 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(d.eos_id >= 0 && d.eos_id < d.codec_vocab, "eos_id " + std::to_string(d.eos_id) + " outside the codec vocab");
   need(l.max_rows > 0 && l.block_tokens > 0 && l.kv_blocks > 0 && l.max_pages > 0 && l.max_prefill_tokens > 0,
        "every limit must be > 0");
-  need(d.code_groups <= 16 || true, "");
 }
 
 } // namespace
@@ -258,7 +271,8 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   check_dims(dims, limits);
   state& st = *s_;
   auto& own = st.owned;
-  TALKER_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TALKER_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  stream_ = st.stream;
   TALKER_CHECK(cublasCreate(&st.blas));
   st.workspace = device_alloc<unsigned char>(workspace_bytes, own);
   TALKER_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
@@ -388,17 +402,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cudaDeviceSynchronize());
 }
 
-talker_cuda::~talker_cuda() {
-  if (!s_) return;
-  if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [rows, g] : s_->graphs)
-    cudaGraphExecDestroy(g);
-  if (s_->blas) cublasDestroy(s_->blas);
-  if (s_->pinned) cudaFreeHost(s_->pinned);
-  for (void* p : s_->owned)
-    cudaFree(p);
-  if (stream_) cudaStreamDestroy(stream_);
-}
+talker_cuda::~talker_cuda() = default; // state's destructor releases everything
 
 std::size_t talker_cuda::decode_weight_bytes() const {
   const auto& T = dims_.talker;
@@ -571,6 +575,10 @@ void talker_cuda::upload_plan(const step_plan& plan, int tokens) {
   need(int(plan.page_indices.size()) <= limits_.max_pages, "uses " + std::to_string(plan.page_indices.size()) +
                                                                " pages; max_pages is " +
                                                                std::to_string(limits_.max_pages));
+  need(plan.qo_indptr[0] == 0 && plan.page_indptr[0] >= 0 &&
+           std::size_t(plan.page_indptr[std::size_t(rows)]) <= plan.page_indices.size(),
+       "must start qo_indptr at 0 and keep page_indptr inside page_indices (" +
+           std::to_string(plan.page_indices.size()) + " entries)");
   need(plan.qo_indptr.back() == tokens && int(plan.positions.size()) == tokens,
        "qo_indptr ends at " + std::to_string(plan.qo_indptr.back()) + " and has " +
            std::to_string(plan.positions.size()) + " positions for " + std::to_string(tokens) + " tokens");
@@ -591,13 +599,11 @@ void talker_cuda::upload_plan(const step_plan& plan, int tokens) {
   // The pinned mirror is rewritten only after the previous step's copy from it has completed.
   TALKER_CHECK(cudaStreamSynchronize(stream_));
   std::int32_t* p = st.pinned;
-  const std::size_t rows_cap = std::size_t(limits_.max_rows);
   std::copy(plan.qo_indptr.begin(), plan.qo_indptr.end(), p);
   std::copy(plan.page_indptr.begin(), plan.page_indptr.end(), p + (st.page_indptr - st.qo_indptr));
   std::copy(plan.page_indices.begin(), plan.page_indices.end(), p + (st.page_indices - st.qo_indptr));
   std::copy(plan.last_page_len.begin(), plan.last_page_len.end(), p + (st.last_page_len - st.qo_indptr));
   std::copy(plan.positions.begin(), plan.positions.end(), p + (st.positions - st.qo_indptr));
-  (void)rows_cap;
 }
 
 void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) {
