@@ -16,6 +16,7 @@
 #include "qwen3_tts/checkpoint/json_file.hpp"
 #include "talker_checkpoint.hpp"
 #include "talker_cuda.hpp"
+#include "talker_cuda_kernels.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -553,4 +554,88 @@ TEST_CASE("the fixture prompts built by the host Talker are the reference's pref
       ++r;
     }
   }
+}
+
+TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // Identical inputs on both sides, so only the order of float additions differs (the CDF's total): a
+  // draw may differ only when it lands within rounding of a boundary, which 256 draws should not see twice.
+  const talker_config c = tiny_config();
+  const int rows = 64, vocab = c.talker.vocab; // 1280: code 0's vocabulary, control ids suppressed
+  std::uint64_t state = 12345;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(std::uint32_t(state >> 40)) / float(1u << 24);
+  };
+  std::vector<float> logits(std::size_t(rows) * vocab);
+  for (auto& l : logits)
+    l = uniform() * 8.0f - 4.0f;
+  std::vector<std::uint64_t> seeds(rows);
+  std::vector<std::int32_t> generated(rows);
+  std::vector<std::vector<std::int32_t>> history(rows);
+  std::vector<std::uint8_t> seen(std::size_t(rows) * vocab, 0);
+  for (int r = 0; r < rows; ++r) {
+    seeds[std::size_t(r)] = 1000 + 7919ull * std::uint64_t(r);
+    for (int i = 0; i < r % 5; ++i) { // earlier code-0 ids: the repetition penalty's input
+      const std::int32_t id = (37 * r + 11 * i) % 256;
+      history[std::size_t(r)].push_back(id);
+      seen[std::size_t(r) * vocab + std::size_t(id)] = 1;
+    }
+    generated[std::size_t(r)] = std::int32_t(history[std::size_t(r)].size());
+  }
+  float* d_logits = nullptr;
+  float* d_processed = nullptr;
+  std::uint64_t* d_seeds = nullptr;
+  std::int32_t *d_generated = nullptr, *d_out = nullptr;
+  std::uint8_t* d_seen = nullptr;
+  MSTAR_CUDA_REQUIRE(cudaMalloc(&d_logits, logits.size() * 4));
+  MSTAR_CUDA_REQUIRE(cudaMalloc(&d_processed, logits.size() * 4));
+  MSTAR_CUDA_REQUIRE(cudaMalloc(&d_seeds, seeds.size() * 8));
+  MSTAR_CUDA_REQUIRE(cudaMalloc(&d_generated, generated.size() * 4));
+  MSTAR_CUDA_REQUIRE(cudaMalloc(&d_out, std::size_t(rows) * 4));
+  MSTAR_CUDA_REQUIRE(cudaMalloc(&d_seen, seen.size()));
+  MSTAR_CUDA_REQUIRE(cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+  MSTAR_CUDA_REQUIRE(cudaMemcpy(d_seeds, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+
+  for (const int top_k : {50, 0}) {
+    talker_sampling s; // the reference's defaults: sampling, top_k 50, top_p 1, temperature 0.9
+    s.talker.top_k = s.sub.top_k = top_k;
+    const talker_sampler sampler(c, s);
+    const cuda::sample_settings settings{s.sub.temperature, top_k};
+    // Predictor codes: raw logits, counter = frame, lane = codebook 3.
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(d_generated, generated.data(), generated.size() * 4, cudaMemcpyHostToDevice));
+    cuda::sample_rows(d_logits, vocab, settings, d_seeds, d_generated, 0, 3, d_out, 1, 0, nullptr, rows, nullptr);
+    std::vector<std::int32_t> got(rows);
+    MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+    int same = 0;
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> l(logits.begin() + std::ptrdiff_t(r) * vocab, logits.begin() + std::ptrdiff_t(r + 1) * vocab);
+      same += sampler.pick_sub(l, seeds[std::size_t(r)], std::uint32_t(generated[std::size_t(r)]), 3) ==
+              got[std::size_t(r)];
+    }
+    // Code 0: penalty, minimum tokens, suppression, then the draw (counter = codes so far, lane 0).
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(d_seen, seen.data(), seen.size(), cudaMemcpyHostToDevice));
+    cuda::sample_code0(d_logits, d_processed, vocab, d_seen, d_generated, d_out, nullptr, 1, rows, s.repetition_penalty,
+                       s.min_new_tokens, c.codec_eos, vocab - 1024, cuda::sample_settings{s.talker.temperature, top_k},
+                       d_seeds, nullptr);
+    MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+    int same0 = 0;
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> l(logits.begin() + std::ptrdiff_t(r) * vocab, logits.begin() + std::ptrdiff_t(r + 1) * vocab);
+      same0 += sampler.pick_code0(l, history[std::size_t(r)], seeds[std::size_t(r)],
+                                  std::uint32_t(history[std::size_t(r)].size())) == got[std::size_t(r)];
+    }
+    std::printf("sampling, top_k %d: %d/%d predictor draws and %d/%d code-0 draws equal the host sampler's\n", top_k,
+                same, rows, same0, rows);
+    INFO("top_k ", top_k, ": ", same, " predictor and ", same0, " code-0 draws of ", rows, " equal the host's");
+    CHECK(same + same0 >= 2 * rows - 1);
+  }
+  cudaFree(d_logits);
+  cudaFree(d_processed);
+  cudaFree(d_seeds);
+  cudaFree(d_generated);
+  cudaFree(d_out);
+  cudaFree(d_seen);
 }

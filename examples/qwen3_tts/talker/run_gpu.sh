@@ -39,13 +39,18 @@ fi
 timeout 120 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 100 > "$out/bench.log" 2>&1
 bench_rc=$?
 cat "$out/bench.log"
+timeout 60 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 50 --model 0.6b --rows 1,64 --sample \
+  > "$out/bench_sample.log" 2>&1
+sample_rc=$?
+cat "$out/bench_sample.log"
 
 echo
 echo "==== CUDA Talker on $(head -2 "$out/gpu.txt" | tail -1 | cut -d, -f1) ($((SECONDS - start)) s) ===="
 echo "GPU tests: rc $test_rc ($(grep -E 'test cases:' "$out/gpu_tests.log" | tail -1 | tr -s ' '))"
 grep -E '^host vs cuda|codebook .*: host' "$out/gpu_tests.log" | head -6
 echo "memcheck (host-vs-CUDA and graph tests): rc $san_rc"
-echo "bench: rc $bench_rc"
+echo "bench: rc $bench_rc (greedy), rc $sample_rc (sampling, 0.6B)"
 grep -E '^(device|0\.6B|1\.7B):' "$out/bench.log"
 grep '^RESULT' "$out/bench.log" | sed 's/^RESULT //'
+grep '^RESULT' "$out/bench_sample.log" | sed 's/^RESULT /sampled /'
 [ "$test_rc" -eq 0 ] || exit 1

@@ -175,7 +175,8 @@ struct talker_cuda::state {
   // Teacher forcing for tests, [rows][groups], -1 = the model's own choice: column 0 is the code 0 that
   // the step chooses (the next frame's), columns 1..15 this frame's predictor codes.
   std::int32_t* forced = nullptr;
-  float* past_hidden = nullptr; // [rows][hidden]
+  std::uint64_t* seeds = nullptr; // [rows] each request's sampling seed
+  float* past_hidden = nullptr;   // [rows][hidden]
   bf16* past_hidden16 = nullptr;
   float* logits = nullptr; // [rows][codec_vocab]
   float* processed = nullptr;
@@ -348,6 +349,8 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.seen = device_alloc<std::uint8_t>(rows * dims.codec_vocab, own);
   st.generated = device_alloc<std::int32_t>(rows, own);
   st.forced = device_alloc<std::int32_t>(rows * groups, own);
+  st.seeds = device_alloc<std::uint64_t>(rows, own);
+  TALKER_CHECK(cudaMemset(st.seeds, 0, rows * 8));
   TALKER_CHECK(cudaMemset(st.forced, 0xff, rows * groups * 4)); // all -1
   st.past_hidden = device_alloc<float>(rows * T.hidden, own);
   st.past_hidden16 = device_alloc<bf16>(rows * T.hidden, own);
@@ -631,10 +634,51 @@ void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) 
           rows);
   TALKER_CHECK(cudaMemsetAsync(st.seen, 0, std::size_t(rows) * dims_.codec_vocab, s));
   TALKER_CHECK(cudaMemsetAsync(st.generated, 0, std::size_t(rows) * 4, s));
-  cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
-                     dims_.code_groups, rows, dims_.repetition_penalty, dims_.min_new_tokens, dims_.eos_id,
-                     dims_.codec_vocab - 1024, s);
+  choose_code0(rows);
   TALKER_CHECK(cudaStreamSynchronize(s));
+}
+
+void talker_cuda::choose_code0(int rows) {
+  state& st = *s_;
+  const auto& ts = sampling_.talker;
+  if (ts.do_sample)
+    cuda::sample_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
+                       dims_.code_groups, rows, sampling_.repetition_penalty, sampling_.min_new_tokens, dims_.eos_id,
+                       dims_.codec_vocab - 1024, cuda::sample_settings{ts.temperature, ts.top_k}, st.seeds, stream_);
+  else
+    cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
+                       dims_.code_groups, rows, sampling_.repetition_penalty, sampling_.min_new_tokens, dims_.eos_id,
+                       dims_.codec_vocab - 1024, stream_);
+}
+
+void talker_cuda::set_sampling(const talker_sampling& sampling) {
+  for (const auto* s : {&sampling.talker, &sampling.sub}) {
+    const char* which = s == &sampling.talker ? "talker (code 0)" : "sub-talker (codes 1..15)";
+    if (s->do_sample && s->top_p < 1.0f)
+      throw std::invalid_argument(std::string("qwen3_tts CUDA talker: ") + which + " top_p " +
+                                  std::to_string(s->top_p) +
+                                  " is not computed on CUDA yet; use top_p 1 (the reference's default) or the host "
+                                  "Talker");
+    if (s->do_sample && !(s->temperature > 0.0f))
+      throw std::invalid_argument(std::string("qwen3_tts CUDA talker: ") + which + " temperature " +
+                                  std::to_string(s->temperature) + " must be > 0 when sampling");
+  }
+  TALKER_CHECK(cudaStreamSynchronize(stream_));
+  for (auto& [rows, g] : s_->graphs)
+    cudaGraphExecDestroy(g);
+  s_->graphs.clear();
+  s_->graph_nodes.clear();
+  sampling_ = sampling;
+}
+
+void talker_cuda::set_seeds(std::span<const std::uint64_t> seeds) {
+  if (seeds.size() > std::size_t(limits_.max_rows))
+    throw std::invalid_argument("qwen3_tts CUDA talker: " + std::to_string(seeds.size()) + " seeds for at most " +
+                                std::to_string(limits_.max_rows) + " rows");
+  std::vector<std::uint64_t> all(std::size_t(limits_.max_rows), 0);
+  std::copy(seeds.begin(), seeds.end(), all.begin());
+  TALKER_CHECK(cudaMemcpyAsync(s_->seeds, all.data(), all.size() * 8, cudaMemcpyHostToDevice, stream_));
+  TALKER_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void talker_cuda::force_codes(std::span<const std::int32_t> codes) {
@@ -707,7 +751,11 @@ void talker_cuda::enqueue_decode(int rows) {
     const int ld = g == 0 ? 2 * P.hidden : P.hidden;
     float* logits = st.pred_logits + std::size_t(g) * limits_.max_rows * pv;
     st.gemm(s, st.pred_heads + std::size_t(g) * pv * P.hidden, pv, P.hidden, last, ld, logits, pv, rows);
-    cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, st.forced, rows, s);
+    if (sampling_.sub.do_sample) // counter: this frame, generated[r] - 1; lane: the codebook, g + 1
+      cuda::sample_rows(logits, pv, cuda::sample_settings{sampling_.sub.temperature, sampling_.sub.top_k}, st.seeds,
+                        st.generated, -1, std::uint32_t(g + 1), st.frames, groups, g + 1, st.forced, rows, s);
+    else
+      cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, st.forced, rows, s);
   }
   // The next Talker input: the frame's 16 embeddings plus the trailing text row.
   cuda::gather_rows(st.text_embedding, st.text_ids_dev, st.xn, rows, dims_.text_hidden, s);
@@ -724,9 +772,7 @@ void talker_cuda::enqueue_decode(int rows) {
   run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s);
   st.gemm(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
           rows);
-  cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
-                     dims_.code_groups, rows, dims_.repetition_penalty, dims_.min_new_tokens, dims_.eos_id,
-                     dims_.codec_vocab - 1024, s);
+  choose_code0(rows);
 }
 
 void talker_cuda::decode(int rows) {

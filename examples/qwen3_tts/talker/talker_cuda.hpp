@@ -43,10 +43,7 @@ struct talker_cuda_dims {
   int code_groups = 16;
   int text_vocab = 0;
   int text_hidden = 0;
-  // Greedy code-0 processing, as the reference's generate applies it.
-  int eos_id = 0;
-  float repetition_penalty = 1.05f;
-  int min_new_tokens = 2;
+  int eos_id = 0; // the codec end token (code 0's processing: set_sampling has the rest)
 };
 
 // Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
@@ -121,6 +118,13 @@ public:
   // the step and later calls replay it. Asynchronous; the read functions below synchronise.
   void decode(int rows);
   void set_use_graphs(bool on) { use_graphs_ = on; }
+  // Sampling as the host talker_sampler does it (default: greedy, as built). Code 0 and the predictor's
+  // codes each sample or take the argmax per their do_sample; temperature and top-k are computed on the
+  // GPU, top_p < 1 is refused (not computed here yet). Drops captured graphs (they bake the settings).
+  void set_sampling(const talker_sampling& sampling);
+  // Each row's request seed (Philox key; the counter is the frame, the lane the codebook), as the host
+  // sampler's seeds; rows past the span get 0. Synchronous.
+  void set_seeds(std::span<const std::uint64_t> seeds);
   // Nodes of the graph captured for `rows` (0 before its capture): at small batches the step's time is
   // mostly one launch latency per node.
   std::size_t graph_nodes(int rows) const;
@@ -147,6 +151,7 @@ public:
 
 private:
   void enqueue_decode(int rows);
+  void choose_code0(int rows); // code 0 from st.logits, greedy or sampled per sampling_
   void upload_plan(const step_plan& plan, int tokens);
 
   talker_cuda_dims dims_;
@@ -154,6 +159,7 @@ private:
   cudaStream_t stream_ = nullptr;
   bool use_graphs_ = true;
   int planned_rows_ = 0; // rows of the last set_decode_inputs
+  talker_sampling sampling_ = talker_sampling::greedy();
   std::size_t weight_bytes_ = 0;
   std::unique_ptr<state> s_;
 };

@@ -5,7 +5,10 @@
 // copy rate measured in the same run.
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
-//                         [--rows 1,8,32,64,128]
+//                         [--rows 1,8,32,64,128] [--sample]
+//
+// --sample: the reference's default sampling (top-k 50, temperature 0.9, for code 0 and the predictor's
+// codes) instead of greedy choices.
 //
 // Sizes: the published config.json files as issue 16 quotes them (0.6B: 28 layers, hidden 1024, MLP
 // 3072, 16/8 heads of 128; 1.7B: hidden 2048, MLP 6144 by two quotes and 8192 by one, hence the flag;
@@ -80,7 +83,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
-                 int iters, double rate) {
+                 int iters, double rate, bool sample) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
   lim.max_rows = max_rows;
@@ -91,6 +94,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
   lim.max_prefill_tokens = 2 * max_rows;
   qwen3_tts::talker_cuda model(dims, lim);
   model.random_weights(1234);
+  if (sample) model.set_sampling(qwen3_tts::talker_sampling{});
   const auto& T = dims.talker;
   const auto& P = dims.predictor;
   std::printf("%s: weights %.2f GB on the device; one decode step reads %.2f GB of weights (predictor x%d)\n", name,
@@ -144,6 +148,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
 int main(int argc, char** argv) {
   std::string which = "both";
   int mlp = 6144, kv = 256, iters = 200;
+  bool sample = false;
   std::vector<int> rows = {1, 8, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -161,6 +166,8 @@ int main(int argc, char** argv) {
       iters = std::stoi(value());
     else if (a == "--rows")
       rows = parse_list(value());
+    else if (a == "--sample")
+      sample = true;
     else {
       std::fprintf(stderr, "unknown option %s (see the comment at the top of talker_cuda_bench.cpp)\n", a.c_str());
       return 2;
@@ -180,11 +187,12 @@ int main(int argc, char** argv) {
     cudaStreamDestroy(s);
     std::printf("device %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
                 prop.multiProcessorCount, rate / 1e9);
+    std::printf("%s; ", sample ? "sampling (top-k 50, temperature 0.9)" : "greedy");
     std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
                 "tokens a row, median of %d graph replays\n",
                 kv, iters);
-    if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate);
-    if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate);
+    if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate, sample);
+    if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate, sample);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;

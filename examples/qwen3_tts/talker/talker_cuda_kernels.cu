@@ -5,6 +5,8 @@
 // differences from the float32 reference are the bf16 roundings.
 #include "talker_cuda_kernels.hpp"
 
+#include "mstar/resources/sampler.hpp"
+
 #include <cfloat>
 #include <stdexcept>
 #include <string>
@@ -360,9 +362,137 @@ __global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t*
   if (threadIdx.x == 0) out[at] = forced && forced[at] >= 0 ? forced[at] : best;
 }
 
+// A float's bits as an unsigned key that orders as the floats do (larger float, larger key).
+__device__ std::uint32_t order_key(float f) {
+  const std::uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ float key_value(std::uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+
+// The k-th largest of v[0..n) / temperature (k >= 1, k <= n), by a 4-pass radix select over order
+// keys: each pass histograms the next 8 bits of the candidates that share the prefix found so far.
+__device__ float block_kth_largest(const float* v, int n, float temperature, int k) {
+  __shared__ int hist[256];
+  __shared__ std::uint32_t prefix_s;
+  __shared__ int k_s;
+  if (threadIdx.x == 0) {
+    prefix_s = 0;
+    k_s = k;
+  }
+  std::uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x)
+      hist[b] = 0;
+    __syncthreads();
+    const std::uint32_t prefix = prefix_s;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const std::uint32_t key = order_key(v[i] / temperature);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int need = k_s, b = 255;
+      while (b > 0 && hist[b] < need)
+        need -= hist[b--];
+      prefix_s = prefix | (std::uint32_t(b) << shift);
+      k_s = need;
+    }
+    mask |= 0xffu << shift;
+    __syncthreads();
+  }
+  return key_value(prefix_s);
+}
+
+__device__ float block_max(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = part[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      t = fmaxf(t, part[w]);
+    total = t;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();
+  return r;
+}
+
+// One draw from row v[0..n) (sample_rows' rule). Thread t owns the contiguous chunk [t*c, t*c + c), so
+// an exclusive scan of the chunks' sums gives each thread the CDF at its chunk's start.
+__device__ int block_sample(const float* v, int n, float temperature, int top_k, std::uint64_t seed,
+                            std::uint32_t counter, std::uint32_t lane_id) {
+  const float kth = top_k > 0 && top_k < n ? block_kth_largest(v, n, temperature, top_k) : -INFINITY;
+  float local_max = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float x = v[i] / temperature;
+    if (x >= kth) local_max = fmaxf(local_max, x);
+  }
+  const float top = block_max(local_max);
+  const int c = (n + int(blockDim.x) - 1) / int(blockDim.x);
+  const int first = int(threadIdx.x) * c, end = min(first + c, n);
+  auto prob = [&](int i) {
+    const float x = v[i] / temperature;
+    return x >= kth ? expf(x - top) : 0.0f;
+  };
+  float chunk = 0.0f;
+  for (int i = first; i < end; ++i)
+    chunk += prob(i);
+  // Exclusive scan of the chunk sums over the block.
+  __shared__ float warp_total[32];
+  __shared__ int pick;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float incl = chunk;
+  for (int o = 1; o < 32; o <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  if (threadIdx.x == 0) pick = 0x7fffffff;
+  __syncthreads();
+  float before = incl - chunk, total = 0.0f;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+    if (w < warp) before += warp_total[w];
+    total += warp_total[w];
+  }
+  const mstar::sampler_row row{seed, counter, 0, 0.0f, 0.0f};
+  const float target = mstar::sample_uniform(row, lane_id) * total;
+  float acc = before;
+  for (int i = first; i < end; ++i) {
+    const float p = prob(i);
+    acc += p;
+    if (p > 0.0f && target < acc) {
+      atomicMin(&pick, i);
+      break;
+    }
+  }
+  __syncthreads();
+  int result = pick;
+  __syncthreads();
+  if (result == 0x7fffffff) result = -1; // rounding left the target past the last probability
+  return result;
+}
+
+__global__ void sample_rows_kernel(const float* logits, int vocab, sample_settings st, const std::uint64_t* seeds,
+                                   const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out,
+                                   int out_stride, int out_offset, const std::int32_t* forced) {
+  const int r = blockIdx.x;
+  const float* l = logits + std::size_t(r) * vocab;
+  int choice = block_sample(l, vocab, st.temperature, st.top_k, seeds[r], std::uint32_t(frame[r] + frame_offset), lane);
+  if (choice < 0) choice = block_argmax(l, vocab);
+  const int at = r * out_stride + out_offset;
+  if (threadIdx.x == 0) out[at] = forced && forced[at] >= 0 ? forced[at] : choice;
+}
+
 __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen,
                                     std::int32_t* generated, std::int32_t* code0, const std::int32_t* forced,
-                                    int forced_stride, float penalty, int min_new, int eos, int suppress_from) {
+                                    int forced_stride, float penalty, int min_new, int eos, int suppress_from,
+                                    bool sample, sample_settings settings, const std::uint64_t* seeds) {
   const int r = blockIdx.x;
   const float* in = raw + std::size_t(r) * vocab;
   float* lr = logits + std::size_t(r) * vocab;
@@ -375,7 +505,10 @@ __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, 
     lr[i] = v;
   }
   __syncthreads();
-  int best = block_argmax(lr, vocab);
+  int best = -1;
+  if (sample) // counter: the frame this code 0 opens (the codes chosen so far); lane 0, as the host sampler
+    best = block_sample(lr, vocab, settings.temperature, settings.top_k, seeds[r], std::uint32_t(generated[r]), 0);
+  if (best < 0) best = block_argmax(lr, vocab);
   if (forced && forced[r * forced_stride] >= 0) best = forced[r * forced_stride];
   if (threadIdx.x == 0) {
     sr[best] = 1;
@@ -521,8 +654,27 @@ void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* s
                   int min_new, int eos, int suppress_from, cudaStream_t s) {
   if (rows == 0) return;
   choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
-                                           penalty, min_new, eos, suppress_from);
+                                           penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr);
   check_launch("choose_code0");
+}
+
+void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
+                  int min_new, int eos, int suppress_from, sample_settings settings, const std::uint64_t* seeds,
+                  cudaStream_t s) {
+  if (rows == 0) return;
+  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
+                                           penalty, min_new, eos, suppress_from, true, settings, seeds);
+  check_launch("sample_code0");
+}
+
+void sample_rows(const float* logits, int vocab, sample_settings settings, const std::uint64_t* seeds,
+                 const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
+                 int out_offset, const std::int32_t* forced, int rows, cudaStream_t s) {
+  if (rows == 0) return;
+  sample_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
+                                          out_offset, forced);
+  check_launch("sample_rows");
 }
 
 void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s) {

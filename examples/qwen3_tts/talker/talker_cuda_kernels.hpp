@@ -29,6 +29,12 @@ struct paged_view {
   int block_tokens = 0;
 };
 
+// Sampling settings of one kind of code (code 0, or the predictor's codes): see sample_rows.
+struct sample_settings {
+  float temperature = 1.0f;
+  int top_k = 0;
+};
+
 // One layer's K or V cache: [blocks][block_tokens][kv_heads][head_dim] bf16.
 struct kv_layer {
   bf16* k = nullptr;
@@ -100,6 +106,20 @@ void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stri
 void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
                   std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
                   int min_new, int eos, int suppress_from, cudaStream_t s);
+// The same processing, then a draw (sample_rows' rule, counter generated[r], lane 0) instead of argmax.
+void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
+                  int min_new, int eos, int suppress_from, sample_settings settings, const std::uint64_t* seeds,
+                  cudaStream_t s);
+
+// The reference's sampling of one code per row, as the host talker_sampler draws it: values
+// logits / temperature, those below the top_k-th largest dropped (top_k <= 0: none), probabilities
+// exp(v - max), and an inverse-CDF pick in index order at u * total, u the Philox uniform of (seed[r],
+// counter frame[r] + frame_offset, lane). top_p < 1 is not computed here (the caller refuses it). The
+// choice goes to out[r * out_stride + out_offset] unless forced there (as argmax_rows).
+void sample_rows(const float* logits, int vocab, sample_settings settings, const std::uint64_t* seeds,
+                 const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
+                 int out_offset, const std::int32_t* forced, int rows, cudaStream_t s);
 
 // Deterministic pseudo-random bf16 values in [-scale, scale] (bench weights), and float32 values.
 void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s);
