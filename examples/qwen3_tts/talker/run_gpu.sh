@@ -28,9 +28,9 @@ cat "$out/gpu_tests.log"
 
 san_rc=skipped
 if command -v compute-sanitizer > /dev/null; then
-  # The host-vs-CUDA and graph tests only: the fixture tests launch ~10^5 kernels, too slow under memcheck.
+  # All but the fixture tests, which launch ~10^5 kernels, too slow under memcheck.
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro --test-case='*host float32*,*captured*' \
+    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro --test-case='*host float32*,*captured*,*sampled codes*,*same logits*' \
     > "$out/memcheck.log" 2>&1
   san_rc=$?
   tail -5 "$out/memcheck.log"
@@ -48,7 +48,7 @@ echo
 echo "==== CUDA Talker on $(head -2 "$out/gpu.txt" | tail -1 | cut -d, -f1) ($((SECONDS - start)) s) ===="
 echo "GPU tests: rc $test_rc ($(grep -E 'test cases:' "$out/gpu_tests.log" | tail -1 | tr -s ' '))"
 grep -E '^host vs cuda|codebook .*: host' "$out/gpu_tests.log" | head -6
-echo "memcheck (host-vs-CUDA and graph tests): rc $san_rc"
+echo "memcheck (all but the fixture tests): rc $san_rc"
 echo "bench: rc $bench_rc (greedy), rc $sample_rc (sampling, 0.6B)"
 grep -E '^(device|0\.6B|1\.7B):' "$out/bench.log"
 grep '^RESULT' "$out/bench.log" | sed 's/^RESULT //'

@@ -175,8 +175,10 @@ struct talker_cuda::state {
   // Teacher forcing for tests, [rows][groups], -1 = the model's own choice: column 0 is the code 0 that
   // the step chooses (the next frame's), columns 1..15 this frame's predictor codes.
   std::int32_t* forced = nullptr;
-  std::uint64_t* seeds = nullptr; // [rows] each request's sampling seed
-  float* past_hidden = nullptr;   // [rows][hidden]
+  std::uint64_t* seeds = nullptr;
+  std::int32_t* chosen =
+      nullptr; // [rows][groups] the model's own choices, before forcing (tests) // [rows] each request's sampling seed
+  float* past_hidden = nullptr; // [rows][hidden]
   bf16* past_hidden16 = nullptr;
   float* logits = nullptr; // [rows][codec_vocab]
   float* processed = nullptr;
@@ -350,6 +352,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.generated = device_alloc<std::int32_t>(rows, own);
   st.forced = device_alloc<std::int32_t>(rows * groups, own);
   st.seeds = device_alloc<std::uint64_t>(rows, own);
+  st.chosen = device_alloc<std::int32_t>(rows * groups, own);
   TALKER_CHECK(cudaMemset(st.seeds, 0, rows * 8));
   TALKER_CHECK(cudaMemset(st.forced, 0xff, rows * groups * 4)); // all -1
   st.past_hidden = device_alloc<float>(rows * T.hidden, own);
@@ -643,12 +646,13 @@ void talker_cuda::choose_code0(int rows) {
   const auto& ts = sampling_.talker;
   if (ts.do_sample)
     cuda::sample_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
-                       dims_.code_groups, rows, sampling_.repetition_penalty, sampling_.min_new_tokens, dims_.eos_id,
-                       dims_.codec_vocab - 1024, cuda::sample_settings{ts.temperature, ts.top_k}, st.seeds, stream_);
+                       st.chosen, dims_.code_groups, rows, sampling_.repetition_penalty, sampling_.min_new_tokens,
+                       dims_.eos_id, dims_.codec_vocab - 1024, cuda::sample_settings{ts.temperature, ts.top_k},
+                       st.seeds, stream_);
   else
     cuda::choose_code0(st.logits, st.processed, dims_.codec_vocab, st.seen, st.generated, st.code0, st.forced,
-                       dims_.code_groups, rows, sampling_.repetition_penalty, sampling_.min_new_tokens, dims_.eos_id,
-                       dims_.codec_vocab - 1024, stream_);
+                       st.chosen, dims_.code_groups, rows, sampling_.repetition_penalty, sampling_.min_new_tokens,
+                       dims_.eos_id, dims_.codec_vocab - 1024, stream_);
 }
 
 void talker_cuda::set_sampling(const talker_sampling& sampling) {
@@ -753,9 +757,10 @@ void talker_cuda::enqueue_decode(int rows) {
     st.gemm(s, st.pred_heads + std::size_t(g) * pv * P.hidden, pv, P.hidden, last, ld, logits, pv, rows);
     if (sampling_.sub.do_sample) // counter: this frame, generated[r] - 1; lane: the codebook, g + 1
       cuda::sample_rows(logits, pv, cuda::sample_settings{sampling_.sub.temperature, sampling_.sub.top_k}, st.seeds,
-                        st.generated, -1, std::uint32_t(g + 1), st.frames, groups, g + 1, st.forced, rows, s);
+                        st.generated, -1, std::uint32_t(g + 1), st.frames, groups, g + 1, st.forced, st.chosen, rows,
+                        s);
     else
-      cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, st.forced, rows, s);
+      cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, st.forced, st.chosen, rows, s);
   }
   // The next Talker input: the frame's 16 embeddings plus the trailing text row.
   cuda::gather_rows(st.text_embedding, st.text_ids_dev, st.xn, rows, dims_.text_hidden, s);
@@ -828,6 +833,9 @@ std::size_t talker_cuda::graph_nodes(int rows) const {
 
 std::vector<std::int32_t> talker_cuda::frames(int rows) const {
   return read_back(stream_, s_->frames, std::size_t(rows) * dims_.code_groups);
+}
+std::vector<std::int32_t> talker_cuda::own_choices(int rows) const {
+  return read_back(stream_, s_->chosen, std::size_t(rows) * dims_.code_groups);
 }
 std::vector<std::int32_t> talker_cuda::code0(int rows) const {
   return read_back(stream_, s_->code0, std::size_t(rows));

@@ -135,13 +135,14 @@ public:
   void force_codes(std::span<const std::int32_t> codes);
 
   // Results of the last step.
-  std::vector<std::int32_t> frames(int rows) const;    // [rows][16]: the frame decode() completed
-  std::vector<std::int32_t> code0(int rows) const;     // [rows]: the next frame's code 0
-  std::vector<float> talker_logits(int rows) const;    // [rows][codec_vocab], raw
-  std::vector<float> processed_logits(int rows) const; // [rows][codec_vocab], after penalty/bans
-  std::vector<float> predictor_logits(int rows) const; // [15][rows][predictor_vocab], raw
-  std::vector<float> last_hidden(int rows) const;      // [rows][talker hidden], post-norm
-  std::vector<float> kv_cache_k(int layer) const;      // the whole layer, as float32 (tests)
+  std::vector<std::int32_t> frames(int rows) const;      // [rows][16]: the frame decode() completed
+  std::vector<std::int32_t> code0(int rows) const;       // [rows]: the next frame's code 0
+  std::vector<std::int32_t> own_choices(int rows) const; // [rows][16]: the step's own choices, before forcing
+  std::vector<float> talker_logits(int rows) const;      // [rows][codec_vocab], raw
+  std::vector<float> processed_logits(int rows) const;   // [rows][codec_vocab], after penalty/bans
+  std::vector<float> predictor_logits(int rows) const;   // [15][rows][predictor_vocab], raw
+  std::vector<float> last_hidden(int rows) const;        // [rows][talker hidden], post-norm
+  std::vector<float> kv_cache_k(int layer) const;        // the whole layer, as float32 (tests)
 
   cudaStream_t stream() const { return stream_; }
   const talker_cuda_dims& dims() const { return dims_; }

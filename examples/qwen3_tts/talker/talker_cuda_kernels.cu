@@ -355,11 +355,14 @@ __device__ int block_argmax(const float* v, int n) {
 }
 
 __global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
-                                   const std::int32_t* forced) {
+                                   const std::int32_t* forced, std::int32_t* chosen) {
   const int r = blockIdx.x;
   const int best = block_argmax(logits + std::size_t(r) * vocab, vocab);
   const int at = r * out_stride + out_offset;
-  if (threadIdx.x == 0) out[at] = forced && forced[at] >= 0 ? forced[at] : best;
+  if (threadIdx.x == 0) {
+    out[at] = forced && forced[at] >= 0 ? forced[at] : best;
+    if (chosen) chosen[at] = best;
+  }
 }
 
 // A float's bits as an unsigned key that orders as the floats do (larger float, larger key).
@@ -480,19 +483,23 @@ __device__ int block_sample(const float* v, int n, float temperature, int top_k,
 
 __global__ void sample_rows_kernel(const float* logits, int vocab, sample_settings st, const std::uint64_t* seeds,
                                    const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out,
-                                   int out_stride, int out_offset, const std::int32_t* forced) {
+                                   int out_stride, int out_offset, const std::int32_t* forced, std::int32_t* chosen) {
   const int r = blockIdx.x;
   const float* l = logits + std::size_t(r) * vocab;
   int choice = block_sample(l, vocab, st.temperature, st.top_k, seeds[r], std::uint32_t(frame[r] + frame_offset), lane);
   if (choice < 0) choice = block_argmax(l, vocab);
   const int at = r * out_stride + out_offset;
-  if (threadIdx.x == 0) out[at] = forced && forced[at] >= 0 ? forced[at] : choice;
+  if (threadIdx.x == 0) {
+    out[at] = forced && forced[at] >= 0 ? forced[at] : choice;
+    if (chosen) chosen[at] = choice;
+  }
 }
 
 __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen,
                                     std::int32_t* generated, std::int32_t* code0, const std::int32_t* forced,
                                     int forced_stride, float penalty, int min_new, int eos, int suppress_from,
-                                    bool sample, sample_settings settings, const std::uint64_t* seeds) {
+                                    bool sample, sample_settings settings, const std::uint64_t* seeds,
+                                    std::int32_t* chosen) {
   const int r = blockIdx.x;
   const float* in = raw + std::size_t(r) * vocab;
   float* lr = logits + std::size_t(r) * vocab;
@@ -509,6 +516,7 @@ __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, 
   if (sample) // counter: the frame this code 0 opens (the codes chosen so far); lane 0, as the host sampler
     best = block_sample(lr, vocab, settings.temperature, settings.top_k, seeds[r], std::uint32_t(generated[r]), 0);
   if (best < 0) best = block_argmax(lr, vocab);
+  if (chosen && threadIdx.x == 0) chosen[r * forced_stride] = best;
   if (forced && forced[r * forced_stride] >= 0) best = forced[r * forced_stride];
   if (threadIdx.x == 0) {
     sr[best] = 1;
@@ -643,37 +651,38 @@ void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embedding
 }
 
 void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
-                 const std::int32_t* forced, int rows, cudaStream_t s) {
+                 const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
   if (rows == 0) return;
-  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset, forced);
+  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset, forced, chosen);
   check_launch("argmax_rows");
 }
 
 void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
-                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
-                  int min_new, int eos, int suppress_from, cudaStream_t s) {
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, cudaStream_t s) {
   if (rows == 0) return;
   choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
-                                           penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr);
+                                           penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr,
+                                           chosen);
   check_launch("choose_code0");
 }
 
 void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
-                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
-                  int min_new, int eos, int suppress_from, sample_settings settings, const std::uint64_t* seeds,
-                  cudaStream_t s) {
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, sample_settings settings,
+                  const std::uint64_t* seeds, cudaStream_t s) {
   if (rows == 0) return;
   choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
-                                           penalty, min_new, eos, suppress_from, true, settings, seeds);
+                                           penalty, min_new, eos, suppress_from, true, settings, seeds, chosen);
   check_launch("sample_code0");
 }
 
 void sample_rows(const float* logits, int vocab, sample_settings settings, const std::uint64_t* seeds,
                  const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
-                 int out_offset, const std::int32_t* forced, int rows, cudaStream_t s) {
+                 int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
   if (rows == 0) return;
   sample_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
-                                          out_offset, forced);
+                                          out_offset, forced, chosen);
   check_launch("sample_rows");
 }
 

@@ -94,23 +94,24 @@ void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embedding
 
 // Greedy argmax over each row's logits (first index on ties, as torch.argmax), written to
 // out[r * out_stride + out_offset]. Where forced is given and forced[r * out_stride + out_offset] >= 0,
-// that code is written instead (a test's teacher forcing: the logits stay the model's own).
+// that code is written instead (a test's teacher forcing: the logits stay the model's own); chosen,
+// when given, receives the model's own choice at the same place.
 void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
-                 const std::int32_t* forced, int rows, cudaStream_t s);
+                 const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s);
 
 // Code 0 for each row, as the reference's generate does greedily: repetition penalty on the codes
 // this row already chose (seen bitmap [rows][vocab]), the end token banned while generated[r] <
 // min_new, ids >= suppress_from banned except eos, argmax. Records the choice in seen and generated,
 // writes the processed logits to `processed` (so a test can read the margins) and code0[r]. A
-// forced[r * forced_stride] >= 0 replaces the choice, as in argmax_rows.
+// forced[r * forced_stride] >= 0 replaces the choice, and chosen receives the own one, as in argmax_rows.
 void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
-                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
-                  int min_new, int eos, int suppress_from, cudaStream_t s);
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, cudaStream_t s);
 // The same processing, then a draw (sample_rows' rule, counter generated[r], lane 0) instead of argmax.
 void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
-                  std::int32_t* code0, const std::int32_t* forced, int forced_stride, int rows, float penalty,
-                  int min_new, int eos, int suppress_from, sample_settings settings, const std::uint64_t* seeds,
-                  cudaStream_t s);
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, sample_settings settings,
+                  const std::uint64_t* seeds, cudaStream_t s);
 
 // The reference's sampling of one code per row, as the host talker_sampler draws it: values
 // logits / temperature, those below the top_k-th largest dropped (top_k <= 0: none), probabilities
@@ -119,7 +120,7 @@ void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* s
 // choice goes to out[r * out_stride + out_offset] unless forced there (as argmax_rows).
 void sample_rows(const float* logits, int vocab, sample_settings settings, const std::uint64_t* seeds,
                  const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
-                 int out_offset, const std::int32_t* forced, int rows, cudaStream_t s);
+                 int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s);
 
 // Deterministic pseudo-random bf16 values in [-scale, scale] (bench weights), and float32 values.
 void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s);
