@@ -2,12 +2,14 @@
 // with float32 accumulation and float32 outputs, the residual stream in float32, the paged KV cache in
 // bf16 ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
 // step -- the code predictor's 15 codes of the current frame, the next Talker input (16 codebook
-// embeddings plus the trailing text row), the Talker's layers, the codec head and the greedy choice of
-// the next frame's code 0 -- enqueued as a single stream of work that a CUDA graph captures per batch
-// size. The math follows qwen-tts 0.1.1 (modeling_qwen3_tts.py) as the host float32 forward does.
+// embeddings plus the trailing text row), the Talker's layers, the codec head and the choice of the
+// next frame's code 0, every choice on the GPU (greedy, or drawn as the host talker_sampler draws) --
+// enqueued as a single stream of work that a CUDA graph captures per batch size. The math follows
+// qwen-tts 0.1.1 (modeling_qwen3_tts.py) as the host float32 forward does.
 //
-// A row of a step is also the index of its request's generation state (seen codes, frame count):
-// the caller keeps a request on the same row from prefill to its last decode step.
+// A row of a step is also the index of its request's generation state (seen codes, frame count,
+// seed): the caller keeps a request on the same row from prefill to its last decode step, and every
+// row of a step is a live request (padding rows, as the engine's plans may carry, are refused for now).
 #pragma once
 
 #include "talker.hpp"
