@@ -81,10 +81,12 @@ int synth_codes_main(int argc, char** argv) {
   app.add_option("--instruct", instruct, "VoiceDesign instruction, as comma-separated token ids for now");
   app.add_option("--language", language, "auto or a language of talker_config.codec_language_id");
   app.add_flag("--greedy", greedy, "argmax decisions (the reference's logits processing still applies)");
-  app.add_flag("--streaming", streaming, "one text token a decode step (model.generate's layout) instead of all "
-                                         "the text in the prompt (the wrapper's default)");
+  app.add_flag("--streaming", streaming,
+               "one text token a decode step (model.generate's layout) instead of all "
+               "the text in the prompt (the wrapper's default)");
   app.add_option("--seed", seed, "sampling seed of this request");
-  app.add_option("--max-frames", max_frames, "frames at most (default: generation_config.json max_new_tokens - 1, else 4095)");
+  app.add_option("--max-frames", max_frames,
+                 "frames at most (default: generation_config.json max_new_tokens - 1, else 4095)");
   app.add_option("--dump-codes", dump, "write {\"frames\": [[16 ints], ...]} here (default: standard output)");
   CLI11_PARSE(app, argc, argv);
 
@@ -100,7 +102,7 @@ int synth_codes_main(int argc, char** argv) {
     const talker_config& c = model.config();
     if (c.tts_model_type == "base")
       throw std::invalid_argument(model_dir + " is a Base (voice cloning) model, which needs reference audio; only "
-                                  "CustomVoice and VoiceDesign are supported");
+                                              "CustomVoice and VoiceDesign are supported");
     talker_prompt p;
     p.speaker = speaker;
     p.language = language;

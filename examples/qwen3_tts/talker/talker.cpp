@@ -24,9 +24,11 @@ void linear(const float* x, int tokens, int in, const tensor& w, const float* bi
       float acc[8] = {};
       int i = 0;
       for (; i + 8 <= in; i += 8)
-        for (int u = 0; u < 8; ++u) acc[u] += xt[i + u] * wo[i + u];
+        for (int u = 0; u < 8; ++u)
+          acc[u] += xt[i + u] * wo[i + u];
       float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-      for (; i < in; ++i) sum += xt[i] * wo[i];
+      for (; i < in; ++i)
+        sum += xt[i] * wo[i];
       y[std::size_t(t) * out + o] = bias ? sum + bias[o] : sum;
     }
   }
@@ -37,9 +39,11 @@ void rms_norm(float* x, std::size_t vectors, int dim, const tensor& w, float eps
   for (std::size_t r = 0; r < vectors; ++r) {
     float* v = x + r * std::size_t(dim);
     float ss = 0.0f;
-    for (int i = 0; i < dim; ++i) ss += v[i] * v[i];
+    for (int i = 0; i < dim; ++i)
+      ss += v[i] * v[i];
     const float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
-    for (int i = 0; i < dim; ++i) v[i] = w[std::size_t(i)] * (v[i] * scale);
+    for (int i = 0; i < dim; ++i)
+      v[i] = w[std::size_t(i)] * (v[i] * scale);
   }
 }
 
@@ -91,8 +95,8 @@ std::pair<int, int> kv_slot(const step_plan& p, std::size_t r, int i, int block_
 
 // Self-attention of one layer: projections, per-head q/k RMSNorm, RoPE, the new K/V written into the row's
 // pages, then causal grouped-query attention over the row's pages, and the output projection added to x.
-void attention_block(const stack_config& s, const decoder_layer_weights& w, int layer, const std::vector<float>& inv_freq,
-                     float* x, int tokens, const step_plan& plan, paged_kv& kv) {
+void attention_block(const stack_config& s, const decoder_layer_weights& w, int layer,
+                     const std::vector<float>& inv_freq, float* x, int tokens, const step_plan& plan, paged_kv& kv) {
   const int hd = s.hidden, d = s.head_dim, qd = s.heads * d, kvd = s.kv_heads * d, bt = kv.shape().block_tokens;
   std::vector<float> h(x, x + std::size_t(tokens) * hd);
   rms_norm(h.data(), std::size_t(tokens), hd, w.input_layernorm, s.rms_eps);
@@ -129,26 +133,30 @@ void attention_block(const stack_config& s, const decoder_layer_weights& w, int 
           auto [block, slot] = kv_slot(plan, r, i, bt);
           const float* kv_k = kv.k(layer, block, slot) + std::size_t(kvh) * d;
           float dot = 0.0f;
-          for (int e = 0; e < d; ++e) dot += qv[e] * kv_k[e];
+          for (int e = 0; e < d; ++e)
+            dot += qv[e] * kv_k[e];
           scores[std::size_t(i)] = dot * scale;
           top = std::max(top, scores[std::size_t(i)]);
         }
         float total = 0.0f;
-        for (float& sc : scores) total += (sc = std::exp(sc - top));
+        for (float& sc : scores)
+          total += (sc = std::exp(sc - top));
         float* o = attn.data() + std::size_t(row.first + t) * qd + std::size_t(head) * d;
         std::fill_n(o, d, 0.0f);
         for (int i = 0; i < visible; ++i) {
           auto [block, slot] = kv_slot(plan, r, i, bt);
           const float* kv_v = kv.v(layer, block, slot) + std::size_t(kvh) * d;
           const float p = scores[std::size_t(i)] / total;
-          for (int e = 0; e < d; ++e) o[e] += p * kv_v[e];
+          for (int e = 0; e < d; ++e)
+            o[e] += p * kv_v[e];
         }
       }
     }
   }
   std::vector<float> o(std::size_t(tokens) * hd);
   linear(attn.data(), tokens, qd, w.o_proj, nullptr, hd, o.data());
-  for (std::size_t i = 0; i < o.size(); ++i) x[i] += o[i];
+  for (std::size_t i = 0; i < o.size(); ++i)
+    x[i] += o[i];
 }
 
 // SwiGLU MLP on the post-attention norm, added to x.
@@ -159,9 +167,11 @@ void mlp_block(const stack_config& s, const decoder_layer_weights& w, float* x, 
   std::vector<float> gate(std::size_t(tokens) * im), up(std::size_t(tokens) * im), down(std::size_t(tokens) * hd);
   linear(h.data(), tokens, hd, w.gate_proj, nullptr, im, gate.data());
   linear(h.data(), tokens, hd, w.up_proj, nullptr, im, up.data());
-  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = silu(gate[i]) * up[i];
+  for (std::size_t i = 0; i < gate.size(); ++i)
+    gate[i] = silu(gate[i]) * up[i];
   linear(gate.data(), tokens, im, w.down_proj, nullptr, hd, down.data());
-  for (std::size_t i = 0; i < down.size(); ++i) x[i] += down[i];
+  for (std::size_t i = 0; i < down.size(); ++i)
+    x[i] += down[i];
 }
 
 // The decoder stack over a step's tokens, then the final norm of each row's last token into `last` [rows][hidden].
@@ -192,11 +202,13 @@ void run_stack(const stack_config& s, const std::vector<decoder_layer_weights>& 
 
 void add_row(const tensor& table, int id, int width, float* out) {
   const float* src = table.data() + std::size_t(id) * width;
-  for (int i = 0; i < width; ++i) out[i] += src[i];
+  for (int i = 0; i < width; ++i)
+    out[i] += src[i];
 }
 
 std::string lower(std::string s) {
-  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  for (char& ch : s)
+    ch = char(std::tolower(static_cast<unsigned char>(ch)));
   return s;
 }
 
@@ -232,10 +244,12 @@ step_tables kv_block_pool::plan(std::span<row_pages* const> rows, std::span<cons
       row.blocks.push_back(free_.back());
       free_.pop_back();
     }
-    for (int p = 0; p < want; ++p) t.page_indices.push_back(row.blocks[std::size_t(p)]);
+    for (int p = 0; p < want; ++p)
+      t.page_indices.push_back(row.blocks[std::size_t(p)]);
     t.page_indptr.push_back(std::int32_t(t.page_indices.size()));
     t.last_page_len.push_back(want == 0 ? 0 : total - (want - 1) * block_tokens_);
-    for (int i = row.tokens; i < total; ++i) t.positions.push_back(i);
+    for (int i = row.tokens; i < total; ++i)
+      t.positions.push_back(i);
     t.qo_indptr.push_back(t.qo_indptr.back() + new_tokens[r]);
     row.tokens = total;
   }
@@ -277,7 +291,8 @@ std::int32_t talker_sampler::pick(std::span<float> logits, const sampling_settin
                                   std::uint32_t frame, int codebook) const {
   const float ninf = -std::numeric_limits<float>::infinity();
   if (s.do_sample) {
-    for (float& l : logits) l /= s.temperature;
+    for (float& l : logits)
+      l /= s.temperature;
     if (s.top_k > 0 && std::size_t(s.top_k) < logits.size()) {
       std::vector<float> sorted(logits.begin(), logits.end());
       std::nth_element(sorted.begin(), sorted.begin() + (s.top_k - 1), sorted.end(), std::greater<float>());
@@ -292,7 +307,8 @@ std::int32_t talker_sampler::pick(std::span<float> logits, const sampling_settin
       std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return logits[a] < logits[b]; });
       const float top = logits[order.back()];
       double total = 0.0;
-      for (float l : logits) total += std::exp(double(l - top));
+      for (float l : logits)
+        total += std::exp(double(l - top));
       double cum = 0.0;
       for (std::size_t i = 0; i + 1 < order.size(); ++i) {
         cum += std::exp(double(logits[order[i]] - top)) / total;
@@ -305,7 +321,8 @@ std::int32_t talker_sampler::pick(std::span<float> logits, const sampling_settin
   if (!s.do_sample) return std::int32_t(best);
   const float top = logits[best];
   float total = 0.0f;
-  for (float& l : logits) total += (l = std::exp(l - top)); // logits now hold unnormalised probabilities
+  for (float& l : logits)
+    total += (l = std::exp(l - top)); // logits now hold unnormalised probabilities
   const mstar::sampler_row row{seed, frame, 0, 0.0f, 0.0f};
   const float target = mstar::sample_uniform(row, std::uint32_t(codebook)) * total;
   float acc = 0.0f;
@@ -318,7 +335,8 @@ std::int32_t talker_sampler::pick(std::span<float> logits, const sampling_settin
 
 // ---- talker_host ----------------------------------------------------------------------------------------------
 
-talker_host::talker_host(talker_config config, talker_weights weights) : c_(std::move(config)), w_(std::move(weights)) {}
+talker_host::talker_host(talker_config config, talker_weights weights)
+    : c_(std::move(config)), w_(std::move(weights)) {}
 
 kv_shape talker_host::kv_for(int blocks, int block_tokens) const {
   return {c_.talker.layers, blocks, block_tokens, c_.talker.kv_heads, c_.talker.head_dim};
@@ -335,7 +353,8 @@ void talker_host::text_rows(std::span<const std::int32_t> ids, float* out) const
     std::copy_n(w_.text_embedding.data() + std::size_t(id) * th, th, e.data() + std::size_t(i) * th);
   }
   linear(e.data(), n, th, w_.text_fc1_weight, w_.text_fc1_bias.data(), th, mid.data());
-  for (float& m : mid) m = silu(m);
+  for (float& m : mid)
+    m = silu(m);
   linear(mid.data(), n, th, w_.text_fc2_weight, w_.text_fc2_bias.data(), c_.talker.hidden, out);
 }
 
@@ -353,7 +372,8 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
   if (language != "auto") {
     auto it = c_.codec_language_id.find(language);
     if (it == c_.codec_language_id.end())
-      throw std::invalid_argument("language \"" + p.language + "\" is not in this checkpoint's codec_language_id; "
+      throw std::invalid_argument("language \"" + p.language +
+                                  "\" is not in this checkpoint's codec_language_id; "
                                   "use \"auto\" or one of its languages");
     language_id = it->second;
   }
@@ -370,8 +390,10 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
       if (d->second) language_id = c_.codec_language_id.at(*d->second); // a dialect speaker forces its dialect
     }
   }
-  if (language_id < 0) codec = {c_.codec_nothink, c_.codec_think_bos, c_.codec_think_eos};
-  else codec = {c_.codec_think, c_.codec_think_bos, language_id, c_.codec_think_eos};
+  if (language_id < 0)
+    codec = {c_.codec_nothink, c_.codec_think_bos, c_.codec_think_eos};
+  else
+    codec = {c_.codec_think, c_.codec_think_bos, language_id, c_.codec_think_eos};
   if (speaker_id >= 0) codec.push_back(speaker_id);
   codec.push_back(c_.codec_pad);
   codec.push_back(c_.codec_bos);
@@ -392,9 +414,16 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
   b.rows = instr + 3 + codec_rows + text_in_prompt;
   b.prefill.assign(std::size_t(b.rows) * hd, 0.0f);
   float* row = b.prefill.data();
-  auto next = [&] { float* r = row; row += hd; return r; };
+  auto next = [&] {
+    float* r = row;
+    row += hd;
+    return r;
+  };
 
-  if (instr > 0) { text_rows(p.instruct_ids, row); row += std::size_t(instr) * hd; }
+  if (instr > 0) {
+    text_rows(p.instruct_ids, row);
+    row += std::size_t(instr) * hd;
+  }
   text_rows(std::span(ids.data(), 3), row);
   row += std::size_t(3) * hd;
   for (int i = 0; i < codec_rows; ++i) {
@@ -412,7 +441,8 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
     std::copy_n(tts_eos, hd, b.trailing.data() + std::size_t(b.trailing_rows - 1) * hd);
   } else {
     text_rows(text, row);
-    for (std::size_t i = 0; i < text.size(); ++i) add_row(w_.codec_embedding, c_.codec_pad, hd, next());
+    for (std::size_t i = 0; i < text.size(); ++i)
+      add_row(w_.codec_embedding, c_.codec_pad, hd, next());
     float* eos = next();
     std::copy_n(tts_eos, hd, eos);
     add_row(w_.codec_embedding, c_.codec_pad, hd, eos);
@@ -496,7 +526,8 @@ void talker_host::predict(std::span<const float> hidden, std::span<std::int32_t>
     t.page_indptr.push_back(0);
     for (std::size_t r = 0; r < rows; ++r) {
       const int before = step == 0 ? 0 : step + 1;
-      for (int i = 0; i < per_row; ++i) t.positions.push_back(before + i);
+      for (int i = 0; i < per_row; ++i)
+        t.positions.push_back(before + i);
       t.qo_indptr.push_back(t.qo_indptr.back() + per_row);
       t.page_indices.push_back(std::int32_t(r));
       t.page_indptr.push_back(std::int32_t(r + 1));
@@ -515,8 +546,10 @@ void talker_host::decode_input(std::span<const std::int32_t> frame, const float*
   const int hd = c_.talker.hidden;
   std::fill_n(out, hd, 0.0f);
   add_row(w_.codec_embedding, frame[0], hd, out);
-  for (int g = 1; g < c_.code_groups; ++g) add_row(w_.predictor.codec_embedding[std::size_t(g - 1)], frame[std::size_t(g)], hd, out);
-  for (int i = 0; i < hd; ++i) out[i] += text_row[i];
+  for (int g = 1; g < c_.code_groups; ++g)
+    add_row(w_.predictor.codec_embedding[std::size_t(g - 1)], frame[std::size_t(g)], hd, out);
+  for (int i = 0; i < hd; ++i)
+    out[i] += text_row[i];
 }
 
 // ---- generate -------------------------------------------------------------------------------------------------
@@ -531,8 +564,8 @@ public:
   batch_run(const talker_host& model, std::span<const talker_prompt> prompts, const talker_sampling& sampling,
             std::span<const std::uint64_t> seeds, const generate_options& options)
       : model_(model), c_(model.config()), sampler_(c_, sampling), seeds_(seeds), options_(options),
-        max_frames_(sampling.max_frames), results_(prompts.size()), pages_(prompts.size()),
-        history_(prompts.size()), code0_(prompts.size()) {
+        max_frames_(sampling.max_frames), results_(prompts.size()), pages_(prompts.size()), history_(prompts.size()),
+        code0_(prompts.size()) {
     int tokens = 0;
     for (const auto& p : prompts) {
       built_.push_back(model.build_prompt(p));
@@ -547,7 +580,8 @@ public:
     std::vector<std::size_t> live(results_.size());
     std::iota(live.begin(), live.end(), 0);
     std::vector<float> x;
-    for (std::size_t r : live) x.insert(x.end(), built_[r].prefill.begin(), built_[r].prefill.end());
+    for (std::size_t r : live)
+      x.insert(x.end(), built_[r].prefill.begin(), built_[r].prefill.end());
     talker_step(live, x, 0, true);
     for (int step = 0; !live.empty(); ++step) {
       std::erase_if(live, [&](std::size_t r) { return ended(r); });
@@ -566,7 +600,8 @@ public:
       x.resize(live.size() * std::size_t(c_.talker.hidden));
       talker_step(live, x, step + 1, false);
     }
-    for (auto& p : pages_) pool_->release(p);
+    for (auto& p : pages_)
+      pool_->release(p);
     return std::move(results_);
   }
 
@@ -588,8 +623,10 @@ private:
       tokens.push_back(prefill ? built_[r].rows : 1);
     }
     const step_tables t = pool_->plan(rows, tokens);
-    if (prefill) model_.prefill(x, t.view(), *kv_, out_);
-    else model_.decode(x, t.view(), *kv_, out_);
+    if (prefill)
+      model_.prefill(x, t.view(), *kv_, out_);
+    else
+      model_.decode(x, t.view(), *kv_, out_);
     hidden_.assign(results_.size() * std::size_t(c_.talker.hidden), 0.0f);
     const std::size_t vocab = std::size_t(c_.talker.vocab), hd = std::size_t(c_.talker.hidden);
     for (std::size_t i = 0; i < live.size(); ++i) {
@@ -612,7 +649,8 @@ private:
     for (std::size_t i = 0; i < live.size(); ++i) {
       const std::size_t r = live[i];
       codes[i * groups()] = code0_[r];
-      hidden.insert(hidden.end(), hidden_.begin() + std::ptrdiff_t(r * hd), hidden_.begin() + std::ptrdiff_t((r + 1) * hd));
+      hidden.insert(hidden.end(), hidden_.begin() + std::ptrdiff_t(r * hd),
+                    hidden_.begin() + std::ptrdiff_t((r + 1) * hd));
       seeds.push_back(seeds_[r]);
       frames.push_back(std::uint32_t(results_[r].frames.size()));
     }
@@ -621,7 +659,8 @@ private:
     const std::size_t per_row = (groups() - 1) * std::size_t(c_.predictor.vocab);
     for (std::size_t i = 0; i < live.size(); ++i) {
       generate_result& res = results_[live[i]];
-      res.frames.emplace_back(codes.begin() + std::ptrdiff_t(i * groups()), codes.begin() + std::ptrdiff_t((i + 1) * groups()));
+      res.frames.emplace_back(codes.begin() + std::ptrdiff_t(i * groups()),
+                              codes.begin() + std::ptrdiff_t((i + 1) * groups()));
       if (!logits.empty())
         res.predictor_logits.emplace_back(logits.begin() + std::ptrdiff_t(i * per_row),
                                           logits.begin() + std::ptrdiff_t((i + 1) * per_row));

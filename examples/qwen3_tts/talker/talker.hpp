@@ -104,11 +104,11 @@ struct sampling_settings {
 
 // The reference generate()'s defaults.
 struct talker_sampling {
-  sampling_settings talker;             // code 0
-  sampling_settings sub;                // the code predictor's codes 1..15 (subtalker_*)
-  float repetition_penalty = 1.05f;     // on code-0 ids already generated in this request
-  int min_new_tokens = 2;               // the end token is masked before this many code-0 ids
-  int max_frames = 4095;                // frames at most: the reference generate()'s max_new_tokens 4096, less one
+  sampling_settings talker;         // code 0
+  sampling_settings sub;            // the code predictor's codes 1..15 (subtalker_*)
+  float repetition_penalty = 1.05f; // on code-0 ids already generated in this request
+  int min_new_tokens = 2;           // the end token is masked before this many code-0 ids
+  int max_frames = 4095;            // frames at most: the reference generate()'s max_new_tokens 4096, less one
   static talker_sampling greedy() {
     talker_sampling s;
     s.talker.do_sample = s.sub.do_sample = false;
@@ -145,16 +145,16 @@ struct talker_prompt {
   std::vector<std::int32_t> instruct_ids; // VoiceDesign's instruction, chat-templated; empty: none
   std::string speaker;                    // CustomVoice speaker name; empty: none
   std::string language = "auto";
-  bool non_streaming = false;             // all text in the prompt (the wrapper's default) or one row a step
+  bool non_streaming = false; // all text in the prompt (the wrapper's default) or one row a step
 };
 
 // A prompt as embedding rows of the Talker's width.
 struct built_prompt {
   int rows = 0;
-  std::vector<float> prefill;   // [rows][hidden]
+  std::vector<float> prefill; // [rows][hidden]
   int trailing_rows = 0;
-  std::vector<float> trailing;  // [trailing_rows][hidden]: decode step s adds row s, then tts_pad
-  std::vector<float> tts_pad;   // [hidden]
+  std::vector<float> trailing; // [trailing_rows][hidden]: decode step s adds row s, then tts_pad
+  std::vector<float> tts_pad;  // [hidden]
   const float* text_row(int step) const {
     return step < trailing_rows ? trailing.data() + std::size_t(step) * (tts_pad.size()) : tts_pad.data();
   }
@@ -209,9 +209,9 @@ struct generate_options {
 };
 
 struct generate_result {
-  std::vector<std::vector<std::int32_t>> frames; // [frames][code_groups]
-  bool stopped = false;                           // the end token came (else max_frames ended it)
-  std::vector<std::vector<float>> talker_logits;  // raw, steps 0 .. record_steps - 1
+  std::vector<std::vector<std::int32_t>> frames;    // [frames][code_groups]
+  bool stopped = false;                             // the end token came (else max_frames ended it)
+  std::vector<std::vector<float>> talker_logits;    // raw, steps 0 .. record_steps - 1
   std::vector<std::vector<float>> predictor_logits; // raw, per recorded frame: [code_groups - 1][vocab]
 };
 

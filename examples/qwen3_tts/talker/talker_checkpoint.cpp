@@ -23,7 +23,8 @@ talker_host load_talker(const std::string& model_dir) {
 chat_ids read_chat_ids(const std::string& model_dir, const talker_config& config) {
   const std::string path = model_dir + "/vocab.json";
   std::ifstream f(path);
-  if (!f) throw std::runtime_error(path + ": cannot open; the chat template's ids come from the checkpoint's vocab.json");
+  if (!f)
+    throw std::runtime_error(path + ": cannot open; the chat template's ids come from the checkpoint's vocab.json");
   const nlohmann::json vocab = nlohmann::json::parse(f, nullptr, false);
   if (!vocab.is_object()) throw std::runtime_error(path + ": not a JSON object of token -> id");
   auto id = [&](const char* token) {
@@ -33,7 +34,8 @@ chat_ids read_chat_ids(const std::string& model_dir, const talker_config& config
     return it->get<std::int32_t>();
   };
   const std::int32_t newline = id("\xC4\x8A"); // "Ċ", the byte-level form of "\n"
-  return {{config.im_start, id("assistant"), newline}, {config.im_start, id("user"), newline}, {config.im_end, newline}};
+  return {
+      {config.im_start, id("assistant"), newline}, {config.im_start, id("user"), newline}, {config.im_end, newline}};
 }
 
 } // namespace qwen3_tts

@@ -135,8 +135,8 @@ talker_config parse_talker_config(const json& config, const std::string& where) 
   if (pr.req_int("num_code_groups", 2) != c.code_groups)
     pr.fail("num_code_groups", "differs from talker_config.num_code_groups (" + std::to_string(c.code_groups) + ")");
   if (c.talker.vocab < 1024)
-    tr.fail("vocab_size", "expected at least 1024 (the last 1024 ids are control tokens), found " +
-                              std::to_string(c.talker.vocab));
+    tr.fail("vocab_size",
+            "expected at least 1024 (the last 1024 ids are control tokens), found " + std::to_string(c.talker.vocab));
 
   // The Talker's RoPE is the multimodal one: rope_scaling carries the sections and the interleave flag.
   const reader rs = tr.sub("rope_scaling");
@@ -174,24 +174,30 @@ talker_config parse_talker_config(const json& config, const std::string& where) 
     const json& x = v.is_array() && v.size() == 1 ? v[0] : v;
     const int id = r.integer(x, field);
     if (id < 0 || id >= c.talker.vocab)
-      r.fail(field, std::to_string(id) + " is outside the codec vocabulary [0, " + std::to_string(c.talker.vocab) + ")");
+      r.fail(field,
+             std::to_string(id) + " is outside the codec vocabulary [0, " + std::to_string(c.talker.vocab) + ")");
     return id;
   };
   if (const json* spk = tr.find("spk_id")) {
     if (!spk->is_object()) tr.fail("spk_id", "expected an object of speaker name -> codec id");
-    for (auto& [name, v] : spk->items()) c.spk_id[lower(name)] = codec_id(tr, v, "spk_id." + name);
+    for (auto& [name, v] : spk->items())
+      c.spk_id[lower(name)] = codec_id(tr, v, "spk_id." + name);
   }
   if (const json* dia = tr.find("spk_is_dialect")) {
     if (!dia->is_object()) tr.fail("spk_is_dialect", "expected an object of speaker name -> false or a dialect name");
     for (auto& [name, v] : dia->items()) {
-      if (v.is_boolean() && !v.get<bool>()) c.spk_dialect[lower(name)] = std::nullopt;
-      else if (v.is_string()) c.spk_dialect[lower(name)] = v.get<std::string>();
-      else tr.fail("spk_is_dialect." + name, "expected false or a dialect name, found " + v.dump());
+      if (v.is_boolean() && !v.get<bool>())
+        c.spk_dialect[lower(name)] = std::nullopt;
+      else if (v.is_string())
+        c.spk_dialect[lower(name)] = v.get<std::string>();
+      else
+        tr.fail("spk_is_dialect." + name, "expected false or a dialect name, found " + v.dump());
     }
   }
   if (const json* lang = tr.find("codec_language_id")) {
     if (!lang->is_object()) tr.fail("codec_language_id", "expected an object of language -> codec id");
-    for (auto& [name, v] : lang->items()) c.codec_language_id[lower(name)] = codec_id(tr, v, "codec_language_id." + name);
+    for (auto& [name, v] : lang->items())
+      c.codec_language_id[lower(name)] = codec_id(tr, v, "codec_language_id." + name);
   }
   for (auto& [name, dialect] : c.spk_dialect)
     if (dialect && !c.codec_language_id.count(*dialect))

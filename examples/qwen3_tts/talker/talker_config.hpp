@@ -41,9 +41,9 @@ struct talker_config {
   // Text ids (text vocabulary).
   int tts_pad = 0, tts_bos = 0, tts_eos = 0, im_start = 0, im_end = 0;
 
-  std::map<std::string, int> spk_id;                         // lower-case name -> codec id
+  std::map<std::string, int> spk_id;                             // lower-case name -> codec id
   std::map<std::string, std::optional<std::string>> spk_dialect; // name -> dialect language (nullopt: none)
-  std::map<std::string, int> codec_language_id;              // lower-case language -> codec id
+  std::map<std::string, int> codec_language_id;                  // lower-case language -> codec id
   std::string tts_model_size, tts_model_type;
 
   // Ids the Talker may never sample (the last 1024 of its vocabulary except the end token).

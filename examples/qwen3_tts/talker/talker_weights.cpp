@@ -47,7 +47,8 @@ talker_weights load_talker_weights(const talker_config& c, const tensor_source& 
   p.norm = get(pre + "model.norm.weight", shape{ph});
   for (int g = 0; g + 1 < c.code_groups; ++g) {
     // The predictor's embeddings have the Talker's width; the projection (if any) follows the lookup.
-    p.codec_embedding.push_back(get(pre + "model.codec_embedding." + std::to_string(g) + ".weight", shape{c.predictor.vocab, h}));
+    p.codec_embedding.push_back(
+        get(pre + "model.codec_embedding." + std::to_string(g) + ".weight", shape{c.predictor.vocab, h}));
     p.lm_head.push_back(get(pre + "lm_head." + std::to_string(g) + ".weight", shape{c.predictor.vocab, ph}));
   }
   if (ph != h) {

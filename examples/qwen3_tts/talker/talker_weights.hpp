@@ -26,23 +26,23 @@ struct decoder_layer_weights {
 
 struct predictor_weights {
   std::vector<decoder_layer_weights> layers;
-  tensor norm;                        // [predictor hidden]
+  tensor norm;                         // [predictor hidden]
   std::vector<tensor> codec_embedding; // code_groups - 1 of [predictor vocab][talker hidden]
   std::vector<tensor> lm_head;         // code_groups - 1 of [predictor vocab][predictor hidden]
   // small_to_mtp_projection, present only when the predictor is narrower or wider than the Talker.
-  tensor projection_weight;            // [predictor hidden][talker hidden]
-  tensor projection_bias;              // [predictor hidden]
+  tensor projection_weight; // [predictor hidden][talker hidden]
+  tensor projection_bias;   // [predictor hidden]
   bool has_projection() const { return !projection_weight.empty(); }
 };
 
 struct talker_weights {
-  tensor text_embedding;           // [text vocab][text hidden]
+  tensor text_embedding;                 // [text vocab][text hidden]
   tensor text_fc1_weight, text_fc1_bias; // text_projection.linear_fc1: [text hidden][text hidden], [text hidden]
   tensor text_fc2_weight, text_fc2_bias; // text_projection.linear_fc2: [hidden][text hidden], [hidden]
-  tensor codec_embedding;          // [vocab][hidden]
+  tensor codec_embedding;                // [vocab][hidden]
   std::vector<decoder_layer_weights> layers;
-  tensor norm;                     // [hidden]
-  tensor codec_head;               // [vocab][hidden]
+  tensor norm;       // [hidden]
+  tensor codec_head; // [vocab][hidden]
   predictor_weights predictor;
 };
 

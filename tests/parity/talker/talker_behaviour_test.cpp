@@ -16,28 +16,44 @@ namespace {
 
 nlohmann::json small_config() {
   using json = nlohmann::json;
-  json predictor = {{"hidden_size", 24}, {"intermediate_size", 40}, {"num_hidden_layers", 2},
+  json predictor = {{"hidden_size", 24},        {"intermediate_size", 40},  {"num_hidden_layers", 2},
                     {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 8},
-                    {"vocab_size", 32}, {"num_code_groups", 16}, {"rope_theta", 10000}};
-  json talker = {{"code_predictor_config", predictor}, {"vocab_size", 1024 + 32}, {"hidden_size", 32},
-                 {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-                 {"num_key_value_heads", 2}, {"head_dim", 8}, {"num_code_groups", 16}, {"text_hidden_size", 16},
-                 {"text_vocab_size", 64}, {"rope_theta", 1000000},
+                    {"vocab_size", 32},         {"num_code_groups", 16},    {"rope_theta", 10000}};
+  json talker = {{"code_predictor_config", predictor},
+                 {"vocab_size", 1024 + 32},
+                 {"hidden_size", 32},
+                 {"intermediate_size", 48},
+                 {"num_hidden_layers", 2},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2},
+                 {"head_dim", 8},
+                 {"num_code_groups", 16},
+                 {"text_hidden_size", 16},
+                 {"text_vocab_size", 64},
+                 {"rope_theta", 1000000},
                  {"rope_scaling", {{"mrope_section", {2, 1, 1}}, {"interleaved", true}, {"rope_type", "default"}}},
-                 {"codec_eos_token_id", 1026}, {"codec_think_id", 1030}, {"codec_nothink_id", 1031},
-                 {"codec_think_bos_id", 1032}, {"codec_think_eos_id", 1033}, {"codec_pad_id", 1024},
-                 {"codec_bos_id", 1025}, {"spk_id", {{"Vivian", 1040}}}, {"spk_is_dialect", {{"Vivian", false}}},
+                 {"codec_eos_token_id", 1026},
+                 {"codec_think_id", 1030},
+                 {"codec_nothink_id", 1031},
+                 {"codec_think_bos_id", 1032},
+                 {"codec_think_eos_id", 1033},
+                 {"codec_pad_id", 1024},
+                 {"codec_bos_id", 1025},
+                 {"spk_id", {{"Vivian", 1040}}},
+                 {"spk_is_dialect", {{"Vivian", false}}},
                  {"codec_language_id", {{"english", 1050}}}};
   return {{"talker_config", talker}, {"tts_pad_token_id", 60}, {"tts_bos_token_id", 61}, {"tts_eos_token_id", 62},
-          {"im_start_token_id", 58}, {"im_end_token_id", 59}, {"tts_model_size", "1b7"}};
+          {"im_start_token_id", 58}, {"im_end_token_id", 59},  {"tts_model_size", "1b7"}};
 }
 
 // Deterministic values in [-0.5, 0.5) from the tensor's name and index; norms near 1.
 tensor random_tensor(const std::string& name, const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    n *= d;
   std::uint64_t h = 1469598103934665603ull;
-  for (char ch : name) h = (h ^ std::uint8_t(ch)) * 1099511628211ull;
+  for (char ch : name)
+    h = (h ^ std::uint8_t(ch)) * 1099511628211ull;
   tensor t(static_cast<std::size_t>(n));
   for (auto& v : t) {
     h = h * 6364136223846793005ull + 1442695040888963407ull;
@@ -251,6 +267,7 @@ TEST_CASE("Talker.a_padding_row_without_tokens_or_pages_changes_nothing_for_the_
   const std::size_t v = std::size_t(model().config().talker.vocab);
   REQUIRE(padded.logits.size() == 3 * v);
   CHECK(std::equal(plain.logits.begin(), plain.logits.begin() + std::ptrdiff_t(v), padded.logits.begin()));
-  CHECK(std::equal(plain.logits.begin() + std::ptrdiff_t(v), plain.logits.end(), padded.logits.begin() + std::ptrdiff_t(2 * v)));
+  CHECK(std::equal(plain.logits.begin() + std::ptrdiff_t(v), plain.logits.end(),
+                   padded.logits.begin() + std::ptrdiff_t(2 * v)));
   CHECK(std::all_of(padded.hidden.begin() + 32, padded.hidden.begin() + 64, [](float h) { return h == 0.0f; }));
 }

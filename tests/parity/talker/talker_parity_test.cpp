@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qwen3_tts/checkpoint/safetensors.hpp"
 #include "talker.hpp"
 #include "talker_checkpoint.hpp"
-#include "qwen3_tts/checkpoint/safetensors.hpp"
 
 using namespace qwen3_tts;
 
@@ -95,7 +95,7 @@ void check_case(const std::string& name) {
     REQUIRE(embeds.size() == built.prefill.size());
     CHECK(closeness(built.prefill.data(), embeds.data(), embeds.size()) < tolerance);
 
-    const std::vector<float> talker_ref = logits.get(key + "talker_logits");      // [steps][vocab]
+    const std::vector<float> talker_ref = logits.get(key + "talker_logits");       // [steps][vocab]
     const std::vector<float> predictor_ref = logits.get(key + "predictor_logits"); // [steps][15][pvocab]
     const int steps = int(talker_ref.size() / vocab);
     generate_options options;
