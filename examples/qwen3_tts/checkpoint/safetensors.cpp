@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <utility>
 
 namespace qwen3_tts {
@@ -202,11 +203,20 @@ std::uint64_t unsigned_field(const nlohmann::json& v, const std::filesystem::pat
 nlohmann::json parse_header(std::span<const std::byte> header, const std::filesystem::path& file) {
   const auto* chars = reinterpret_cast<const char*>(header.data());
   nlohmann::json j;
+  // A name given twice would silently keep its last entry; the first one's bytes would then go unchecked.
+  std::set<std::string> names;
+  std::string duplicate;
+  const auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(chars, chars + header.size());
+    j = nlohmann::json::parse(chars, chars + header.size(), on_event);
   } catch (const nlohmann::json::parse_error& e) {
     fail(file, {}, std::string("the header is not valid JSON (") + e.what() + ")");
   }
+  if (!duplicate.empty()) fail(file, duplicate, "the header names this tensor twice");
   if (!j.is_object()) fail(file, {}, "the header is JSON but not an object of tensors (it is " + std::string(j.type_name()) + ")");
   return j;
 }

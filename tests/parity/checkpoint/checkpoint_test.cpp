@@ -200,6 +200,13 @@ TEST_CASE("checkpoint.safetensors: overlapping tensors are refused naming both")
   expect_file_error(file, {file.string(), "tensor 'second'", "overlap", "'first'"});
 }
 
+TEST_CASE("checkpoint.safetensors: a tensor named twice in the header is refused") {
+  temp_dir dir;
+  const auto file = dir.path / "twice.safetensors";
+  write_file(file, safetensors_bytes("{" + one_f32 + "," + one_f32 + "}", zeros(24)));
+  expect_file_error(file, {file.string(), "tensor 'w'", "twice"});
+}
+
 TEST_CASE("checkpoint.safetensors: metadata that is not a map of strings is refused") {
   temp_dir dir;
   const auto file = dir.path / "meta.safetensors";
