@@ -206,8 +206,9 @@ void compare_runs(rig& m, const std::vector<talker_prompt>& prompts, int frames,
     ++flips;
     if (sample) return;
     const auto [margin, scale] = margin_of(host_logits, n);
-    std::printf("row %d frame %d codebook %d: host %d, cuda %d; host margin %.3g (%.3g of max|logit|)\n", r, f,
-                codebook, host_code, got, double(margin), double(margin / scale));
+    if (flips <= 5) // the first few; the summary counts them all
+      std::printf("row %d frame %d codebook %d: host %d, cuda %d; host margin %.3g (%.3g of max|logit|)\n", r, f,
+                  codebook, host_code, got, double(margin), double(margin / scale));
     INFO("row ", r, " frame ", f, " codebook ", codebook, ": codes differ (host ", host_code, ", cuda ", got,
          ") at a host margin of ", margin, " = ", margin / scale, " of max|logit|, above the tolerance ", tol);
     CHECK(margin <= tol * scale);
@@ -453,10 +454,11 @@ void check_against_reference(const std::string& name, bool forced) {
     const int ref = ref_code(r, f, g);
     if (got == ref) return true;
     const double margin = ref_margin(r, f, g), scale = double(margin_of(logits, n).second);
-    std::printf("%s: frame %d codebook %d: reference %d, cuda %d; reference margin %.3g (%.3g of max|logit|; "
-                "smallest margin of the prompt %.3g)\n",
-                label(r).c_str(), f, g, ref, got, margin, margin / scale,
-                cases[std::size_t(r)].at("min_margin").get<double>());
+    if (flips < 5 || first_mismatch[std::size_t(r)] < 0) // each prompt's first, and a few more; all counted
+      std::printf("%s: frame %d codebook %d: reference %d, cuda %d; reference margin %.3g (%.3g of max|logit|; "
+                  "smallest margin of the prompt %.3g)\n",
+                  label(r).c_str(), f, g, ref, got, margin, margin / scale,
+                  cases[std::size_t(r)].at("min_margin").get<double>());
     INFO(label(r), " frame ", f, " codebook ", g, ": cuda chose ", got, ", the reference ", ref, " by a margin of ",
          margin, ", more than the tolerance ", tol, " x max|logit| ", scale);
     CHECK(margin <= tol * scale);
