@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA Talker on a GPU machine, in one go (about 2-4 minutes on an H100/H200): configure a build
+# The CUDA Talker on a GPU machine, in one go (about 2-4 minutes on an H100/H200, at most 6): configure a build
 # with -Dgpu=enabled, build only mstar_talker_gpu_tests and qwen3tts_talker_bench, run the GPU tests
 # (then once more under compute-sanitizer memcheck), run the bench, and print a short table last.
 # Logs go to $OUT (default /tmp/talker_gpu). Exit status: the GPU tests' (0 pass, 1 fail).
@@ -22,24 +22,24 @@ ninja -C "$build" -j "$(nproc)" tests/gpu/mstar_talker_gpu_tests examples/qwen3_
   > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "build failed (log: $out/build.log)"; exit 2; }
 echo "configured and built in $((SECONDS - start)) s"
 
-timeout 120 "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/gpu_tests.log" 2>&1
+timeout 80 "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/gpu_tests.log" 2>&1
 test_rc=$?
 cat "$out/gpu_tests.log"
 
 san_rc=skipped
 if command -v compute-sanitizer > /dev/null; then
   # All but the fixture tests, which launch ~10^5 kernels, too slow under memcheck.
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro --test-case='*host float32*,*captured*,*sampled codes*,*same logits*' \
     > "$out/memcheck.log" 2>&1
   san_rc=$?
   tail -5 "$out/memcheck.log"
 fi
 
-timeout 120 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 100 > "$out/bench.log" 2>&1
+timeout 90 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 100 > "$out/bench.log" 2>&1
 bench_rc=$?
 cat "$out/bench.log"
-timeout 60 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 50 --model 0.6b --rows 1,64 --sample \
+timeout 30 "$build/examples/qwen3_tts/talker/qwen3tts_talker_bench" --iters 50 --model 0.6b --rows 1,64 --sample \
   > "$out/bench_sample.log" 2>&1
 sample_rc=$?
 cat "$out/bench_sample.log"
