@@ -663,3 +663,55 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
   cudaFree(d_out);
   cudaFree(d_seen);
 }
+
+TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The same arithmetic in the same order (one launch instead of two), so the logits agree to float
+  // rounding and the greedy codes are the same.
+  struct run_result {
+    std::vector<std::int32_t> frames;
+    std::vector<float> talker, predictor;
+  };
+  auto run = [](bool fused) {
+    rig m(2);
+    m.gpu.set_fused_decode(fused);
+    const std::vector<talker_prompt> prompts = {make_prompt(10, 4, false), make_prompt(5, 6, false)};
+    std::vector<float> embeds;
+    std::vector<int> lens;
+    for (const auto& p : prompts) {
+      const built_prompt b = m.host.build_prompt(p);
+      embeds.insert(embeds.end(), b.prefill.begin(), b.prefill.end());
+      lens.push_back(b.rows);
+    }
+    kv_block_pool pool(96, 4, 5);
+    std::vector<row_pages> pages(2);
+    std::vector<row_pages*> ptrs = {&pages[0], &pages[1]};
+    m.gpu.prefill(embeds, pool.plan(ptrs, lens).view());
+    run_result out;
+    for (int f = 0; f < 10; ++f) {
+      const std::vector<int> one = {1, 1};
+      const step_tables t = pool.plan(ptrs, one);
+      const std::vector<std::int32_t> text = {trailing_text_id(prompts[0], m.config, f),
+                                              trailing_text_id(prompts[1], m.config, f)};
+      m.gpu.set_decode_inputs(t.view(), text);
+      m.gpu.decode(2);
+      const auto fr = m.gpu.frames(2);
+      const auto tl = m.gpu.talker_logits(2);
+      const auto pl = m.gpu.predictor_logits(2);
+      out.frames.insert(out.frames.end(), fr.begin(), fr.end());
+      out.talker.insert(out.talker.end(), tl.begin(), tl.end());
+      out.predictor.insert(out.predictor.end(), pl.begin(), pl.end());
+    }
+    return out;
+  };
+  const run_result split = run(false), fused = run(true);
+  REQUIRE(split.talker.size() == fused.talker.size());
+  const float talker_err = rel_err(fused.talker.data(), split.talker.data(), split.talker.size());
+  const float predictor_err = rel_err(fused.predictor.data(), split.predictor.data(), split.predictor.size());
+  std::printf("fused vs split decode attention, 2 rows x 10 frames: relative logits difference Talker %.3g, "
+              "predictor %.3g\n",
+              double(talker_err), double(predictor_err));
+  CHECK(talker_err <= 1e-4f);
+  CHECK(predictor_err <= 1e-4f);
+  CHECK(fused.frames == split.frames);
+}

@@ -218,16 +218,23 @@ int qkv_width(const cuda_stack_dims& d) { return (d.heads + 2 * d.kv_heads) * d.
 
 // Runs the stack's layers over `tokens` tokens of x (float32 residual, modified), appending K/V by
 // `view`, and leaves the final norm in y16 (bf16) and, when given, y32.
+// fused: every row has one token, so qk_norm_rope_append and paged_attention may run as one launch.
 void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_stack_dims& d, float* x, int tokens,
-               const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s) {
+               const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false) {
+  fused = fused && d.heads / d.kv_heads <= cuda::max_decode_group;
   const int h = d.hidden, qw = d.heads * d.head_dim;
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
     cuda::rms_norm(x, l == 0 ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
     st.gemm(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens);
-    cuda::qk_norm_rope_append(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, st.q, w.kv[std::size_t(l)], view, d.heads,
-                              d.kv_heads, d.head_dim, d.rms_eps, s);
-    cuda::paged_attention(st.q, w.kv[std::size_t(l)], view, st.attn, d.heads, d.kv_heads, d.head_dim, s);
+    if (fused) {
+      cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
+                             d.kv_heads, d.head_dim, d.rms_eps, s);
+    } else {
+      cuda::qk_norm_rope_append(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, st.q, w.kv[std::size_t(l)], view, d.heads,
+                                d.kv_heads, d.head_dim, d.rms_eps, s);
+      cuda::paged_attention(st.q, w.kv[std::size_t(l)], view, st.attn, d.heads, d.kv_heads, d.head_dim, s);
+    }
     st.gemm(s, lw.o, h, qw, st.attn, qw, st.out, h, tokens);
     cuda::rms_norm(x, st.out, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
     st.gemm(s, lw.gate_up, 2 * d.intermediate, h, st.xn, h, st.gate_up, 2 * d.intermediate, tokens);
@@ -667,12 +674,21 @@ void talker_cuda::set_sampling(const talker_sampling& sampling) {
       throw std::invalid_argument(std::string("qwen3_tts CUDA talker: ") + which + " temperature " +
                                   std::to_string(s->temperature) + " must be > 0 when sampling");
   }
+  drop_graphs();
+  sampling_ = sampling;
+}
+
+void talker_cuda::drop_graphs() {
   TALKER_CHECK(cudaStreamSynchronize(stream_));
   for (auto& [rows, g] : s_->graphs)
     cudaGraphExecDestroy(g);
   s_->graphs.clear();
   s_->graph_nodes.clear();
-  sampling_ = sampling;
+}
+
+void talker_cuda::set_fused_decode(bool on) {
+  drop_graphs();
+  fused_decode_ = on;
 }
 
 void talker_cuda::set_seeds(std::span<const std::uint64_t> seeds) {
@@ -749,7 +765,7 @@ void talker_cuda::enqueue_decode(int rows) {
     const auto& pp = st.pred_plans[std::size_t(g)];
     const cuda::paged_view view{
         pp.qo_indptr, st.pred_page_indptr, st.pred_page_indices, pp.last_page_len, pp.positions, rows, tokens, groups};
-    run_stack(st, st.predictor, P, st.x, tokens, view, st.xn, nullptr, s);
+    run_stack(st, st.predictor, P, st.x, tokens, view, st.xn, nullptr, s, fused_decode_ && g > 0);
     // The head reads each row's last token: token 2r + 1 of the prefill, token r afterwards.
     const bf16* last = g == 0 ? st.xn + P.hidden : st.xn;
     const int ld = g == 0 ? 2 * P.hidden : P.hidden;
@@ -774,7 +790,7 @@ void talker_cuda::enqueue_decode(int rows) {
   // The Talker's step and the next frame's code 0.
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
                               rows,         rows,           limits_.block_tokens};
-  run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s);
+  run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_);
   st.gemm(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
           rows);
   choose_code0(rows);

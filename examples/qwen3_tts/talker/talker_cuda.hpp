@@ -127,6 +127,9 @@ public:
   // Each row's request seed (Philox key; the counter is the frame, the lane the codebook), as the host
   // sampler's seeds; rows past the span get 0. Synchronous.
   void set_seeds(std::span<const std::uint64_t> seeds);
+  // Decode steps run each layer's q/k norm, RoPE, KV append and attention as one launch (off by
+  // default until a GPU run has shown it equal to the two launches and faster). Drops captured graphs.
+  void set_fused_decode(bool on);
   // Nodes of the graph captured for `rows` (0 before its capture): at small batches the step's time is
   // mostly one launch latency per node.
   std::size_t graph_nodes(int rows) const;
@@ -156,6 +159,7 @@ private:
   void enqueue_decode(int rows);
   void choose_code0(int rows); // code 0 from st.logits, greedy or sampled per sampling_
   void upload_plan(const step_plan& plan, int tokens);
+  void drop_graphs(); // after a change that captured graphs have baked in
 
   talker_cuda_dims dims_;
   talker_cuda_limits limits_;
@@ -163,6 +167,7 @@ private:
   bool use_graphs_ = true;
   int planned_rows_ = 0; // rows of the last set_decode_inputs
   talker_sampling sampling_ = talker_sampling::greedy();
+  bool fused_decode_ = false;
   std::size_t weight_bytes_ = 0;
   std::unique_ptr<state> s_;
 };

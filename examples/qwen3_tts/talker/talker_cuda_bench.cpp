@@ -117,27 +117,32 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
     for (int r = 0; r < rows; ++r)
       text[std::size_t(r)] = 1000 + 37 * r;
     model.set_decode_inputs(plan, text);
-    model.decode(rows); // captures the graph
-    for (int i = 0; i < 5; ++i)
-      model.decode(rows);
-    check(cudaStreamSynchronize(model.stream()), "warm-up decode steps");
-    std::vector<float> ms(static_cast<std::size_t>(iters));
-    for (int i = 0; i < iters; ++i) {
-      check(cudaEventRecord(e0, model.stream()), "cudaEventRecord");
-      model.decode(rows);
-      check(cudaEventRecord(e1, model.stream()), "cudaEventRecord");
-      check(cudaEventSynchronize(e1), "decode step");
-      check(cudaEventElapsedTime(&ms[std::size_t(i)], e0, e1), "cudaEventElapsedTime");
+    // Both attention variants: qk-norm/RoPE/append and attention as two launches a layer, or fused.
+    for (const bool fused : {false, true}) {
+      model.set_fused_decode(fused);
+      model.decode(rows); // captures the graph
+      for (int i = 0; i < 5; ++i)
+        model.decode(rows);
+      check(cudaStreamSynchronize(model.stream()), "warm-up decode steps");
+      std::vector<float> ms(static_cast<std::size_t>(iters));
+      for (int i = 0; i < iters; ++i) {
+        check(cudaEventRecord(e0, model.stream()), "cudaEventRecord");
+        model.decode(rows);
+        check(cudaEventRecord(e1, model.stream()), "cudaEventRecord");
+        check(cudaEventSynchronize(e1), "decode step");
+        check(cudaEventElapsedTime(&ms[std::size_t(i)], e0, e1), "cudaEventElapsedTime");
+      }
+      std::sort(ms.begin(), ms.end());
+      const double median = ms[ms.size() / 2];
+      const double kv_bytes = double(T.layers) * rows * kv * T.kv_heads * T.head_dim * 2.0 * 2.0 +
+                              double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
+      const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
+      const double floor_ms = bytes / rate * 1e3;
+      std::printf("RESULT %-5s %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s  "
+                  "%zu nodes\n",
+                  name, fused ? "fused" : "split", rows, median, double(ms.front()), floor_ms, median / floor_ms,
+                  rows / (median * 1e-3), model.graph_nodes(rows));
     }
-    std::sort(ms.begin(), ms.end());
-    const double median = ms[ms.size() / 2];
-    const double kv_bytes = double(T.layers) * rows * kv * T.kv_heads * T.head_dim * 2.0 * 2.0 +
-                            double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
-    const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
-    const double floor_ms = bytes / rate * 1e3;
-    std::printf("RESULT %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s  %zu nodes\n",
-                name, rows, median, double(ms.front()), floor_ms, median / floor_ms, rows / (median * 1e-3),
-                model.graph_nodes(rows));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

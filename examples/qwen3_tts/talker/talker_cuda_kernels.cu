@@ -99,74 +99,77 @@ __global__ void gather_last_rows_kernel(const float* src, const std::int32_t* qo
   }
 }
 
+// One warp: RMSNorm of one q or k head (weights nw) and its rotation (NeoX half rotation, angle
+// position * inv_freq[i]), to dst32 (float) or dst16 (bf16, the KV cache).
+__device__ void norm_rope_head(const float* src, const float* nw, const float* inv_freq, float pos, float eps,
+                               int head_dim, float* dst32, bf16* dst16) {
+  const int lane = threadIdx.x & 31, half = head_dim / 2;
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32)
+    ss += src[i] * src[i];
+  const float inv = rsqrtf(warp_sum(ss) / float(head_dim) + eps);
+  for (int i = lane; i < half; i += 32) {
+    const float a = nw[i] * (src[i] * inv);
+    const float b = nw[i + half] * (src[i + half] * inv);
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle), s = sinf(angle);
+    const float lo = a * c - b * s;
+    const float hi = b * c + a * s;
+    if (dst32) {
+      dst32[i] = lo;
+      dst32[i + half] = hi;
+    } else {
+      dst16[i] = __float2bfloat16(lo);
+      dst16[i + half] = __float2bfloat16(hi);
+    }
+  }
+}
+
+// One warp: a v head into the cache as it is.
+__device__ void store_head(const float* src, int head_dim, bf16* dst) {
+  for (int i = threadIdx.x & 31; i < head_dim; i += 32)
+    dst[i] = __float2bfloat16(src[i]);
+}
+
 // One warp a head: heads q heads, then kv_heads k heads, then kv_heads v heads.
 __global__ void qk_norm_rope_append_kernel(const float* qkv, const float* q_norm, const float* k_norm,
                                            const float* inv_freq, float* q_out, kv_layer cache, paged_view view,
                                            int heads, int kv_heads, int head_dim, float eps) {
   const int t = blockIdx.x;
-  const int lane = threadIdx.x & 31;
   const int warps = blockDim.x >> 5;
   const int width = (heads + 2 * kv_heads) * head_dim;
-  const int half = head_dim / 2;
   const int r = row_of_token(view.qo_indptr, view.rows, t);
   const int j = kv_len_of_row(view, r) - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
   const float pos = float(view.positions[t]);
   for (int h = threadIdx.x >> 5; h < heads + 2 * kv_heads; h += warps) {
     const float* src = qkv + std::size_t(t) * width + std::size_t(h) * head_dim;
-    if (h >= heads + kv_heads) { // v: stored as it is
-      const int kvh = h - heads - kv_heads;
-      bf16* dst = cache.v + kv_offset(view, r, j, kvh, kv_heads, head_dim);
-      for (int i = lane; i < head_dim; i += 32)
-        dst[i] = __float2bfloat16(src[i]);
-      continue;
-    }
-    const bool is_q = h < heads;
-    const float* nw = is_q ? q_norm : k_norm;
-    float ss = 0.0f;
-    for (int i = lane; i < head_dim; i += 32)
-      ss += src[i] * src[i];
-    const float inv = rsqrtf(warp_sum(ss) / float(head_dim) + eps);
-    float* qdst = is_q ? q_out + (std::size_t(t) * heads + h) * head_dim : nullptr;
-    bf16* kdst = is_q ? nullptr : cache.k + kv_offset(view, r, j, h - heads, kv_heads, head_dim);
-    for (int i = lane; i < half; i += 32) {
-      const float a = nw[i] * (src[i] * inv);
-      const float b = nw[i + half] * (src[i + half] * inv);
-      const float angle = pos * inv_freq[i];
-      const float c = cosf(angle), s = sinf(angle);
-      const float lo = a * c - b * s;
-      const float hi = b * c + a * s;
-      if (is_q) {
-        qdst[i] = lo;
-        qdst[i + half] = hi;
-      } else {
-        kdst[i] = __float2bfloat16(lo);
-        kdst[i + half] = __float2bfloat16(hi);
-      }
-    }
+    if (h < heads)
+      norm_rope_head(src, q_norm, inv_freq, pos, eps, head_dim, q_out + (std::size_t(t) * heads + h) * head_dim,
+                     nullptr);
+    else if (h < heads + kv_heads)
+      norm_rope_head(src, k_norm, inv_freq, pos, eps, head_dim, nullptr,
+                     cache.k + kv_offset(view, r, j, h - heads, kv_heads, head_dim));
+    else
+      store_head(src, head_dim, cache.v + kv_offset(view, r, j, h - heads - kv_heads, kv_heads, head_dim));
   }
 }
 
-// Block (token, q head), 4 warps; lane l owns elements [l*per, (l+1)*per) of the head (lanes past
-// head_dim own none). Each warp runs an online softmax over kv indices w, w+4, ... of the causal
-// range; the four partial results are merged through shared memory.
+// Attention of one query head (qh: head_dim floats) of row r over its kv indices 0..last, by the 4
+// warps of the block; lane l owns elements [l*per, (l+1)*per) of the head (lanes past head_dim own
+// none). Each warp runs an online softmax over kv indices w, w+4, ...; the four partial results are
+// merged through shared memory into dst (bf16). Ends with a barrier, so the block may call it again.
 template <int D>
-__global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_view view, bf16* out, int heads,
-                                       int kv_heads) {
+__device__ void attend(const float* qh, const kv_layer& cache, const paged_view& view, int r, int last, int kvh,
+                       int kv_heads, bf16* dst) {
   constexpr int per = D >= 32 ? D / 32 : 1;
   constexpr int warps = 4;
   __shared__ float part_m[warps], part_l[warps];
   __shared__ float part_acc[warps][D];
-  const int t = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool active = lane * per < D;
-  const int kvh = h / (heads / kv_heads);
-  const int r = row_of_token(view.qo_indptr, view.rows, t);
-  const int kv_len = kv_len_of_row(view, r);
-  const int last = kv_len - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
   const float scale = rsqrtf(float(D));
 
   float qv[per], acc[per];
-  const float* qh = q + (std::size_t(t) * heads + h) * D;
 #pragma unroll
   for (int e = 0; e < per; ++e) {
     qv[e] = active ? qh[lane * per + e] : 0.0f;
@@ -236,16 +239,56 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
       total += part_l[w] * f[w];
     }
     if (active) {
-      bf16* dst = out + (std::size_t(t) * heads + h) * D + lane * per;
 #pragma unroll
       for (int e = 0; e < per; ++e) {
         float v = 0.0f;
         for (int w = 0; w < warps; ++w)
           v += part_acc[w][lane * per + e] * f[w];
-        dst[e] = __float2bfloat16(v / total);
+        dst[lane * per + e] = __float2bfloat16(v / total);
       }
     }
   }
+  __syncthreads();
+}
+
+// Block (token, q head), 4 warps: causal attention of the token over its row's pages.
+template <int D>
+__global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_view view, bf16* out, int heads,
+                                       int kv_heads) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int r = row_of_token(view.qo_indptr, view.rows, t);
+  const int last = kv_len_of_row(view, r) - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
+  attend<D>(q + (std::size_t(t) * heads + h) * D, cache, view, r, last, h / (heads / kv_heads), kv_heads,
+            out + (std::size_t(t) * heads + h) * D);
+}
+
+// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head),
+// 4 warps. The warps first normalise and rotate the group's query heads (into shared memory) and the
+// new K, store K and V in the cache, then -- after a barrier, which makes the block's own cache writes
+// visible to it -- attend for each query head of the group in turn.
+template <int D>
+__global__ void decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm,
+                                        const float* inv_freq, kv_layer cache, paged_view view, bf16* out, int heads,
+                                        int kv_heads, float eps) {
+  __shared__ float q_s[max_decode_group][D];
+  const int r = blockIdx.x, kvh = blockIdx.y;
+  const int group = heads / kv_heads;
+  const int t = view.qo_indptr[r];
+  const int j = kv_len_of_row(view, r) - 1;
+  const float pos = float(view.positions[t]);
+  const float* row = qkv + std::size_t(t) * (heads + 2 * kv_heads) * D;
+  for (int item = threadIdx.x >> 5; item < group + 2; item += int(blockDim.x >> 5)) {
+    if (item < group)
+      norm_rope_head(row + std::size_t(kvh * group + item) * D, q_norm, inv_freq, pos, eps, D, q_s[item], nullptr);
+    else if (item == group)
+      norm_rope_head(row + std::size_t(heads + kvh) * D, k_norm, inv_freq, pos, eps, D, nullptr,
+                     cache.k + kv_offset(view, r, j, kvh, kv_heads, D));
+    else
+      store_head(row + std::size_t(heads + kv_heads + kvh) * D, D, cache.v + kv_offset(view, r, j, kvh, kv_heads, D));
+  }
+  __syncthreads();
+  for (int i = 0; i < group; ++i)
+    attend<D>(q_s[i], cache, view, r, j, kvh, kv_heads, out + (std::size_t(t) * heads + kvh * group + i) * D);
 }
 
 __device__ float silu(float g) { return g / (1.0f + expf(-g)); }
@@ -595,6 +638,42 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
                              std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
   }
   check_launch("paged_attention");
+}
+
+void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
+                      paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps, cudaStream_t s) {
+  if (view.rows == 0) return;
+  if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > max_decode_group)
+    throw std::runtime_error("qwen3_tts CUDA talker: decode_attention takes at most " +
+                             std::to_string(max_decode_group) + " query heads a KV head, not " + std::to_string(heads) +
+                             " / " + std::to_string(kv_heads) + " (use qk_norm_rope_append + paged_attention)");
+  const dim3 grid(unsigned(view.rows), unsigned(kv_heads));
+  switch (head_dim) {
+  case 16:
+    decode_attention_kernel<16>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 32:
+    decode_attention_kernel<32>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 64:
+    decode_attention_kernel<64>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 128:
+    decode_attention_kernel<128>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 256:
+    decode_attention_kernel<256>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  default:
+    throw std::runtime_error("qwen3_tts CUDA talker: decode attention has no kernel for head_dim " +
+                             std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
+  }
+  check_launch("decode_attention");
 }
 
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s) {

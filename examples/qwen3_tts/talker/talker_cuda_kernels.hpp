@@ -63,6 +63,13 @@ void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_n
 void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim,
                      cudaStream_t s);
 
+// qk_norm_rope_append and paged_attention in one launch, for a step whose every row has exactly one
+// new token (a decode step; the predictor's single-token passes), with at most max_decode_group query
+// heads a KV head.
+constexpr int max_decode_group = 8;
+void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
+                      paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps, cudaStream_t s);
+
 // gate_up: [tokens][2 * inter] float32 (gate first, up second) -> silu(gate) * up as bf16.
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s);
 
