@@ -368,6 +368,17 @@ private:
   safetensors_file file_;
 };
 
+// A prompt of talker.json as the reference's generate received it.
+talker_prompt prompt_from(const nlohmann::json& c) {
+  talker_prompt p;
+  p.input_ids = c.at("input_ids").get<std::vector<std::int32_t>>();
+  if (!c.at("instruct_ids").is_null()) p.instruct_ids = c.at("instruct_ids").get<std::vector<std::int32_t>>();
+  if (!c.at("speaker").is_null()) p.speaker = c.at("speaker").get<std::string>();
+  p.language = c.at("language").get<std::string>();
+  p.non_streaming = c.at("non_streaming_mode").get<bool>();
+  return p;
+}
+
 std::string fixture_dir(const std::string& name) {
   return std::string(MSTAR_SOURCE_ROOT) + "/tests/fixtures/qwen3tts/" + name;
 }
@@ -391,12 +402,7 @@ void check_against_reference(const std::string& name, bool forced) {
   std::vector<float> embeds;
   std::vector<int> lens, frames;
   for (const auto& c : cases) {
-    talker_prompt p;
-    p.input_ids = c.at("input_ids").get<std::vector<std::int32_t>>();
-    if (!c.at("instruct_ids").is_null()) p.instruct_ids = c.at("instruct_ids").get<std::vector<std::int32_t>>();
-    if (!c.at("speaker").is_null()) p.speaker = c.at("speaker").get<std::string>();
-    p.language = c.at("language").get<std::string>();
-    p.non_streaming = c.at("non_streaming_mode").get<bool>();
+    const talker_prompt p = prompt_from(c);
     const built_prompt b = host.build_prompt(p);
     embeds.insert(embeds.end(), b.prefill.begin(), b.prefill.end());
     lens.push_back(b.rows);
@@ -563,12 +569,7 @@ TEST_CASE("the fixture prompts built by the host Talker are the reference's pref
     int r = 0;
     const nlohmann::json cases = read_json_object(dir + "/expected/talker.json");
     for (const auto& c : cases.at("prompts")) {
-      talker_prompt p;
-      p.input_ids = c.at("input_ids").get<std::vector<std::int32_t>>();
-      if (!c.at("instruct_ids").is_null()) p.instruct_ids = c.at("instruct_ids").get<std::vector<std::int32_t>>();
-      if (!c.at("speaker").is_null()) p.speaker = c.at("speaker").get<std::string>();
-      p.language = c.at("language").get<std::string>();
-      p.non_streaming = c.at("non_streaming_mode").get<bool>();
+      const talker_prompt p = prompt_from(c);
       const auto ref = expected.get("p" + std::to_string(r) + ".prefill_embeds");
       const built_prompt b = host.build_prompt(p);
       INFO(name, " prompt ", r);
