@@ -30,7 +30,8 @@ san_rc=skipped
 if command -v compute-sanitizer > /dev/null; then
   # All but the fixture tests, which launch ~10^5 kernels, too slow under memcheck.
   timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro --test-case='*host float32*,*captured*,*sampled codes*,*same logits*,*fused attention*' \
+    "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro \
+    --test-case='*host float32*,*captured*,*sampled codes*,*same logits*,*fused attention*' \
     > "$out/memcheck.log" 2>&1
   san_rc=$?
   tail -5 "$out/memcheck.log"
