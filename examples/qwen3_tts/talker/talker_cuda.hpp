@@ -1,0 +1,175 @@
+// The real Qwen3-TTS Talker and its code predictor on CUDA: bf16 weights on the device, cuBLAS GEMMs
+// with float32 accumulation and float32 outputs, the residual stream in float32, the paged KV cache in
+// bf16 ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
+// step -- the code predictor's 15 codes of the current frame, the next Talker input (16 codebook
+// embeddings plus the trailing text row), the Talker's layers, the codec head and the choice of the
+// next frame's code 0, every choice on the GPU (greedy, or drawn as the host talker_sampler draws) --
+// enqueued as a single stream of work that a CUDA graph captures per batch size. The math follows
+// qwen-tts 0.1.1 (modeling_qwen3_tts.py) as the host float32 forward does.
+//
+// A row of a step is also the index of its request's generation state (seen codes, frame count,
+// seed): the caller keeps a request on the same row from prefill to its last decode step, and every
+// row of a step is a live request (padding rows, as the engine's plans may carry, are refused for now).
+#pragma once
+
+#include "talker.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qwen3_tts {
+
+// One decoder stack: the Talker's or the code predictor's.
+struct cuda_stack_dims {
+  int layers = 0;
+  int hidden = 0;
+  int intermediate = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  float rms_eps = 1e-6f;
+  float rope_theta = 1e6f;
+};
+
+struct talker_cuda_dims {
+  cuda_stack_dims talker;
+  cuda_stack_dims predictor;
+  int codec_vocab = 0;     // the Talker's vocab_size: rows of codec_embedding and codec_head
+  int predictor_vocab = 0; // the code predictor's vocab_size (codebook size)
+  int code_groups = 16;
+  int text_vocab = 0;
+  int text_hidden = 0;
+  int eos_id = 0; // the codec end token (code 0's processing: set_sampling has the rest)
+};
+
+// Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
+struct talker_cuda_limits {
+  int max_rows = 1;
+  int max_prefill_tokens = 256; // tokens of one prefill call, all rows together
+  int kv_blocks = 64;
+  int block_tokens = 16;
+  int max_pages = 64; // entries of page_indices in one call
+};
+
+// A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
+// bytes must stay valid until the next call of the source.
+struct host_tensor {
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+};
+// Looks a tensor up by its checkpoint name ("talker.model.layers.0.self_attn.q_proj.weight") and the
+// shape the config implies; throws when the checkpoint has none (talker_cuda checks the shape too).
+using weight_source = std::function<host_tensor(const std::string& name, const std::vector<std::int64_t>& shape)>;
+
+// The CUDA model's sizes and code-0 settings from the host Talker's typed config.json. The three
+// multimodal RoPE position streams are equal for TTS, so plain RoPE over head_dim / 2 frequencies is
+// exact; a config whose streams could differ is still computed this way (the host forward does too).
+talker_cuda_dims cuda_dims(const talker_config& config);
+// The text id whose projected row decode step `step` (0 = the first after the prefill) adds to its
+// input, as the reference's generate lays it out: streaming, the text after its first id, then
+// tts_eos, then tts_pad; non-streaming, tts_pad from the start. build_prompt's trailing rows are the
+// projections of exactly these ids.
+std::int32_t trailing_text_id(const talker_prompt& prompt, const talker_config& config, int step);
+class weight_store;
+// A weight_source over a checkpoint's weight store: each tensor's bytes straight from the file's mapping
+// (bf16 in the released checkpoints, uploaded as they are). Defined where the checkpoint reader is built.
+weight_source store_weight_source(const weight_store& store);
+// A weight_source over a float32 source (the host forward's tensor_source: tests, or a weight_store's
+// to_f32); the tensors go to the device as bf16.
+weight_source
+f32_weight_source(std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source);
+
+class talker_cuda {
+public:
+  talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits& limits);
+  ~talker_cuda();
+  talker_cuda(const talker_cuda&) = delete;
+  talker_cuda& operator=(const talker_cuda&) = delete;
+
+  // Uploads every weight once (converted to bf16, norms to float32) through a pinned staging buffer,
+  // checking each tensor's shape against the dims; the error names the tensor, the shape found and
+  // the shape expected.
+  void load_weights(const weight_source& source);
+  // Fills every weight with deterministic pseudo-random values on the device (benchmarks: real sizes,
+  // no checkpoint file). Norm weights near 1, matrices scaled by 1/sqrt(fan-in).
+  void random_weights(std::uint32_t seed);
+  // Bytes of weights one decode step reads (the Talker once, the predictor's layers 15 times).
+  std::size_t decode_weight_bytes() const;
+  std::size_t weight_bytes() const { return weight_bytes_; }
+
+  // The prompt: embeds [tokens][talker hidden] float32 on the host (build_prompt's rows), addressed by
+  // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans). Runs the Talker, keeps
+  // each row's last post-norm hidden state, computes its code-0 logits and chooses code 0 of frame 0 (the row's
+  // generation state starts afresh). Synchronous.
+  void prefill(std::span<const float> embeds, const step_plan& plan);
+
+  // The addressing of the next decode step (one token per row) and each row's trailing text id (the
+  // next text token in the streaming layout, tts_eos after the text, then tts_pad). Asynchronous
+  // copies on the model's stream from pinned memory; the next decode() reads them.
+  void set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids);
+  // One decode step for rows [0, rows): completes frame k (code 0 from the last step, codes 1..15
+  // here) and chooses frame k+1's code 0. With graphs on, the first call for a row count captures
+  // the step and later calls replay it. Asynchronous; the read functions below synchronise.
+  void decode(int rows);
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+  // Sampling as the host talker_sampler does it (default: greedy, as built). Code 0 and the predictor's
+  // codes each sample or take the argmax per their do_sample; temperature and top-k are computed on the
+  // GPU, top_p < 1 is refused (not computed here yet). Drops captured graphs (they bake the settings).
+  void set_sampling(const talker_sampling& sampling);
+  // Each row's request seed (Philox key; the counter is the frame, the lane the codebook), as the host
+  // sampler's seeds; rows past the span get 0. Synchronous.
+  void set_seeds(std::span<const std::uint64_t> seeds);
+  // Decode steps run each layer's q/k norm, RoPE, KV append and attention as one launch (off by
+  // default until a GPU run has shown it equal to the two launches and faster). Drops captured graphs.
+  void set_fused_decode(bool on);
+  // Nodes of the graph captured for `rows` (0 before its capture): at small batches the step's time is
+  // mostly one launch latency per node.
+  std::size_t graph_nodes(int rows) const;
+  // Teacher forcing for parity tests: codes [rows][16] (-1 = the model's own choice) that the next
+  // prefill or decode step takes instead of its argmax; column 0 is the code 0 the step chooses (the
+  // next frame's), columns 1..15 the frame's predictor codes. The logits stay the model's own, so a test
+  // can compare every decision on the reference's path. An empty span clears it. Synchronous.
+  void force_codes(std::span<const std::int32_t> codes);
+
+  // Results of the last step.
+  std::vector<std::int32_t> frames(int rows) const;      // [rows][16]: the frame decode() completed
+  std::vector<std::int32_t> code0(int rows) const;       // [rows]: the next frame's code 0
+  std::vector<std::int32_t> own_choices(int rows) const; // [rows][16]: the step's own choices, before forcing
+  std::vector<float> talker_logits(int rows) const;      // [rows][codec_vocab], raw
+  std::vector<float> processed_logits(int rows) const;   // [rows][codec_vocab], after penalty/bans
+  std::vector<float> predictor_logits(int rows) const;   // [15][rows][predictor_vocab], raw
+  std::vector<float> last_hidden(int rows) const;        // [rows][talker hidden], post-norm
+  std::vector<float> kv_cache_k(int layer) const;        // the whole layer, as float32 (tests)
+
+  cudaStream_t stream() const { return stream_; }
+  const talker_cuda_dims& dims() const { return dims_; }
+  const talker_cuda_limits& limits() const { return limits_; }
+
+  struct state; // device buffers and weights (talker_cuda.cu)
+
+private:
+  void enqueue_decode(int rows);
+  void choose_code0(int rows); // code 0 from st.logits, greedy or sampled per sampling_
+  void upload_plan(const step_plan& plan, int tokens);
+  void drop_graphs(); // after a change that captured graphs have baked in
+
+  talker_cuda_dims dims_;
+  talker_cuda_limits limits_;
+  cudaStream_t stream_ = nullptr;
+  bool use_graphs_ = true;
+  int planned_rows_ = 0; // rows of the last set_decode_inputs
+  talker_sampling sampling_ = talker_sampling::greedy();
+  bool fused_decode_ = false;
+  std::size_t weight_bytes_ = 0;
+  std::unique_ptr<state> s_;
+};
+
+} // namespace qwen3_tts

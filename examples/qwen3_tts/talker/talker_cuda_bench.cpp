@@ -1,0 +1,206 @@
+// qwen3tts_talker_bench: the CUDA Talker's decode step (code predictor's 15 codes, next input, Talker
+// layers, codec head, code-0 choice; one CUDA graph per row count) at the real Qwen3-TTS 12 Hz sizes,
+// with random bf16 weights made on the device (no checkpoint needed), next to its HBM floor: the bytes
+// one step must read (weights, the predictor's 15 times, plus the KV cache) over the device-to-device
+// copy rate measured in the same run.
+//
+//   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
+//                         [--rows 1,8,32,64,128] [--sample]
+//
+// --sample: the reference's default sampling (top-k 50, temperature 0.9, for code 0 and the predictor's
+// codes) instead of greedy choices.
+//
+// Sizes: the published config.json files as issue 16 quotes them (0.6B: 28 layers, hidden 1024, MLP
+// 3072, 16/8 heads of 128; 1.7B: hidden 2048, MLP 6144 by two quotes and 8192 by one, hence the flag;
+// code predictor: 5 layers of hidden 1024, MLP 3072, 16/8 heads of 128, 2048 codes; codec vocabulary
+// 3072; text 151936 x 2048).
+#include "talker_cuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+qwen3_tts::talker_cuda_dims real_dims(bool big, int mlp_1p7b) {
+  qwen3_tts::talker_cuda_dims d;
+  d.talker = {28, big ? 2048 : 1024, big ? mlp_1p7b : 3072, 16, 8, 128, 1e-6f, 1e6f};
+  d.predictor = {5, 1024, 3072, 16, 8, 128, 1e-6f, 1e6f};
+  d.codec_vocab = 3072;
+  d.predictor_vocab = 2048;
+  d.code_groups = 16;
+  d.text_vocab = 151936;
+  d.text_hidden = 2048;
+  d.eos_id = 2150;
+  return d;
+}
+
+// Device-to-device copy rate in bytes moved (read + written) per second, best of 10 copies of 1 GiB.
+double copy_rate(cudaStream_t s) {
+  const std::size_t n = std::size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, n), "cudaMalloc (copy rate)");
+  check(cudaMalloc(&b, n), "cudaMalloc (copy rate)");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "cudaEventCreate");
+  check(cudaEventCreate(&e1), "cudaEventCreate");
+  float best = 1e30f;
+  for (int i = 0; i < 11; ++i) {
+    check(cudaEventRecord(e0, s), "cudaEventRecord");
+    check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync D2D");
+    check(cudaEventRecord(e1, s), "cudaEventRecord");
+    check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (i > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(n) / (double(best) * 1e-3);
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t j = s.find(',', i);
+    out.push_back(std::stoi(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return out;
+}
+
+void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
+                 int iters, double rate, bool sample) {
+  const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
+  qwen3_tts::talker_cuda_limits lim;
+  lim.max_rows = max_rows;
+  lim.block_tokens = 16;
+  const int pages_per_row = (kv + lim.block_tokens - 1) / lim.block_tokens;
+  lim.kv_blocks = max_rows * pages_per_row;
+  lim.max_pages = lim.kv_blocks;
+  lim.max_prefill_tokens = 2 * max_rows;
+  qwen3_tts::talker_cuda model(dims, lim);
+  model.random_weights(1234);
+  if (sample) model.set_sampling(qwen3_tts::talker_sampling{});
+  const auto& T = dims.talker;
+  const auto& P = dims.predictor;
+  std::printf("%s: weights %.2f GB on the device; one decode step reads %.2f GB of weights (predictor x%d)\n", name,
+              double(model.weight_bytes()) / 1e9, double(model.decode_weight_bytes()) / 1e9, dims.code_groups - 1);
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "cudaEventCreate");
+  check(cudaEventCreate(&e1), "cudaEventCreate");
+  for (int rows : row_counts) {
+    // Each row holds kv - 1 tokens, and the step appends one.
+    qwen3_tts::kv_block_pool pool(lim.kv_blocks, lim.block_tokens);
+    std::vector<qwen3_tts::row_pages> pages(static_cast<std::size_t>(rows));
+    std::vector<qwen3_tts::row_pages*> ptrs;
+    for (auto& p : pages)
+      ptrs.push_back(&p);
+    std::vector<int> history(static_cast<std::size_t>(rows), kv - 1), one(static_cast<std::size_t>(rows), 1);
+    (void)pool.plan(ptrs, history);
+    const qwen3_tts::step_tables tables = pool.plan(ptrs, one);
+    const qwen3_tts::step_plan plan = tables.view();
+    std::vector<std::int32_t> text(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r)
+      text[std::size_t(r)] = 1000 + 37 * r;
+    model.set_decode_inputs(plan, text);
+    // Both attention variants: qk-norm/RoPE/append and attention as two launches a layer, or fused.
+    for (const bool fused : {false, true}) {
+      model.set_fused_decode(fused);
+      model.decode(rows); // captures the graph
+      for (int i = 0; i < 5; ++i)
+        model.decode(rows);
+      check(cudaStreamSynchronize(model.stream()), "warm-up decode steps");
+      std::vector<float> ms(static_cast<std::size_t>(iters));
+      for (int i = 0; i < iters; ++i) {
+        check(cudaEventRecord(e0, model.stream()), "cudaEventRecord");
+        model.decode(rows);
+        check(cudaEventRecord(e1, model.stream()), "cudaEventRecord");
+        check(cudaEventSynchronize(e1), "decode step");
+        check(cudaEventElapsedTime(&ms[std::size_t(i)], e0, e1), "cudaEventElapsedTime");
+      }
+      std::sort(ms.begin(), ms.end());
+      const double median = ms[ms.size() / 2];
+      const double kv_bytes = double(T.layers) * rows * kv * T.kv_heads * T.head_dim * 2.0 * 2.0 +
+                              double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
+      const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
+      const double floor_ms = bytes / rate * 1e3;
+      std::printf("RESULT %-5s %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s  "
+                  "%zu nodes\n",
+                  name, fused ? "fused" : "split", rows, median, double(ms.front()), floor_ms, median / floor_ms,
+                  rows / (median * 1e-3), model.graph_nodes(rows));
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string which = "both";
+  int mlp = 6144, kv = 256, iters = 200;
+  bool sample = false;
+  std::vector<int> rows = {1, 8, 32, 64, 128};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model")
+      which = value();
+    else if (a == "--mlp-1p7b")
+      mlp = std::stoi(value());
+    else if (a == "--kv")
+      kv = std::stoi(value());
+    else if (a == "--iters")
+      iters = std::stoi(value());
+    else if (a == "--rows")
+      rows = parse_list(value());
+    else if (a == "--sample")
+      sample = true;
+    else {
+      std::fprintf(stderr, "unknown option %s (see the comment at the top of talker_cuda_bench.cpp)\n", a.c_str());
+      return 2;
+    }
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: bench skipped\n");
+    return 77;
+  }
+  try {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    cudaStream_t s;
+    check(cudaStreamCreate(&s), "cudaStreamCreate");
+    const double rate = copy_rate(s);
+    cudaStreamDestroy(s);
+    std::printf("device %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+                prop.multiProcessorCount, rate / 1e9);
+    std::printf("%s; ", sample ? "sampling (top-k 50, temperature 0.9)" : "greedy");
+    std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
+                "tokens a row, median of %d graph replays\n",
+                kv, iters);
+    if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate, sample);
+    if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate, sample);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

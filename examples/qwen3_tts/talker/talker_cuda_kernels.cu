@@ -1,0 +1,780 @@
+// The CUDA Talker's own kernels (talker_cuda_kernels.hpp says what each computes). Written for
+// clarity first: float32 arithmetic everywhere, bf16 only where a value is stored for a GEMM or the KV
+// cache, the reference's order of operations (RMSNorm: x * rsqrt(mean(x^2) + eps), then the weight;
+// softmax in float32 over the scaled scores), accurate expf/cosf/sinf (no fast-math), so that the only
+// differences from the float32 reference are the bf16 roundings.
+#include "talker_cuda_kernels.hpp"
+
+#include "mstar/resources/sampler.hpp"
+
+#include <cfloat>
+#include <stdexcept>
+#include <string>
+
+namespace qwen3_tts::cuda {
+namespace {
+
+void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("qwen3_tts CUDA talker: launch of ") + kernel +
+                             " failed: " + cudaGetErrorString(e));
+}
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < int(blockDim.x >> 5) ? part[lane] : 0.0f;
+    t = warp_sum(t);
+    if (lane == 0) total = t;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads(); // part/total may be reused by the caller's next reduction
+  return r;
+}
+
+// Row r of token t: the last r with qo_indptr[r] <= t (rows are few; a binary search keeps it exact).
+__device__ int row_of_token(const std::int32_t* qo_indptr, int rows, int t) {
+  int lo = 0, hi = rows - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (qo_indptr[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ int kv_len_of_row(const paged_view& v, int r) {
+  return (v.page_indptr[r + 1] - v.page_indptr[r] - 1) * v.block_tokens + v.last_page_len[r];
+}
+
+// Element offset of kv index j of row r, kv head h, in a [blocks][block_tokens][kv_heads][head_dim] layer.
+__device__ std::size_t kv_offset(const paged_view& v, int r, int j, int h, int kv_heads, int head_dim) {
+  const int page = v.page_indices[v.page_indptr[r] + j / v.block_tokens];
+  return ((std::size_t(page) * v.block_tokens + j % v.block_tokens) * kv_heads + h) * std::size_t(head_dim);
+}
+
+__global__ void rms_norm_kernel(float* x, const float* add, const float* w, bf16* y, float* y32, int width, float eps) {
+  float* xr = x + std::size_t(blockIdx.x) * width;
+  const float* ar = add ? add + std::size_t(blockIdx.x) * width : nullptr;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = xr[i];
+    if (ar) {
+      v += ar[i];
+      xr[i] = v;
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(width) + eps);
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    const float n = w[i] * (xr[i] * inv);
+    if (y) y[std::size_t(blockIdx.x) * width + i] = __float2bfloat16(n);
+    if (y32) y32[std::size_t(blockIdx.x) * width + i] = n;
+  }
+}
+
+__global__ void gather_last_rows_kernel(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16,
+                                        int width) {
+  const int r = blockIdx.x;
+  const float* row = src + std::size_t(qo_indptr[r + 1] - 1) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    if (dst32) dst32[std::size_t(r) * width + i] = row[i];
+    if (dst16) dst16[std::size_t(r) * width + i] = __float2bfloat16(row[i]);
+  }
+}
+
+// One warp: RMSNorm of one q or k head (weights nw) and its rotation (NeoX half rotation, angle
+// position * inv_freq[i]), to dst32 (float) or dst16 (bf16, the KV cache).
+__device__ void norm_rope_head(const float* src, const float* nw, const float* inv_freq, float pos, float eps,
+                               int head_dim, float* dst32, bf16* dst16) {
+  const int lane = threadIdx.x & 31, half = head_dim / 2;
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32)
+    ss += src[i] * src[i];
+  const float inv = rsqrtf(warp_sum(ss) / float(head_dim) + eps);
+  for (int i = lane; i < half; i += 32) {
+    const float a = nw[i] * (src[i] * inv);
+    const float b = nw[i + half] * (src[i + half] * inv);
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle), s = sinf(angle);
+    const float lo = a * c - b * s;
+    const float hi = b * c + a * s;
+    if (dst32) {
+      dst32[i] = lo;
+      dst32[i + half] = hi;
+    } else {
+      dst16[i] = __float2bfloat16(lo);
+      dst16[i + half] = __float2bfloat16(hi);
+    }
+  }
+}
+
+// One warp: a v head into the cache as it is.
+__device__ void store_head(const float* src, int head_dim, bf16* dst) {
+  for (int i = threadIdx.x & 31; i < head_dim; i += 32)
+    dst[i] = __float2bfloat16(src[i]);
+}
+
+// One warp a head: heads q heads, then kv_heads k heads, then kv_heads v heads.
+__global__ void qk_norm_rope_append_kernel(const float* qkv, const float* q_norm, const float* k_norm,
+                                           const float* inv_freq, float* q_out, kv_layer cache, paged_view view,
+                                           int heads, int kv_heads, int head_dim, float eps) {
+  const int t = blockIdx.x;
+  const int warps = blockDim.x >> 5;
+  const int width = (heads + 2 * kv_heads) * head_dim;
+  const int r = row_of_token(view.qo_indptr, view.rows, t);
+  const int j = kv_len_of_row(view, r) - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
+  const float pos = float(view.positions[t]);
+  for (int h = threadIdx.x >> 5; h < heads + 2 * kv_heads; h += warps) {
+    const float* src = qkv + std::size_t(t) * width + std::size_t(h) * head_dim;
+    if (h < heads)
+      norm_rope_head(src, q_norm, inv_freq, pos, eps, head_dim, q_out + (std::size_t(t) * heads + h) * head_dim,
+                     nullptr);
+    else if (h < heads + kv_heads)
+      norm_rope_head(src, k_norm, inv_freq, pos, eps, head_dim, nullptr,
+                     cache.k + kv_offset(view, r, j, h - heads, kv_heads, head_dim));
+    else
+      store_head(src, head_dim, cache.v + kv_offset(view, r, j, h - heads - kv_heads, kv_heads, head_dim));
+  }
+}
+
+// Attention of one query head (qh: head_dim floats) of row r over its kv indices 0..last, by the 4
+// warps of the block; lane l owns elements [l*per, (l+1)*per) of the head (lanes past head_dim own
+// none). Each warp runs an online softmax over kv indices w, w+4, ...; the four partial results are
+// merged through shared memory into dst (bf16). Ends with a barrier, so the block may call it again.
+template <int D>
+__device__ void attend(const float* qh, const kv_layer& cache, const paged_view& view, int r, int last, int kvh,
+                       int kv_heads, bf16* dst) {
+  constexpr int per = D >= 32 ? D / 32 : 1;
+  constexpr int warps = 4;
+  __shared__ float part_m[warps], part_l[warps];
+  __shared__ float part_acc[warps][D];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool active = lane * per < D;
+  const float scale = rsqrtf(float(D));
+
+  float qv[per], acc[per];
+#pragma unroll
+  for (int e = 0; e < per; ++e) {
+    qv[e] = active ? qh[lane * per + e] : 0.0f;
+    acc[e] = 0.0f;
+  }
+  // Each pass takes `unroll` positions (j, j + warps, ...), loading all their K and V rows before the
+  // first use, so a warp keeps several loads in flight instead of one dependent load per position.
+  constexpr int unroll = 4;
+  float m = -INFINITY, l = 0.0f;
+  for (int j0 = warp; j0 <= last; j0 += warps * unroll) {
+    float kr[unroll][per], vr[unroll][per];
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      const int j = j0 + u * warps;
+      const bool load = active && j <= last;
+      const std::size_t off = load ? kv_offset(view, r, j, kvh, kv_heads, D) + lane * per : 0;
+#pragma unroll
+      for (int e = 0; e < per; ++e) {
+        kr[u][e] = load ? __bfloat162float(cache.k[off + e]) : 0.0f;
+        vr[u][e] = load ? __bfloat162float(cache.v[off + e]) : 0.0f;
+      }
+    }
+    float sc[unroll];
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < per; ++e)
+        d += qv[e] * kr[u][e];
+      d = warp_sum(d) * scale;
+      sc[u] = j0 + u * warps <= last ? d : -INFINITY; // warp-uniform: past the causal limit counts nothing
+      m_new = fmaxf(m_new, sc[u]);
+    }
+    const float corr = expf(m - m_new); // m_new is finite: position j0 <= last is always in the pass
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < per; ++e)
+      acc[e] *= corr;
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      const float p = expf(sc[u] - m_new); // 0 for positions past the limit
+      l += p;
+#pragma unroll
+      for (int e = 0; e < per; ++e)
+        acc[e] += p * vr[u][e];
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+  if (active) {
+#pragma unroll
+    for (int e = 0; e < per; ++e)
+      part_acc[warp][lane * per + e] = acc[e];
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float big = -INFINITY;
+    for (int w = 0; w < warps; ++w)
+      big = fmaxf(big, part_m[w]);
+    float total = 0.0f, f[warps];
+    for (int w = 0; w < warps; ++w) {
+      f[w] = part_l[w] > 0.0f ? expf(part_m[w] - big) : 0.0f;
+      total += part_l[w] * f[w];
+    }
+    if (active) {
+#pragma unroll
+      for (int e = 0; e < per; ++e) {
+        float v = 0.0f;
+        for (int w = 0; w < warps; ++w)
+          v += part_acc[w][lane * per + e] * f[w];
+        dst[lane * per + e] = __float2bfloat16(v / total);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Block (token, q head), 4 warps: causal attention of the token over its row's pages.
+template <int D>
+__global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_view view, bf16* out, int heads,
+                                       int kv_heads) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int r = row_of_token(view.qo_indptr, view.rows, t);
+  const int last = kv_len_of_row(view, r) - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
+  attend<D>(q + (std::size_t(t) * heads + h) * D, cache, view, r, last, h / (heads / kv_heads), kv_heads,
+            out + (std::size_t(t) * heads + h) * D);
+}
+
+// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head),
+// 4 warps. The warps first normalise and rotate the group's query heads (into shared memory) and the
+// new K, store K and V in the cache, then -- after a barrier, which makes the block's own cache writes
+// visible to it -- attend for each query head of the group in turn.
+template <int D>
+__global__ void decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm,
+                                        const float* inv_freq, kv_layer cache, paged_view view, bf16* out, int heads,
+                                        int kv_heads, float eps) {
+  __shared__ float q_s[max_decode_group][D];
+  const int r = blockIdx.x, kvh = blockIdx.y;
+  const int group = heads / kv_heads;
+  const int t = view.qo_indptr[r];
+  const int j = kv_len_of_row(view, r) - 1;
+  const float pos = float(view.positions[t]);
+  const float* row = qkv + std::size_t(t) * (heads + 2 * kv_heads) * D;
+  for (int item = threadIdx.x >> 5; item < group + 2; item += int(blockDim.x >> 5)) {
+    if (item < group)
+      norm_rope_head(row + std::size_t(kvh * group + item) * D, q_norm, inv_freq, pos, eps, D, q_s[item], nullptr);
+    else if (item == group)
+      norm_rope_head(row + std::size_t(heads + kvh) * D, k_norm, inv_freq, pos, eps, D, nullptr,
+                     cache.k + kv_offset(view, r, j, kvh, kv_heads, D));
+    else
+      store_head(row + std::size_t(heads + kv_heads + kvh) * D, D, cache.v + kv_offset(view, r, j, kvh, kv_heads, D));
+  }
+  __syncthreads();
+  for (int i = 0; i < group; ++i)
+    attend<D>(q_s[i], cache, view, r, j, kvh, kv_heads, out + (std::size_t(t) * heads + kvh * group + i) * D);
+}
+
+__device__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+__global__ void swiglu_kernel(const float* gate_up, bf16* out, int tokens, int inter) {
+  const std::size_t n = std::size_t(tokens) * inter;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t t = i / inter, c = i % inter;
+    const float g = gate_up[t * 2 * inter + c], u = gate_up[t * 2 * inter + inter + c];
+    out[i] = __float2bfloat16(silu(g) * u);
+  }
+}
+
+__global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width, bool act) {
+  const std::size_t n = std::size_t(tokens) * width;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    float v = x[i] + bias[i % width];
+    if (act) v = silu(v);
+    if (y16) y16[i] = __float2bfloat16(v);
+    if (y32) y32[i] = v;
+  }
+}
+
+__global__ void gather_rows_kernel(const bf16* table, const std::int32_t* ids, bf16* out, int width) {
+  const bf16* src = table + std::size_t(ids[blockIdx.x]) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x)
+    out[std::size_t(blockIdx.x) * width + i] = src[i];
+}
+
+__global__ void predictor_prefill_input_kernel(const float* past_hidden, const bf16* codec_embedding,
+                                               const std::int32_t* code0, float* out, int width) {
+  const int r = blockIdx.x;
+  const bf16* e = codec_embedding + std::size_t(code0[r]) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    out[std::size_t(2 * r) * width + i] = past_hidden[std::size_t(r) * width + i];
+    out[std::size_t(2 * r + 1) * width + i] = __bfloat162float(e[i]);
+  }
+}
+
+__global__ void gather_code_rows_kernel(const bf16* table, const std::int32_t* codes, int code_stride, int g,
+                                        float* out, int width) {
+  const int r = blockIdx.x;
+  const bf16* e = table + std::size_t(codes[r * code_stride + g]) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x)
+    out[std::size_t(r) * width + i] = __bfloat162float(e[i]);
+}
+
+__global__ void to_bf16_kernel(const float* x, bf16* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void frame_embedding_sum_kernel(const bf16* codec_embedding, const bf16* pred_embeddings,
+                                           std::int64_t pred_table_elems, const std::int32_t* frames, int groups,
+                                           const float* text, float* x, int width) {
+  const int r = blockIdx.x;
+  const std::int32_t* f = frames + std::size_t(r) * groups;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = __bfloat162float(codec_embedding[std::size_t(f[0]) * width + i]);
+    for (int g = 1; g < groups; ++g)
+      v += __bfloat162float(pred_embeddings[std::size_t(g - 1) * pred_table_elems + std::size_t(f[g]) * width + i]);
+    x[std::size_t(r) * width + i] = v + text[std::size_t(r) * width + i];
+  }
+}
+
+// Block-wide argmax, lowest index on ties; every thread gets the result.
+__device__ int block_argmax(const float* v, int n) {
+  __shared__ float best_v[32];
+  __shared__ int best_i[32];
+  __shared__ int result;
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (v[i] > bv || (v[i] == bv && i < bi)) {
+      bv = v[i];
+      bi = i;
+    }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    best_v[warp] = bv;
+    best_i[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float fv = best_v[0];
+    int fi = best_i[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      if (best_v[w] > fv || (best_v[w] == fv && best_i[w] < fi)) {
+        fv = best_v[w];
+        fi = best_i[w];
+      }
+    result = fi == 0x7fffffff ? 0 : fi; // all -inf or NaN: index 0, as no better choice exists
+  }
+  __syncthreads();
+  return result;
+}
+
+__global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
+                                   const std::int32_t* forced, std::int32_t* chosen) {
+  const int r = blockIdx.x;
+  const int best = block_argmax(logits + std::size_t(r) * vocab, vocab);
+  const int at = r * out_stride + out_offset;
+  if (threadIdx.x == 0) {
+    out[at] = forced && forced[at] >= 0 ? forced[at] : best;
+    if (chosen) chosen[at] = best;
+  }
+}
+
+// A float's bits as an unsigned key that orders as the floats do (larger float, larger key).
+__device__ std::uint32_t order_key(float f) {
+  const std::uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ float key_value(std::uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+
+// The k-th largest of v[0..n) / temperature (k >= 1, k <= n), by a 4-pass radix select over order
+// keys: each pass histograms the next 8 bits of the candidates that share the prefix found so far.
+__device__ float block_kth_largest(const float* v, int n, float temperature, int k) {
+  __shared__ int hist[256];
+  __shared__ std::uint32_t prefix_s;
+  __shared__ int k_s;
+  if (threadIdx.x == 0) {
+    prefix_s = 0;
+    k_s = k;
+  }
+  std::uint32_t mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x)
+      hist[b] = 0;
+    __syncthreads();
+    const std::uint32_t prefix = prefix_s;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const std::uint32_t key = order_key(v[i] / temperature);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int need = k_s, b = 255;
+      while (b > 0 && hist[b] < need)
+        need -= hist[b--];
+      prefix_s = prefix | (std::uint32_t(b) << shift);
+      k_s = need;
+    }
+    mask |= 0xffu << shift;
+    __syncthreads();
+  }
+  return key_value(prefix_s);
+}
+
+__device__ float block_max(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = part[0];
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      t = fmaxf(t, part[w]);
+    total = t;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();
+  return r;
+}
+
+// One draw from row v[0..n) (sample_rows' rule). Thread t owns the contiguous chunk [t*c, t*c + c), so
+// an exclusive scan of the chunks' sums gives each thread the CDF at its chunk's start.
+__device__ int block_sample(const float* v, int n, float temperature, int top_k, std::uint64_t seed,
+                            std::uint32_t counter, std::uint32_t lane_id) {
+  const float kth = top_k > 0 && top_k < n ? block_kth_largest(v, n, temperature, top_k) : -INFINITY;
+  float local_max = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float x = v[i] / temperature;
+    if (x >= kth) local_max = fmaxf(local_max, x);
+  }
+  const float top = block_max(local_max);
+  const int c = (n + int(blockDim.x) - 1) / int(blockDim.x);
+  const int first = int(threadIdx.x) * c, end = min(first + c, n);
+  auto prob = [&](int i) {
+    const float x = v[i] / temperature;
+    return x >= kth ? expf(x - top) : 0.0f;
+  };
+  float chunk = 0.0f;
+  for (int i = first; i < end; ++i)
+    chunk += prob(i);
+  // Exclusive scan of the chunk sums over the block.
+  __shared__ float warp_total[32];
+  __shared__ int pick;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float incl = chunk;
+  for (int o = 1; o < 32; o <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  if (threadIdx.x == 0) pick = 0x7fffffff;
+  __syncthreads();
+  float before = incl - chunk, total = 0.0f;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+    if (w < warp) before += warp_total[w];
+    total += warp_total[w];
+  }
+  const mstar::sampler_row row{seed, counter, 0, 0.0f, 0.0f};
+  const float target = mstar::sample_uniform(row, lane_id) * total;
+  float acc = before;
+  for (int i = first; i < end; ++i) {
+    const float p = prob(i);
+    acc += p;
+    if (p > 0.0f && target < acc) {
+      atomicMin(&pick, i);
+      break;
+    }
+  }
+  __syncthreads();
+  int result = pick;
+  __syncthreads();
+  if (result == 0x7fffffff) result = -1; // rounding left the target past the last probability
+  return result;
+}
+
+__global__ void sample_rows_kernel(const float* logits, int vocab, sample_settings st, const std::uint64_t* seeds,
+                                   const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out,
+                                   int out_stride, int out_offset, const std::int32_t* forced, std::int32_t* chosen) {
+  const int r = blockIdx.x;
+  const float* l = logits + std::size_t(r) * vocab;
+  int choice = block_sample(l, vocab, st.temperature, st.top_k, seeds[r], std::uint32_t(frame[r] + frame_offset), lane);
+  if (choice < 0) choice = block_argmax(l, vocab);
+  const int at = r * out_stride + out_offset;
+  if (threadIdx.x == 0) {
+    out[at] = forced && forced[at] >= 0 ? forced[at] : choice;
+    if (chosen) chosen[at] = choice;
+  }
+}
+
+__global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, std::uint8_t* seen,
+                                    std::int32_t* generated, std::int32_t* code0, const std::int32_t* forced,
+                                    int forced_stride, float penalty, int min_new, int eos, int suppress_from,
+                                    bool sample, sample_settings settings, const std::uint64_t* seeds,
+                                    std::int32_t* chosen) {
+  const int r = blockIdx.x;
+  const float* in = raw + std::size_t(r) * vocab;
+  float* lr = logits + std::size_t(r) * vocab;
+  std::uint8_t* sr = seen + std::size_t(r) * vocab;
+  const bool ban_eos = generated[r] < min_new;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    float v = in[i];
+    if (sr[i]) v = v < 0.0f ? v * penalty : v / penalty;
+    if ((i == eos && ban_eos) || (i >= suppress_from && i != eos)) v = -INFINITY;
+    lr[i] = v;
+  }
+  __syncthreads();
+  int best = -1;
+  if (sample) // counter: the frame this code 0 opens (the codes chosen so far); lane 0, as the host sampler
+    best = block_sample(lr, vocab, settings.temperature, settings.top_k, seeds[r], std::uint32_t(generated[r]), 0);
+  if (best < 0) best = block_argmax(lr, vocab);
+  if (chosen && threadIdx.x == 0) chosen[r * forced_stride] = best;
+  if (forced && forced[r * forced_stride] >= 0) best = forced[r * forced_stride];
+  if (threadIdx.x == 0) {
+    sr[best] = 1;
+    generated[r] += 1;
+    code0[r] = best;
+  }
+}
+
+__device__ std::uint32_t mix32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+__global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint32_t seed, float offset, float scale) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::uint32_t h = mix32(std::uint32_t(i) ^ mix32(seed ^ std::uint32_t(i >> 32)));
+    const float u = float(h) * (2.0f / 4294967296.0f) - 1.0f; // [-1, 1)
+    if (p) p[i] = __float2bfloat16(u * scale);
+    if (p32) p32[i] = offset + u * scale;
+  }
+}
+
+unsigned grid_for(std::size_t n) {
+  const std::size_t b = (n + 255) / 256;
+  return unsigned(b < 1 ? 1 : (b > 8192 ? 8192 : b));
+}
+
+} // namespace
+
+void rms_norm(float* x, const float* add, const float* w, bf16* y16, float* y32, int tokens, int width, float eps,
+              cudaStream_t s) {
+  if (tokens == 0) return;
+  rms_norm_kernel<<<tokens, 256, 0, s>>>(x, add, w, y16, y32, width, eps);
+  check_launch("rms_norm");
+}
+
+void gather_last_rows(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16, int rows, int width,
+                      cudaStream_t s) {
+  if (rows == 0) return;
+  gather_last_rows_kernel<<<rows, 256, 0, s>>>(src, qo_indptr, dst32, dst16, width);
+  check_launch("gather_last_rows");
+}
+
+void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
+                         float* q_out, kv_layer cache, paged_view view, int heads, int kv_heads, int head_dim,
+                         float eps, cudaStream_t s) {
+  if (view.tokens == 0) return;
+  if (head_dim % 2 != 0 || head_dim > 256)
+    throw std::runtime_error("qwen3_tts CUDA talker: head_dim " + std::to_string(head_dim) +
+                             " is not supported (even, at most 256)");
+  qk_norm_rope_append_kernel<<<view.tokens, 256, 0, s>>>(qkv, q_norm, k_norm, inv_freq, q_out, cache, view, heads,
+                                                         kv_heads, head_dim, eps);
+  check_launch("qk_norm_rope_append");
+}
+
+void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim,
+                     cudaStream_t s) {
+  if (view.tokens == 0) return;
+  if (kv_heads <= 0 || heads % kv_heads != 0)
+    throw std::runtime_error("qwen3_tts CUDA talker: " + std::to_string(heads) + " query heads are not a multiple of " +
+                             std::to_string(kv_heads) + " KV heads");
+  const dim3 grid(unsigned(view.tokens), unsigned(heads));
+  switch (head_dim) {
+  case 16: paged_attention_kernel<16><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 32: paged_attention_kernel<32><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 64: paged_attention_kernel<64><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 128: paged_attention_kernel<128><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 256: paged_attention_kernel<256><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  default:
+    throw std::runtime_error("qwen3_tts CUDA talker: paged attention has no kernel for head_dim " +
+                             std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
+  }
+  check_launch("paged_attention");
+}
+
+void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
+                      paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps, cudaStream_t s) {
+  if (view.rows == 0) return;
+  if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > max_decode_group)
+    throw std::runtime_error("qwen3_tts CUDA talker: decode_attention takes at most " +
+                             std::to_string(max_decode_group) + " query heads a KV head, not " + std::to_string(heads) +
+                             " / " + std::to_string(kv_heads) + " (use qk_norm_rope_append + paged_attention)");
+  const dim3 grid(unsigned(view.rows), unsigned(kv_heads));
+  switch (head_dim) {
+  case 16:
+    decode_attention_kernel<16>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 32:
+    decode_attention_kernel<32>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 64:
+    decode_attention_kernel<64>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 128:
+    decode_attention_kernel<128>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  case 256:
+    decode_attention_kernel<256>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
+    break;
+  default:
+    throw std::runtime_error("qwen3_tts CUDA talker: decode attention has no kernel for head_dim " +
+                             std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
+  }
+  check_launch("decode_attention");
+}
+
+void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s) {
+  if (tokens == 0) return;
+  swiglu_kernel<<<grid_for(std::size_t(tokens) * inter), 256, 0, s>>>(gate_up, out, tokens, inter);
+  check_launch("swiglu");
+}
+
+void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s) {
+  if (tokens == 0) return;
+  bias_kernel<<<grid_for(std::size_t(tokens) * width), 256, 0, s>>>(x, bias, y, nullptr, tokens, width, true);
+  check_launch("bias_silu");
+}
+
+void bias_add(const float* x, const float* bias, float* y32, bf16* y16, int tokens, int width, cudaStream_t s) {
+  if (tokens == 0) return;
+  bias_kernel<<<grid_for(std::size_t(tokens) * width), 256, 0, s>>>(x, bias, y16, y32, tokens, width, false);
+  check_launch("bias_add");
+}
+
+void gather_rows(const bf16* table, const std::int32_t* ids, bf16* out, int rows, int width, cudaStream_t s) {
+  if (rows == 0) return;
+  gather_rows_kernel<<<rows, 256, 0, s>>>(table, ids, out, width);
+  check_launch("gather_rows");
+}
+
+void predictor_prefill_input(const float* past_hidden, const bf16* codec_embedding, const std::int32_t* code0,
+                             float* out, int rows, int width, cudaStream_t s) {
+  if (rows == 0) return;
+  predictor_prefill_input_kernel<<<rows, 256, 0, s>>>(past_hidden, codec_embedding, code0, out, width);
+  check_launch("predictor_prefill_input");
+}
+
+void gather_code_rows(const bf16* table, const std::int32_t* codes, int code_stride, int g, float* out, int rows,
+                      int width, cudaStream_t s) {
+  if (rows == 0) return;
+  gather_code_rows_kernel<<<rows, 256, 0, s>>>(table, codes, code_stride, g, out, width);
+  check_launch("gather_code_rows");
+}
+
+void to_bf16(const float* x, bf16* y, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), 256, 0, s>>>(x, y, n);
+  check_launch("to_bf16");
+}
+
+void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embeddings, std::int64_t pred_table_elems,
+                         const std::int32_t* frames, int groups, const float* text, float* x, int rows, int width,
+                         cudaStream_t s) {
+  if (rows == 0) return;
+  frame_embedding_sum_kernel<<<rows, 256, 0, s>>>(codec_embedding, pred_embeddings, pred_table_elems, frames, groups,
+                                                  text, x, width);
+  check_launch("frame_embedding_sum");
+}
+
+void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
+                 const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
+  if (rows == 0) return;
+  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset, forced, chosen);
+  check_launch("argmax_rows");
+}
+
+void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, cudaStream_t s) {
+  if (rows == 0) return;
+  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
+                                           penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr,
+                                           chosen);
+  check_launch("choose_code0");
+}
+
+void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, sample_settings settings,
+                  const std::uint64_t* seeds, cudaStream_t s) {
+  if (rows == 0) return;
+  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
+                                           penalty, min_new, eos, suppress_from, true, settings, seeds, chosen);
+  check_launch("sample_code0");
+}
+
+void sample_rows(const float* logits, int vocab, sample_settings settings, const std::uint64_t* seeds,
+                 const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
+                 int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
+  if (rows == 0) return;
+  sample_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
+                                          out_offset, forced, chosen);
+  check_launch("sample_rows");
+}
+
+void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n), 256, 0, s>>>(p, nullptr, n, seed, 0.0f, scale);
+  check_launch("fill_random");
+}
+
+void fill_random_f32(float* p, std::size_t n, std::uint32_t seed, float offset, float scale, cudaStream_t s) {
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n), 256, 0, s>>>(nullptr, p, n, seed, offset, scale);
+  check_launch("fill_random_f32");
+}
+
+} // namespace qwen3_tts::cuda

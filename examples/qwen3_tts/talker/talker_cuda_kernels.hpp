@@ -1,0 +1,136 @@
+// Launchers of the CUDA Talker's own kernels (everything that is not a cuBLAS GEMM): RMSNorm, the
+// per-head q/k norm with RoPE and the paged-KV append, paged attention, SwiGLU, bias + activation,
+// embedding sums and the code-0 choice. Each launcher checks its launch and throws with the kernel's
+// name; the kernels themselves live in talker_cuda_kernels.cu (nvcc makes __global__ stubs local to
+// their translation unit, STYLE.md pitfall 7, so only these host functions cross files).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qwen3_tts::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// FlashInfer-style addressing of a step's tokens into the paged KV cache, all device pointers.
+// Row r owns tokens [qo_indptr[r], qo_indptr[r+1]) of this step and pages
+// page_indices[page_indptr[r] .. page_indptr[r+1]); its last page holds last_page_len[r] tokens,
+// counted after this step's tokens are appended. positions[t] is token t's RoPE position.
+struct paged_view {
+  const std::int32_t* qo_indptr = nullptr;
+  const std::int32_t* page_indptr = nullptr;
+  const std::int32_t* page_indices = nullptr;
+  const std::int32_t* last_page_len = nullptr;
+  const std::int32_t* positions = nullptr;
+  int rows = 0;
+  int tokens = 0;
+  int block_tokens = 0;
+};
+
+// Sampling settings of one kind of code (code 0, or the predictor's codes): see sample_rows.
+struct sample_settings {
+  float temperature = 1.0f;
+  int top_k = 0;
+};
+
+// One layer's K or V cache: [blocks][block_tokens][kv_heads][head_dim] bf16.
+struct kv_layer {
+  bf16* k = nullptr;
+  bf16* v = nullptr;
+};
+
+// RMSNorm of `tokens` rows of `width`: when add is given, x += add first (the residual) and the sum
+// is stored back in x; then n = w * (x * rsqrt(mean(x^2) + eps)) goes to y16 (a GEMM input) and/or
+// y32 (either may be null).
+void rms_norm(float* x, const float* add, const float* w, bf16* y16, float* y32, int tokens, int width, float eps,
+              cudaStream_t s);
+
+// dst[r] = src[qo_indptr[r + 1] - 1]: each row's last token (the prefill's only sampled position).
+void gather_last_rows(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16, int rows, int width,
+                      cudaStream_t s);
+
+// qkv: [tokens][(heads + 2 kv_heads) * head_dim] float32 from the fused projection. Normalises q and k
+// per head, rotates them (NeoX half rotation, angle = position * inv_freq[i]), writes q as float32
+// [tokens][heads][head_dim] and appends k, v to the cache at each token's slot.
+void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
+                         float* q_out, kv_layer cache, paged_view view, int heads, int kv_heads, int head_dim,
+                         float eps, cudaStream_t s);
+
+// Causal grouped-query attention of this step's tokens over their rows' pages (the tokens appended
+// above included): out [tokens][heads * head_dim] bf16.
+void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim,
+                     cudaStream_t s);
+
+// qk_norm_rope_append and paged_attention in one launch, for a step whose every row has exactly one
+// new token (a decode step; the predictor's single-token passes), with at most max_decode_group query
+// heads a KV head.
+constexpr int max_decode_group = 8;
+void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
+                      paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps, cudaStream_t s);
+
+// gate_up: [tokens][2 * inter] float32 (gate first, up second) -> silu(gate) * up as bf16.
+void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s);
+
+// y = silu(x + bias) as bf16, or (silu == false) y32 = x + bias as float32.
+void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s);
+void bias_add(const float* x, const float* bias, float* y32, bf16* y16, int tokens, int width, cudaStream_t s);
+
+// out[r] = table[ids[r]] as bf16 rows (text embedding look-up; an id outside [0, vocab) is a
+// programming error caught on the host before the step).
+void gather_rows(const bf16* table, const std::int32_t* ids, bf16* out, int rows, int width, cudaStream_t s);
+
+// The predictor's 2-token prefill input per row: [past_hidden[r], codec_embedding[code0[r]]] as
+// float32 rows 2r and 2r+1 (talker width).
+void predictor_prefill_input(const float* past_hidden, const bf16* codec_embedding, const std::int32_t* code0,
+                             float* out, int rows, int width, cudaStream_t s);
+
+// out[r] = table[codes[r * code_stride + g]] as float32 (the predictor's feedback of codebook g).
+void gather_code_rows(const bf16* table, const std::int32_t* codes, int code_stride, int g, float* out, int rows,
+                      int width, cudaStream_t s);
+
+// y = bf16(x), n elements.
+void to_bf16(const float* x, bf16* y, std::size_t n, cudaStream_t s);
+
+// The next Talker input: x[r] = codec_embedding[frame[r][0]] + sum_g pred_embedding[g-1][frame[r][g]]
+// + text[r], float32.
+void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embeddings, std::int64_t pred_table_elems,
+                         const std::int32_t* frames, int groups, const float* text, float* x, int rows, int width,
+                         cudaStream_t s);
+
+// Greedy argmax over each row's logits (first index on ties, as torch.argmax), written to
+// out[r * out_stride + out_offset]. Where forced is given and forced[r * out_stride + out_offset] >= 0,
+// that code is written instead (a test's teacher forcing: the logits stay the model's own); chosen,
+// when given, receives the model's own choice at the same place.
+void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
+                 const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s);
+
+// Code 0 for each row, as the reference's generate does greedily: repetition penalty on the codes
+// this row already chose (seen bitmap [rows][vocab]), the end token banned while generated[r] <
+// min_new, ids >= suppress_from banned except eos, argmax. Records the choice in seen and generated,
+// writes the processed logits to `processed` (so a test can read the margins) and code0[r]. A
+// forced[r * forced_stride] >= 0 replaces the choice, and chosen receives the own one, as in argmax_rows.
+void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, cudaStream_t s);
+// The same processing, then a draw (sample_rows' rule, counter generated[r], lane 0) instead of argmax.
+void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* seen, std::int32_t* generated,
+                  std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
+                  float penalty, int min_new, int eos, int suppress_from, sample_settings settings,
+                  const std::uint64_t* seeds, cudaStream_t s);
+
+// The reference's sampling of one code per row, as the host talker_sampler draws it: values
+// logits / temperature, those below the top_k-th largest dropped (top_k <= 0: none), probabilities
+// exp(v - max), and an inverse-CDF pick in index order at u * total, u the Philox uniform of (seed[r],
+// counter frame[r] + frame_offset, lane). top_p < 1 is not computed here (the caller refuses it). The
+// choice goes to out[r * out_stride + out_offset] unless forced there (as argmax_rows).
+void sample_rows(const float* logits, int vocab, sample_settings settings, const std::uint64_t* seeds,
+                 const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
+                 int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s);
+
+// Deterministic pseudo-random bf16 values in [-scale, scale] (bench weights), and float32 values.
+void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s);
+void fill_random_f32(float* p, std::size_t n, std::uint32_t seed, float offset, float scale, cudaStream_t s);
+
+} // namespace qwen3_tts::cuda
