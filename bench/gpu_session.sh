@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Every GPU-side check and measurement of the project, for a lent GPU machine, in stages chosen so that two
+# device calls cover them (one call may run 10 minutes):
+#
+#   reference  the reference implementation's speed at the real sizes (bench/reference/qwen_tts_reference.py:
+#              qwen-tts 0.1.1 + transformers 4.57.3, carried as wheels in .whl/; about 2 minutes)
+#   talker     the CUDA Talker's GPU tests, memcheck and real-size bench (examples/qwen3_tts/talker/run_gpu.sh;
+#              at most 6 minutes, building included)
+#   suite      the whole test suite with the CUDA sources (scripts/gpu_suite.sh; reuses the talker stage's
+#              build directory on a warm machine)
+#
+#   run(command="bash bench/gpu_session.sh reference talker", carry=[".whl"], kind="nvidia-h200", timeout_s=600)
+#   run(command="bash bench/gpu_session.sh suite", kind="nvidia-h200", timeout_s=600)   # same warm machine
+#
+# .whl/ (ignored by git) is filled here, on a machine with pip's registry, by `bash bench/gpu_session.sh wheels`.
+# Each stage's logs are packed into $OUT/<stage>.tgz (the device tool brings back at most 8 files); a table
+# of what each stage printed last ends the output.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-/tmp/gpu_session}
+mkdir -p "$out"
+summary=()
+
+stage_wheels() {
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1 qwen-tts==0.1.1
+  ls -la .whl
+}
+
+stage_reference() {
+  local d="$out/reference"
+  mkdir -p "$d"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    { summary+=("reference: the carried wheels did not install (carry .whl; fill it with: bash $0 wheels)"); return; }
+  local py="env PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/reference/qwen_tts_reference.py"
+  timeout 150 $py --size 0.6b --frames 24 --batches 1,8,32,64,128 --json "$d/ref06.json" 2>&1 |
+    grep -v pad_token_id | tee "$d/ref06.log"
+  timeout 90 $py --size 1.7b --frames 24 --batches 1,64 --codec-batches 1 --json "$d/ref17.json" 2>&1 |
+    grep -v pad_token_id | tee "$d/ref17.log"
+  summary+=("reference 0.6b: $(grep -c '^generate' "$d/ref06.log") generate rows, 1.7b: $(grep -c '^generate' "$d/ref17.log")")
+}
+
+stage_talker() {
+  OUT="$out/talker" bash examples/qwen3_tts/talker/run_gpu.sh
+  summary+=("talker: run_gpu.sh exit $?")
+}
+
+stage_suite() {
+  OUT="$out/suite" MSTAR_BUILD_DIR=build-talker-gpu MSTAR_SKIP_SETUP=1 timeout 560 bash scripts/gpu_suite.sh
+  summary+=("suite: $(tail -n1 "$out/suite/summary.txt" 2>/dev/null || echo 'no summary')")
+}
+
+for s in "$@"; do
+  case "$s" in
+    wheels | reference | talker | suite) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, suite)" >&2; exit 2 ;;
+  esac
+  if [ "$s" != wheels ] && [ -d "$out/$s" ]; then
+    tar -C "$out" -czf "$out/$s.tgz" "$s" && rm -rf "${out:?}/$s"
+  fi
+done
+echo
+echo "== gpu_session.sh"
+for line in "${summary[@]}"; do echo "  $line"; done
