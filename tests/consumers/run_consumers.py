@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Builds a program outside mstar against mstar, found one of three ways, runs it and checks its output.
+"""Builds a program outside mstar against mstar, found one of four ways, runs it and checks its output.
 
 Modes:
   subproject  a consumer meson project with mstar copied in as subprojects/mstar (dependency('mstar'))
+  wrap        a consumer meson project with subprojects/mstar.wrap (wrap-git with [provide]) and nothing else
   pkgconfig   `meson install` of mstar into a temporary prefix; every installed header must compile
               on its own against that prefix alone; the consumer builds with `pkg-config --cflags mstar`
   cmake       the same install; the consumer builds with CMake's find_package(mstar CONFIG REQUIRED)
@@ -109,6 +110,34 @@ def mode_subproject(args, tmp, env):
     if names != ["mstar_config"]:
         raise Failure(f"the mstar subproject builds {names}; expected only ['mstar_config']")
     print("the mstar subproject builds its library only: " + ", ".join(names))
+
+
+def mode_wrap(args, tmp, env):
+    """A consumer with subprojects/mstar.wrap (wrap-git, with [provide]): meson clones mstar itself."""
+    repo = os.path.join(tmp, "mstar-repo")
+    copy_source_tree(args.source_root, repo)
+    git = ["git", "-C", repo, "-c", "user.name=consumer-test", "-c", "user.email=consumer@test",
+           "-c", "init.defaultBranch=main"]
+    run(git + ["init", "-q"], env=env)
+    run(git + ["add", "-A"], env=env)
+    run(git + ["commit", "-q", "-m", "the tree under test"], env=env)
+    revision = run(["git", "-C", repo, "rev-parse", "HEAD"], env=env).strip()
+    proj = os.path.join(tmp, "consumer")
+    os.makedirs(os.path.join(proj, "subprojects"))
+    for name in ("meson.build",):
+        shutil.copy(os.path.join(HERE, "meson_wrap", name), proj)
+    for name in ("consumer.cpp", "consumer_config.cpp"):
+        shutil.copy(os.path.join(HERE, name), proj)
+    with open(os.path.join(HERE, "meson_wrap", "mstar.wrap"), encoding="utf-8") as f:
+        wrap = f.read().replace("@URL@", repo).replace("@REVISION@", revision)
+    with open(os.path.join(proj, "subprojects", "mstar.wrap"), "w", encoding="utf-8") as f:
+        f.write(wrap)
+    build = os.path.join(tmp, "build")
+    check_configure_quiet(run(args.meson + ["setup", build, proj, "-Dbuildtype=plain"], env=env))
+    run(args.meson + ["compile", "-C", build], env=env)
+    check_output(os.path.join(build, "consumer"), env)
+    check_config_consumer(os.path.join(build, "consumer_config"), env)
+    print("the wrap route gives dependency('mstar') and dependency('mstar_config')")
 
 
 def install(args, tmp, env):
@@ -297,7 +326,11 @@ def mode_cmake(args, tmp, env):
         print("skipped consumer_cuda.cu: no nvcc")
     check_output(os.path.join(build, "consumer"), env)
     # The YAML loader through mstar::config (a static library linking yaml-cpp and fmt).
-    out = run([os.path.join(build, "consumer_config")], env=env)
+    check_config_consumer(os.path.join(build, "consumer_config"), env)
+
+
+def check_config_consumer(binary, env):
+    out = run([binary], env=env)
     want = "valid.yaml: valid\nrefused.yaml: refused, 1 error(s)\n"
     if out != want:
         raise Failure(f"consumer_config printed:\n{out}\nexpected:\n{want}")
@@ -307,7 +340,7 @@ def mode_cmake(args, tmp, env):
 def main():
     argv = sys.argv[1:]
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["subproject", "pkgconfig", "cmake"])
+    p.add_argument("mode", choices=["subproject", "wrap", "pkgconfig", "cmake"])
     p.add_argument("--source-root", required=True)
     p.add_argument("--meson", nargs="+", required=True)
     p.add_argument("--cxx", nargs="+", required=True)
@@ -329,7 +362,8 @@ def main():
     cwd = os.getcwd()
     os.chdir(tmp)
     try:
-        {"subproject": mode_subproject, "pkgconfig": mode_pkgconfig, "cmake": mode_cmake}[args.mode](args, tmp, env)
+        {"subproject": mode_subproject, "wrap": mode_wrap, "pkgconfig": mode_pkgconfig,
+         "cmake": mode_cmake}[args.mode](args, tmp, env)
     except Failure as e:
         print(f"FAIL ({args.mode}): {e}")
         if args.keep:
