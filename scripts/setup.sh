@@ -6,7 +6,7 @@
 set -euo pipefail
 
 debs=(pkg-config ninja-build cmake python3 g++ clang libclang-rt-14-dev
-      libyaml-cpp-dev doctest-dev libfmt-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev libutf8proc-dev)
+      libyaml-cpp-dev doctest-dev libfmt-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev libutf8proc-dev libcpp-httplib-dev)
 min_meson=1.4.0
 
 missing=()
