@@ -303,6 +303,46 @@ def test_fuzz(srv, seconds=8.0, seed=1234):
     check(status == 200 and srv.proc.poll() is None, "the server is up after the fuzz")
 
 
+def test_full_and_voice_design():
+    """A server with room for one request answers 429 to a second; a VoiceDesign checkpoint wants instructions
+    and no voice."""
+    global MODEL
+    tiny17 = os.path.join(os.path.dirname(MODEL), "tiny17")
+    srv = Server("--max-live", "1", "--max-queued", "0", "--max-frames", "400")
+    try:
+        s = socket.create_connection((srv.host, srv.port), timeout=60)
+        body = json.dumps({"model": "m", "input": "One sentence.", "voice": VOICE, "seed": 2, "stream": True,
+                           "max_frames": 400}).encode()
+        s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        f = s.makefile("rb")
+        check(b" 200 " in f.readline(), "the one allowed request streams")
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        f.readline()  # the first chunk's size: the request is in flight
+        status, _, answer = srv.speech({"model": "m", "input": "Hi.", "voice": VOICE, "max_frames": 2})
+        check(status == 429 and json.loads(answer)["error"]["type"] == "rate_limit_error",
+              "a request beyond --max-live + --max-queued gets 429 (got %d)" % status)
+        f.close()
+        s.close()
+        m = wait_idle(srv)
+        check(outcome(m, "cancelled") == 1 and outcome(m, "rejected") == 1, "the hang-up cancelled, the 429 rejected")
+    finally:
+        srv.stop()
+    keep, MODEL = MODEL, tiny17
+    try:
+        srv = Server("--max-frames", "8")
+        status, _, answer = srv.speech({"model": "m", "input": "Hi.", "voice": VOICE})
+        check(status == 400 and json.loads(answer)["error"]["param"] == "voice", "VoiceDesign refuses a voice")
+        status, _, answer = srv.speech({"model": "m", "input": "Hi."})
+        check(status == 400 and json.loads(answer)["error"]["param"] == "instructions",
+              "VoiceDesign needs instructions")
+        status, ctype, wav = srv.speech({"model": "m", "input": "Hi.", "instructions": "A calm voice."})
+        check(status == 200 and ctype == "audio/wav" and wav[:4] == b"RIFF", "VoiceDesign speaks from instructions")
+        srv.stop()
+    finally:
+        MODEL = keep
+
+
 def main():
     t0 = time.time()
     srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
@@ -315,6 +355,9 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
+    t = time.time()
+    test_full_and_voice_design()
+    print("test_full_and_voice_design: %.1f s" % (time.time() - t), flush=True)
     print("%d failures, %.1f s" % (len(failures), time.time() - t0))
     return 1 if failures else 0
 
