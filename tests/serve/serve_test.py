@@ -303,6 +303,22 @@ def test_fuzz(srv, seconds=8.0, seed=1234):
     check(status == 200 and srv.proc.poll() is None, "the server is up after the fuzz")
 
 
+def test_loadgen_http(srv):
+    before = srv.metrics()
+    out = subprocess.run([QWEN3TTS, "loadgen-http", "--url", "http://%s:%d" % (srv.host, srv.port), "-c", "4",
+                          "-n", "16", "--voice", VOICE, "--max-frames", "40"], capture_output=True, text=True,
+                         timeout=60)
+    check(out.returncode == 0, "loadgen-http exits 0: %s" % out.stderr)
+    row = [line for line in out.stdout.splitlines() if re.match(r"\|\s+4 \|\s+16 \|", line)]
+    check(len(row) == 1, "loadgen-http prints its table row: %r" % out.stdout)
+    if row:
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        check(cells[2] == "16" and cells[3] == "0" and float(cells[4]) > 0,
+              "16 requests ok, none failed, audio produced: %r" % cells)
+    after = srv.metrics()
+    check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
+
+
 def test_full_and_voice_design():
     """A server with room for one request answers 429 to a second; a VoiceDesign checkpoint wants instructions
     and no voice."""
@@ -348,7 +364,8 @@ def main():
     srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
                  "--max-body", "65536")
     try:
-        for test in (test_health_and_metrics, test_equal_to_synth, test_hang_ups, test_malformed, test_fuzz):
+        for test in (test_health_and_metrics, test_equal_to_synth, test_hang_ups, test_malformed, test_fuzz,
+                     test_loadgen_http):
             t = time.time()
             test(srv)
             print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

@@ -143,7 +143,8 @@ public:
       json j = {{"status", "ok"},
                 {"model", o_.model_dir},
                 {"tts_model_type", talker_.config().tts_model_type},
-                {"tts_model_size", talker_.config().tts_model_size}};
+                {"tts_model_size", talker_.config().tts_model_size},
+                {"sample_rate", rate_}};
       r.set_content(j.dump() + "\n", "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
