@@ -74,6 +74,7 @@ check_all() {
     have_pc fmt || need "fmt (pkg-config)" libfmt-dev
     have_pc benchmark || need "google benchmark (pkg-config; the benchmarks)" libbenchmark-dev
     have_pc libutf8proc || need "utf8proc (pkg-config; the real model's text tokenizer)" libutf8proc-dev
+    have_pc cpp-httplib || have_header httplib.h || need "cpp-httplib (qwen3tts serve)" libcpp-httplib-dev
   fi
   if [ "$fuzz" = 1 ]; then
     if ! have_tool clang++; then

@@ -2,6 +2,8 @@
 //
 //   qwen3tts synth --model DIR --text-ids 1,2,3 --speaker NAME --out a.wav   # text -> speech, through the worker
 //   qwen3tts decode --model DIR --codes codes.json --out a.wav                # codes -> speech (the codec alone)
+//   qwen3tts serve --model DIR --port 8000                                     # HTTP server (docs/serve.md)
+//   qwen3tts loadgen-http --url http://127.0.0.1:8000 -c 8 -n 64 --voice ryan  # load a running server
 //
 // Without a subcommand it is the Qwen3-TTS-shaped cost model under the worker, as a closed-loop load
 // generator (the scheduling workload of the lane study):
@@ -55,6 +57,9 @@
 #include "decode_cli.hpp"
 #include "qwen3_tts/loadgen.hpp"
 #include "synth_cli.hpp"
+#ifdef QWEN3TTS_SERVE
+#include "serve.hpp"
+#endif
 
 namespace {
 
@@ -676,6 +681,11 @@ mstar::lane_mode lane_of(const std::string& s) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "synth") return qwen3_tts::pipeline::synth_main(argc - 1, argv + 1);
   if (argc > 1 && std::string_view(argv[1]) == "decode") return qwen3_tts::decode_main(argc - 1, argv + 1);
+#ifdef QWEN3TTS_SERVE
+  if (argc > 1 && std::string_view(argv[1]) == "serve") return qwen3_tts::serve::serve_main(argc - 1, argv + 1);
+  if (argc > 1 && std::string_view(argv[1]) == "loadgen-http")
+    return qwen3_tts::serve::loadgen_http_main(argc - 1, argv + 1);
+#endif
   cli_options cli;
   for (int i = 0; i < argc; ++i)
     cli.command += (i ? " " : "") + std::string(argv[i]);

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,9 @@ struct speech_request {
   talker_prompt prompt;
   std::uint32_t max_frames = 4095;          // the Talker stops here if the end token has not come
   mstar::metrics::nanos submitted = 0;      // the client's submit time (first-audio latency starts here)
+  // The request's sampler seed; unset: the engine's seed mixed with the request's id (the sampler's own).
+  // A server sets it so that a request's audio does not depend on the id it happened to get.
+  std::optional<std::uint64_t> seed;
 };
 
 // What the flow keeps of an ended request.
@@ -57,6 +61,8 @@ struct speech_flow_options {
   std::vector<std::uint32_t> ramp = {1, 2, 4, 8}; // codec window widths in frames; the last repeats
   bool codec_per_width = true;  // batch_key: one codec step per width; false: one step for every width
   bool keep_audio = false;      // keep every sample in the result (tests, the synth command)
+  bool keep_results = true;     // keep each ended request's result in results(); a long-lived service that
+                                // reads them in on_end turns this off so the map does not grow forever
 };
 
 namespace detail {
@@ -104,6 +110,8 @@ public:
   // Main thread, must not block: audio as each window lands, and a request's end.
   std::function<void(mstar::request_id, std::span<const float>)> on_chunk;
   std::function<void(mstar::request_id, const speech_result&)> on_end;
+  // Main thread, must not block: the worker admitted the request (it holds a request index from here on).
+  std::function<void(mstar::request_id)> on_start;
 
   void start(request_state& s, mstar::request_id id, const speech_request& in) {
     if (in.max_frames == 0)
@@ -116,6 +124,7 @@ public:
     r->codes.reserve(std::size_t(in.max_frames) * groups());
     r->result.submitted = in.submitted;
     s.req = std::move(r);
+    if (on_start) on_start(id);
   }
 
   bool ready(request_state& s, std::uint8_t node, mstar::row& row, speech_payload& p) {
@@ -200,6 +209,7 @@ public:
     res.why = std::string(why);
     res.ended = mstar::metrics::now_ns();
     if (on_end) on_end(id, res);
+    if (!o_.keep_results) return;
     std::lock_guard g(lock_);
     results_[id] = std::move(res);
   }

@@ -168,7 +168,7 @@ private:
       for (std::uint32_t f = 0; f < r.decoded; ++f)
         job.history.push_back(r.codes[std::size_t(f) * groups_]);
       job.history_at.push_back(static_cast<std::uint32_t>(job.history.size()));
-      job.seeds[i] = smp.host_rows[i].seed;
+      job.seeds[i] = r.in.seed ? *r.in.seed : smp.host_rows[i].seed;
       job.frames[i] = r.decoded;
     }
     if (token != pos.tokens)

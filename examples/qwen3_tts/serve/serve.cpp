@@ -1,0 +1,539 @@
+#include "serve.hpp"
+
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "codec_checkpoint.hpp"
+#include "speech_model.hpp"
+#include "speech_service.hpp"
+#include "talker_checkpoint.hpp"
+#include "talker_request.hpp"
+#include "tokenizer.hpp"
+#include "wav.hpp"
+
+namespace qwen3_tts::serve {
+namespace {
+
+using json = nlohmann::json;
+using service = pipeline::speech_service<pipeline::host_speech>;
+
+struct serve_options {
+  std::string model_dir, host = "127.0.0.1";
+  int port = 8000;
+  std::size_t max_text = 4096;     // bytes of input, and of instructions
+  std::uint32_t max_frames = 1200; // 96 s of audio
+  std::uint32_t max_live = 16, max_queued = 128;
+  std::size_t max_body = 64 * 1024;
+  std::uint64_t seed = 0;
+  std::string lane = "on", window = "1,2,4,8";
+};
+
+// A 4xx/5xx answer: OpenAI's error object.
+struct http_error {
+  int status;
+  std::string message, type, param;
+};
+
+void send_error(httplib::Response& res, const http_error& e) {
+  json j = {{"error", {{"message", e.message}, {"type", e.type}, {"param", nullptr}}}};
+  if (!e.param.empty()) j["error"]["param"] = e.param;
+  res.status = e.status;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
+}
+
+http_error bad(std::string param, std::string message) {
+  return {400, std::move(message), "invalid_request_error", std::move(param)};
+}
+
+// Latency histograms in seconds (Prometheus cumulative buckets); updated on the worker's main thread,
+// read by /metrics.
+class histogram {
+public:
+  static constexpr std::array<double, 12> bounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  void add(double s) {
+    std::lock_guard g(lock_);
+    for (std::size_t i = 0; i < bounds.size(); ++i)
+      if (s <= bounds[i]) ++counts_[i];
+    ++count_;
+    sum_ += s;
+  }
+  void write(std::ostream& o, const char* name, const char* help) const {
+    std::lock_guard g(lock_);
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+    for (std::size_t i = 0; i < bounds.size(); ++i)
+      o << name << "_bucket{le=\"" << bounds[i] << "\"} " << counts_[i] << "\n";
+    o << name << "_bucket{le=\"+Inf\"} " << count_ << "\n"
+      << name << "_sum " << sum_ << "\n"
+      << name << "_count " << count_ << "\n";
+  }
+
+private:
+  mutable std::mutex lock_;
+  std::array<std::uint64_t, bounds.size()> counts_{};
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+// One request's audio on its way from the worker's main thread (producer) to its HTTP thread (consumer).
+struct audio_queue {
+  std::mutex lock;
+  std::condition_variable cv;
+  std::vector<float> pending; // streaming: samples not sent yet; not streaming: every sample
+  bool ended = false;
+  mstar::request_end how = mstar::request_end::failed;
+  std::string why;
+};
+
+// PCM16 little-endian bytes of samples, exactly as the WAV writer writes them (its file less its header).
+std::string pcm16_bytes(std::span<const float> samples, int rate) {
+  const auto file = encode_wav(samples, rate, wav_format::pcm16);
+  const std::size_t data = samples.size() * 2;
+  return std::string(reinterpret_cast<const char*>(file.data()) + (file.size() - data), data);
+}
+
+// A WAV header for a stream of unknown length: RIFF and data sizes 0xFFFFFFFF, the convention players and
+// ffmpeg read as "until the end of the stream".
+std::string streaming_wav_header(int rate) {
+  const auto file = encode_wav({}, rate, wav_format::pcm16);
+  std::string h(reinterpret_cast<const char*>(file.data()), file.size());
+  const auto at = h.rfind("data");
+  if (h.size() < 12 || at == std::string::npos || at + 8 != h.size())
+    throw std::logic_error("qwen3tts serve: the WAV writer's header has no trailing data chunk");
+  for (std::size_t off : {std::size_t(4), at + 4})
+    h.replace(off, 4, "\xff\xff\xff\xff", 4);
+  return h;
+}
+
+class server {
+public:
+  explicit server(serve_options o)
+      : o_(std::move(o)), talker_(load_talker(o_.model_dir)), codec_(load_codec_decoder(o_.model_dir)),
+        tok_(text_tokenizer::from_folder(o_.model_dir)), rate_(codec_.config().output_sample_rate),
+        svc_(talker_, codec_, service_options()) {
+    const auto& t = talker_.config().tts_model_type;
+    voice_design_ = t == "voice_design";
+    if (!voice_design_ && t != "custom_voice")
+      throw std::invalid_argument(o_.model_dir + "/config.json: tts_model_type \"" + t +
+                                  "\" is not served; give a CustomVoice or VoiceDesign checkpoint");
+  }
+
+  void install(httplib::Server& http) {
+    http.Post("/v1/audio/speech", [this](const httplib::Request& q, httplib::Response& r) { speech(q, r); });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      json j = {{"status", "ok"},
+                {"model", o_.model_dir},
+                {"tts_model_type", talker_.config().tts_model_type},
+                {"tts_model_size", talker_.config().tts_model_size},
+                {"sample_rate", rate_}};
+      r.set_content(j.dump() + "\n", "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(metrics(), "text/plain; version=0.0.4");
+    });
+    // Known routes under another method: 405, and the rest 404, both as JSON (the error handler).
+    auto not_allowed = [this](const httplib::Request& q, httplib::Response& r) {
+      ++rejected_;
+      send_error(r, {405, q.method + " is not allowed on " + q.path, "invalid_request_error", ""});
+    };
+    for (const char* path : {"/v1/audio/speech", "/health", "/metrics"}) {
+      if (std::string_view(path) != "/v1/audio/speech")
+        http.Post(path, not_allowed);
+      else
+        http.Get(path, not_allowed);
+      http.Put(path, not_allowed);
+      http.Delete(path, not_allowed);
+      http.Patch(path, not_allowed);
+    }
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([this](const httplib::Request& q, httplib::Response& r) {
+          if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled; // a handler's own error
+          ++rejected_;
+          if (r.status == 404)
+            send_error(r, {404,
+                           "no route " + q.method + " " + q.path +
+                               " (POST /v1/audio/speech, GET /health, "
+                               "GET /metrics)",
+                           "invalid_request_error", ""});
+          else if (r.status == 413)
+            send_error(r, {413, "the request body is over " + std::to_string(o_.max_body) + " bytes",
+                           "invalid_request_error", ""});
+          else
+            send_error(r, {r.status, "the request could not be read (HTTP " + std::to_string(r.status) + ")",
+                           r.status >= 500 ? "server_error" : "invalid_request_error", ""});
+          return httplib::Server::HandlerResponse::Handled;
+        }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr e) {
+      std::string what = "unknown exception";
+      try {
+        if (e) std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+      }
+      send_error(r, {500, "internal error: " + what, "server_error", ""});
+    });
+    http.set_payload_max_length(o_.max_body);
+  }
+
+private:
+  // What a valid body asks for.
+  struct ask {
+    pipeline::speech_request req;
+    bool stream = false, wav = true;
+  };
+
+  pipeline::speech_service_options service_options() const {
+    pipeline::speech_service_options so;
+    so.sampling = sampling_from(o_.model_dir);
+    so.max_live = o_.max_live;
+    so.max_batch = std::min<std::uint32_t>(16, o_.max_live);
+    so.ramp.clear();
+    for (auto id : parse_ids(o_.window, "--window")) {
+      if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
+      so.ramp.push_back(std::uint32_t(id));
+    }
+    if (o_.lane == "off")
+      so.lane = mstar::lane_mode::off;
+    else if (o_.lane == "auto")
+      so.lane = mstar::lane_mode::automatic;
+    return so;
+  }
+
+  // Validates the body whole; nothing is submitted unless every field is right.
+  std::variant<ask, http_error> parse(const std::string& body) const {
+    json j;
+    try {
+      j = json::parse(body);
+    } catch (const json::exception& e) {
+      return bad("", std::string("the body is not JSON: ") + e.what());
+    }
+    if (!j.is_object()) return bad("", "the body must be a JSON object");
+    static const std::array<std::string_view, 8> known = {"model",           "input",  "voice", "instructions",
+                                                          "response_format", "stream", "seed",  "max_frames"};
+    for (const auto& [k, v] : j.items())
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        return bad(k, "unknown field \"" + k +
+                          "\" (known: model, input, voice, instructions, response_format, "
+                          "stream, seed, max_frames)");
+    if (!j.contains("model") || !j["model"].is_string()) return bad("model", "model is required and must be a string");
+    if (!j.contains("input") || !j["input"].is_string()) return bad("input", "input is required and must be a string");
+    const auto& input = j["input"].get_ref<const std::string&>();
+    if (input.empty()) return bad("input", "input is empty; give the text to speak");
+    if (input.size() > o_.max_text)
+      return bad("input", "input is " + std::to_string(input.size()) + " bytes; at most " +
+                              std::to_string(o_.max_text) + " (--max-text)");
+    std::string instructions;
+    if (j.contains("instructions")) {
+      if (!j["instructions"].is_string()) return bad("instructions", "instructions must be a string");
+      instructions = j["instructions"].get<std::string>();
+      if (instructions.size() > o_.max_text)
+        return bad("instructions", "instructions are " + std::to_string(instructions.size()) + " bytes; at most " +
+                                       std::to_string(o_.max_text) + " (--max-text)");
+    }
+    std::string voice;
+    if (j.contains("voice")) {
+      if (!j["voice"].is_string()) return bad("voice", "voice must be a string");
+      voice = j["voice"].get<std::string>();
+      std::transform(voice.begin(), voice.end(), voice.begin(), [](unsigned char c) { return std::tolower(c); });
+    }
+    const auto& spk = talker_.config().spk_id;
+    if (voice_design_) {
+      if (!voice.empty())
+        return bad("voice", "this checkpoint (VoiceDesign) designs the voice from instructions; leave voice out");
+      if (instructions.empty()) return bad("instructions", "this checkpoint (VoiceDesign) needs instructions");
+    } else if (voice.empty() || !spk.count(voice)) {
+      std::string names;
+      for (const auto& [n, id] : spk)
+        names += (names.empty() ? "" : ", ") + n;
+      return bad("voice", (voice.empty() ? std::string("voice is required") : "unknown voice \"" + voice + "\"") +
+                              "; this checkpoint's voices: " + names);
+    }
+    ask a;
+    if (j.contains("response_format")) {
+      if (!j["response_format"].is_string()) return bad("response_format", "response_format must be a string");
+      const auto f = j["response_format"].get<std::string>();
+      if (f != "wav" && f != "pcm")
+        return bad("response_format", "response_format \"" + f +
+                                          "\" is not supported; give wav or pcm (16-bit "
+                                          "little-endian mono at " +
+                                          std::to_string(rate_) + " Hz)");
+      a.wav = f == "wav";
+    }
+    if (j.contains("stream")) {
+      if (!j["stream"].is_boolean()) return bad("stream", "stream must be true or false");
+      a.stream = j["stream"].get<bool>();
+    }
+    std::uint64_t seed = o_.seed;
+    if (j.contains("seed")) {
+      if (!j["seed"].is_number_unsigned()) return bad("seed", "seed must be an integer >= 0");
+      seed = j["seed"].get<std::uint64_t>();
+    }
+    a.req.max_frames = o_.max_frames;
+    if (j.contains("max_frames")) {
+      const auto& m = j["max_frames"];
+      if (!m.is_number_unsigned() || m.get<std::uint64_t>() == 0 || m.get<std::uint64_t>() > o_.max_frames)
+        return bad("max_frames", "max_frames must be an integer in 1.." + std::to_string(o_.max_frames) +
+                                     " (--max-frames; 12.5 frames a second)");
+      a.req.max_frames = m.get<std::uint32_t>();
+    }
+    // Request id 1 under the engine seed `seed` is what `qwen3tts synth --seed` samples with: the same text
+    // and seed give the same audio here, whatever id the service gives the request.
+    a.req.seed = mstar::mix_seed(seed, 1);
+    try {
+      request_parts parts;
+      parts.text_ids = assistant_text_ids(tok_, input);
+      if (!instructions.empty())
+        if (auto ids = instruct_ids(tok_, instructions)) parts.instruct_ids = *ids;
+      parts.templated = true;
+      parts.speaker = voice;
+      a.req.prompt = make_prompt(o_.model_dir, talker_.config(), parts);
+    } catch (const std::invalid_argument& e) {
+      return bad("input", e.what());
+    }
+    return a;
+  }
+
+  // Reserves a place for a request: false when max_live + max_queued are in flight.
+  bool reserve() {
+    auto n = in_flight_.load();
+    do {
+      if (n >= o_.max_live + o_.max_queued) return false;
+    } while (!in_flight_.compare_exchange_weak(n, n + 1));
+    return true;
+  }
+
+  // Submits; the queue sees every chunk and the end. Returns the id.
+  mstar::request_id submit(ask& a, const std::shared_ptr<audio_queue>& q) {
+    pipeline::speech_callbacks cb;
+    cb.on_chunk = [this, q](std::span<const float> audio) {
+      samples_.fetch_add(audio.size(), std::memory_order_relaxed);
+      std::lock_guard g(q->lock);
+      q->pending.insert(q->pending.end(), audio.begin(), audio.end());
+      q->cv.notify_one();
+    };
+    cb.on_end = [this, q](const pipeline::speech_result& r) {
+      if (r.first_audio >= 0) first_audio_.add(double(r.first_audio - r.submitted) / 1e9);
+      for (auto g : r.gaps)
+        gap_.add(double(g) / 1e9);
+      in_flight_.fetch_sub(1);
+      std::lock_guard g(q->lock);
+      q->ended = true;
+      q->how = r.how;
+      q->why = r.why;
+      q->cv.notify_one();
+    };
+    return svc_.submit(std::move(a.req), std::move(cb));
+  }
+
+  void speech(const httplib::Request& q, httplib::Response& res) {
+    auto parsed = parse(q.body);
+    if (auto* e = std::get_if<http_error>(&parsed)) {
+      ++rejected_;
+      send_error(res, *e);
+      return;
+    }
+    auto& a = std::get<ask>(parsed);
+    if (!reserve()) {
+      ++rejected_;
+      send_error(res, {429,
+                       "the server is full: " + std::to_string(o_.max_live) + " live and " +
+                           std::to_string(o_.max_queued) + " queued requests (--max-live, --max-queued); retry later",
+                       "rate_limit_error", ""});
+      return;
+    }
+    auto aq = std::make_shared<audio_queue>();
+    const auto id = submit(a, aq);
+    const char* type = a.wav ? "audio/wav" : "audio/pcm";
+    if (!a.stream) {
+      std::unique_lock g(aq->lock);
+      aq->cv.wait(g, [&] { return aq->ended; });
+      if (aq->how != mstar::request_end::completed) {
+        send_error(res, {500, "the request did not complete: " + (aq->why.empty() ? std::string("no reason") : aq->why),
+                         "server_error", ""});
+        return;
+      }
+      if (a.wav) {
+        const auto file = encode_wav(aq->pending, rate_, wav_format::pcm16);
+        res.set_content(std::string(reinterpret_cast<const char*>(file.data()), file.size()), type);
+      } else {
+        res.set_content(pcm16_bytes(aq->pending, rate_), type);
+      }
+      return;
+    }
+    // Streaming: the header, then each window's samples as it lands. A write that fails (the client went
+    // away) cancels the request at once; so does a connection httplib ends without success.
+    auto header_sent = std::make_shared<bool>(!a.wav);
+    res.set_chunked_content_provider(
+        type,
+        [this, aq, id, header_sent](std::size_t, httplib::DataSink& sink) {
+          if (!*header_sent) {
+            *header_sent = true;
+            const auto h = streaming_wav_header(rate_);
+            if (!sink.write(h.data(), h.size())) return cancel_for(id);
+          }
+          std::vector<float> chunk;
+          bool ended = false;
+          mstar::request_end how = mstar::request_end::failed;
+          {
+            std::unique_lock g(aq->lock);
+            aq->cv.wait_for(g, std::chrono::milliseconds(200), [&] { return aq->ended || !aq->pending.empty(); });
+            chunk.swap(aq->pending);
+            ended = aq->ended;
+            how = aq->how;
+          }
+          if (!chunk.empty()) {
+            const auto bytes = pcm16_bytes(chunk, rate_);
+            if (!sink.write(bytes.data(), bytes.size())) return cancel_for(id);
+          } else if (!ended && !sink.is_writable()) {
+            return cancel_for(id);
+          }
+          if (ended) {
+            if (how != mstar::request_end::completed) return false; // cut: the client sees no final chunk
+            sink.done();
+          }
+          return true;
+        },
+        [this, id](bool success) {
+          if (!success) svc_.cancel(id); // a request that ended already is left alone
+        });
+  }
+
+  bool cancel_for(mstar::request_id id) {
+    svc_.cancel(id);
+    return false;
+  }
+
+  std::string metrics() {
+    std::ostringstream o;
+    const auto c = svc_.counts();
+    const auto& w = svc_.worker().counters();
+    auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+    };
+    o << "# HELP qwen3tts_requests_total Speech requests by outcome (rejected: refused with a 4xx before any "
+         "work)\n# TYPE qwen3tts_requests_total counter\n";
+    o << "qwen3tts_requests_total{outcome=\"completed\"} " << c.completed << "\n";
+    o << "qwen3tts_requests_total{outcome=\"cancelled\"} " << c.cancelled << "\n";
+    o << "qwen3tts_requests_total{outcome=\"failed\"} " << c.failed << "\n";
+    o << "qwen3tts_requests_total{outcome=\"rejected\"} " << rejected_.load() << "\n";
+    gauge("qwen3tts_live_requests", "requests the worker has admitted and not ended", c.live);
+    gauge("qwen3tts_queued_requests", "requests submitted and waiting for admission", c.queued);
+    first_audio_.write(o, "qwen3tts_first_audio_seconds", "from submission to a request's first audio chunk");
+    gap_.write(o, "qwen3tts_chunk_gap_seconds", "between consecutive audio chunks of a request");
+    gauge("qwen3tts_audio_seconds_total", "seconds of audio produced (sent or not)",
+          double(samples_.load()) / double(rate_), "counter");
+    gauge("qwen3tts_kv_free_blocks", "free blocks of the Talker's KV cache", svc_.kv_free_blocks());
+    gauge("qwen3tts_kv_blocks", "blocks of the Talker's KV cache", svc_.kv_blocks());
+    gauge("qwen3tts_codec_free_slots", "free slots of the codec state pool", svc_.codec_free_slots());
+    gauge("qwen3tts_codec_slots", "slots of the codec state pool", svc_.codec_slots());
+    gauge("qwen3tts_codec_steps_total", "codec steps run", double(w.side_steps.load()), "counter");
+    gauge("qwen3tts_codec_steps_on_lane_total", "codec steps run on the side lane (the rest on the chain's stream)",
+          double(w.side_steps_on_lane.load()), "counter");
+    gauge("qwen3tts_talker_steps_total", "Talker steps run (prefill and decode)", double(w.chain_steps.load()),
+          "counter");
+    const double side = double(w.side_steps.load());
+    gauge("qwen3tts_lane_on_share", "share of codec steps run on the side lane",
+          side > 0 ? double(w.side_steps_on_lane.load()) / side : 0.0);
+    // The worker's GPU busy fraction is known only after it stopped (threaded_worker::summary): not exported.
+    return o.str();
+  }
+
+  serve_options o_;
+  talker_host talker_;
+  codec_decoder codec_;
+  text_tokenizer tok_;
+  int rate_;
+  bool voice_design_ = false;
+  service svc_;
+  std::atomic<std::uint32_t> in_flight_{0};
+  std::atomic<std::uint64_t> rejected_{0}, samples_{0};
+  histogram first_audio_, gap_;
+};
+
+} // namespace
+
+int serve_main(int argc, char** argv) {
+  CLI::App app{"qwen3tts serve: an HTTP server for a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) with "
+               "OpenAI's POST /v1/audio/speech (streamed or whole), GET /health and GET /metrics. The first line on "
+               "stdout is the address it listens on"};
+  serve_options o;
+  app.add_option("--model", o.model_dir, "checkpoint folder in the official layout")->required();
+  app.add_option("--host", o.host, "address to bind (loopback by default)")->capture_default_str();
+  app.add_option("--port", o.port, "port; 0: any free port")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--max-text", o.max_text, "longest input (and instructions) in bytes")->capture_default_str();
+  app.add_option("--max-frames", o.max_frames, "most frames a request may make (12.5 a second)")
+      ->check(CLI::Range(1u, 8191u))
+      ->capture_default_str();
+  app.add_option("--max-live", o.max_live, "requests computed at once")
+      ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
+      ->capture_default_str();
+  app.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more get 429")
+      ->check(CLI::Range(0u, 4096u))
+      ->capture_default_str();
+  app.add_option("--max-body", o.max_body, "largest request body in bytes (more: 413)")->capture_default_str();
+  app.add_option("--seed", o.seed, "sampling seed of requests that give none")->capture_default_str();
+  app.add_option("--lane", o.lane, "the codec's side lane: off, on or auto")
+      ->check(CLI::IsMember({"off", "on", "auto"}))
+      ->capture_default_str();
+  app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a
+  // client that went away fails with EPIPE instead of killing the process.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  try {
+    server srv(o);
+    httplib::Server http;
+    const std::size_t threads = std::size_t(o.max_live) + o.max_queued + 16; // a streaming client holds one
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    srv.install(http);
+    const int port = o.port == 0 ? http.bind_to_any_port(o.host) : (http.bind_to_port(o.host, o.port) ? o.port : -1);
+    if (port < 0) {
+      std::cerr << "qwen3tts serve: cannot bind " << o.host << ":" << o.port << " (in use, or not an address here)\n";
+      return 1;
+    }
+    std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
+    std::fflush(stdout);
+    std::thread stopper([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      http.stop();
+    });
+    const bool ok = http.listen_after_bind();
+    pthread_kill(stopper.native_handle(), SIGTERM); // a stop from elsewhere: end the waiting thread too
+    stopper.join();
+    std::cerr << "qwen3tts serve: stopped\n";
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "qwen3tts serve: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+} // namespace qwen3_tts::serve

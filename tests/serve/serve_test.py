@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""Tests `qwen3tts serve` with real HTTP clients on loopback (stdlib only).
+
+    serve_test.py QWEN3TTS MODEL_DIR
+
+Starts the server on a free port and checks: /health and /metrics; one streamed request's PCM equals
+`qwen3tts synth` of the same text and seed byte for byte (and the whole-file answer equals synth's WAV file);
+100 concurrent streaming clients, a third of which hang up mid-stream: the server cancels those, gives back
+every KV block and codec slot, and the others' audio equals a run without the hang-ups; every malformed
+request gets a 4xx JSON error and changes no outcome count but `rejected`; a seeded fuzz of the JSON body
+gets only 2xx/4xx answers and leaves the server up.
+"""
+import http.client
+import json
+import os
+import random
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+QWEN3TTS, MODEL = sys.argv[1], sys.argv[2]
+VOICE = "vivian"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+class Server:
+    def __init__(self, *extra):
+        self.proc = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", "0", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.match(r"listening on http://([0-9.]+):(\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise SystemExit("the server did not print its address; stdout: %r stderr: %s" %
+                             (line, self.proc.stderr.read()))
+        self.host, self.port = m.group(1), int(m.group(2))
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.getheader("Content-Type", ""), r.read()
+        finally:
+            c.close()
+
+    def speech(self, body, **kw):
+        return self.request("POST", "/v1/audio/speech", json.dumps(body).encode(),
+                            {"Content-Type": "application/json"}, **kw)
+
+    def metrics(self):
+        status, _, text = self.request("GET", "/metrics")
+        assert status == 200, status
+        out = {}
+        for line in text.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+
+
+def synth_wav(text, seed, frames):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "a.wav")
+        subprocess.run([QWEN3TTS, "synth", "--model", MODEL, "--speaker", VOICE, "--text", text, "--seed", str(seed),
+                        "--max-frames", str(frames), "--out", out], check=True, capture_output=True)
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def wav_data(wav):
+    """The data chunk's bytes of a RIFF/WAVE file (sizes may be the streaming 0xFFFFFFFF)."""
+    assert wav[:4] == b"RIFF" and wav[8:12] == b"WAVE", wav[:12]
+    at = 12
+    while at + 8 <= len(wav):
+        tag, size = wav[at:at + 4], struct.unpack("<I", wav[at + 4:at + 8])[0]
+        if tag == b"data":
+            return wav[at + 8:] if size == 0xFFFFFFFF else wav[at + 8:at + 8 + size]
+        at += 8 + size
+    raise AssertionError("no data chunk")
+
+
+def stream(srv, body, hang_up_after=None):
+    """Streams a request over a raw socket; with hang_up_after, closes the connection once that many body bytes
+    came. Returns (complete, body bytes): complete when the final chunk arrived."""
+    s = socket.create_connection((srv.host, srv.port), timeout=60)
+    payload = json.dumps(body).encode()
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
+    f = s.makefile("rb")
+    status = f.readline()
+    assert b" 200 " in status, status
+    while f.readline() not in (b"\r\n", b""):
+        pass
+    got = bytearray()
+    complete = False
+    while True:
+        size_line = f.readline()
+        if not size_line:
+            break
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            complete = True
+            break
+        got += f.read(size)
+        f.readline()
+        if hang_up_after is not None and len(got) >= hang_up_after:
+            break
+    f.close()
+    s.close()
+    return complete, bytes(got)
+
+
+def wait_idle(srv, seconds=30):
+    deadline = time.time() + seconds
+    while True:
+        m = srv.metrics()
+        if (m["qwen3tts_live_requests"] == 0 and m["qwen3tts_queued_requests"] == 0 and
+                m["qwen3tts_kv_free_blocks"] == m["qwen3tts_kv_blocks"] and
+                m["qwen3tts_codec_free_slots"] == m["qwen3tts_codec_slots"]) or time.time() > deadline:
+            return m
+        time.sleep(0.1)
+
+
+def outcome(m, what):
+    return m['qwen3tts_requests_total{outcome="%s"}' % what]
+
+
+def test_health_and_metrics(srv):
+    status, ctype, body = srv.request("GET", "/health")
+    h = json.loads(body)
+    check(status == 200 and ctype.startswith("application/json"), "GET /health answers 200 JSON")
+    check(h.get("model") == MODEL and h.get("tts_model_type") == "custom_voice",
+          "/health names the model folder and the checkpoint type: %r" % h)
+    m = srv.metrics()
+    for name in ["qwen3tts_live_requests", "qwen3tts_queued_requests", "qwen3tts_first_audio_seconds_count",
+                 "qwen3tts_chunk_gap_seconds_count", "qwen3tts_audio_seconds_total", "qwen3tts_kv_free_blocks",
+                 "qwen3tts_codec_free_slots", "qwen3tts_lane_on_share", 'qwen3tts_requests_total{outcome="rejected"}']:
+        check(name in m, "/metrics has %s" % name)
+
+
+def test_equal_to_synth(srv):
+    text, seed, frames = "Hello there, this is a test.", 5, 30
+    ref = synth_wav(text, seed, frames)
+    body = {"model": "qwen3-tts", "input": text, "voice": VOICE, "seed": seed, "max_frames": frames}
+    complete, pcm = stream(srv, dict(body, stream=True, response_format="pcm"))
+    check(complete and len(pcm) > 0, "a streamed pcm request completes with audio")
+    check(pcm == wav_data(ref), "streamed PCM equals synth's samples byte for byte (%d vs %d bytes)" %
+          (len(pcm), len(wav_data(ref))))
+    complete, wav = stream(srv, dict(body, stream=True))
+    check(complete and wav[4:8] == b"\xff\xff\xff\xff" and wav[40:44] == b"\xff\xff\xff\xff",
+          "a streamed WAV's header has the streaming sizes 0xFFFFFFFF")
+    check(wav_data(wav) == wav_data(ref), "streamed WAV samples equal synth's")
+    status, ctype, whole = srv.speech(body)
+    check(status == 200 and ctype == "audio/wav" and whole == ref,
+          "the whole-file answer equals synth's WAV file byte for byte")
+
+
+def test_hang_ups(srv):
+    n = 100
+    texts = ["One sentence.", "Another, somewhat longer sentence for the server.", "Short.", "Numbers: 1, 2, 3."]
+    bodies = [{"model": "m", "input": texts[i % 4], "voice": VOICE, "seed": i, "stream": True,
+               "response_format": "pcm", "max_frames": 12 + i % 5} for i in range(n)]
+    hang = set(range(0, n, 3))  # 34 clients hang up
+    for i in hang:  # seed 2 runs this text to the frame limit (tiny06): the hang-up comes well before the end
+        bodies[i].update(input="One sentence.", seed=2, max_frames=400)
+    before = srv.metrics()
+    results = [None] * n
+
+    def client(i):
+        try:
+            results[i] = stream(srv, bodies[i], hang_up_after=2 if i in hang else None)
+        except Exception as e:  # noqa: BLE001 - reported as a failure below
+            results[i] = e
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
+    check(not errors, "every client got an answer: %r" % errors[:3])
+    cut = sum(1 for i in hang if not isinstance(results[i], Exception) and not results[i][0])
+    check(cut == len(hang), "every hanging-up client left mid-stream (%d of %d)" % (cut, len(hang)))
+    m = wait_idle(srv)
+    check(m["qwen3tts_live_requests"] == 0 and m["qwen3tts_queued_requests"] == 0, "no live or queued request left")
+    check(m["qwen3tts_kv_free_blocks"] == m["qwen3tts_kv_blocks"], "every KV block is free again")
+    check(m["qwen3tts_codec_free_slots"] == m["qwen3tts_codec_slots"], "every codec slot is free again")
+    check(outcome(m, "cancelled") - outcome(before, "cancelled") == len(hang),
+          "the hang-ups were cancelled: %d" % (outcome(m, "cancelled") - outcome(before, "cancelled")))
+    check(outcome(m, "completed") - outcome(before, "completed") == n - len(hang), "the others completed")
+    # The same requests again, nobody hanging up (fewer at once: order and batching must not matter).
+    kept = [i for i in range(n) if i not in hang]
+    again = {}
+
+    def client2(i):
+        again[i] = stream(srv, bodies[i])
+
+    for at in range(0, len(kept), 20):
+        ts = [threading.Thread(target=client2, args=(i,)) for i in kept[at:at + 20]]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    same = sum(1 for i in kept if results[i][0] and again[i][0] and results[i][1] == again[i][1])
+    check(same == len(kept), "the others' audio equals a run without hang-ups (%d of %d)" % (same, len(kept)))
+
+
+def test_malformed(srv):
+    good = {"model": "m", "input": "Hi.", "voice": VOICE, "max_frames": 2}
+    cases = [
+        ("POST", "/v1/audio/speech", b"{not json", 400, None),
+        ("POST", "/v1/audio/speech", b"[1, 2]", 400, None),
+        ("POST", "/v1/audio/speech", b"", 400, None),
+        ("POST", "/v1/audio/speech", dict(good, model=3), 400, "model"),
+        ("POST", "/v1/audio/speech", {k: v for k, v in good.items() if k != "input"}, 400, "input"),
+        ("POST", "/v1/audio/speech", dict(good, input=""), 400, "input"),
+        ("POST", "/v1/audio/speech", dict(good, input=7), 400, "input"),
+        ("POST", "/v1/audio/speech", dict(good, input="x" * 5000), 400, "input"),
+        ("POST", "/v1/audio/speech", dict(good, voice="nobody"), 400, "voice"),
+        ("POST", "/v1/audio/speech", dict(good, voice=None), 400, "voice"),
+        ("POST", "/v1/audio/speech", {k: v for k, v in good.items() if k != "voice"}, 400, "voice"),
+        ("POST", "/v1/audio/speech", dict(good, response_format="mp3"), 400, "response_format"),
+        ("POST", "/v1/audio/speech", dict(good, stream="yes"), 400, "stream"),
+        ("POST", "/v1/audio/speech", dict(good, seed=-1), 400, "seed"),
+        ("POST", "/v1/audio/speech", dict(good, seed=1.5), 400, "seed"),
+        ("POST", "/v1/audio/speech", dict(good, max_frames=0), 400, "max_frames"),
+        ("POST", "/v1/audio/speech", dict(good, max_frames=100000), 400, "max_frames"),
+        ("POST", "/v1/audio/speech", dict(good, instructions=5), 400, "instructions"),
+        ("POST", "/v1/audio/speech", dict(good, speed=1.0), 400, "speed"),
+        ("POST", "/v1/audio/speech", b"{\"input\": \"" + b"x" * 70000 + b"\"}", 413, None),
+        ("GET", "/v1/audio/speech", None, 405, None),
+        ("DELETE", "/health", None, 405, None),
+        ("GET", "/nowhere", None, 404, None),
+        ("POST", "/v1/audio/other", b"{}", 404, None),
+    ]
+    before = srv.metrics()
+    for method, path, body, want, param in cases:
+        raw = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+        status, ctype, answer = srv.request(method, path, raw, {"Content-Type": "application/json"})
+        what = "%s %s %s" % (method, path, (raw or b"")[:60])
+        try:
+            err = json.loads(answer)["error"]
+            shaped = isinstance(err["message"], str) and isinstance(err["type"], str) and "param" in err
+        except (ValueError, KeyError, TypeError):
+            err, shaped = {}, False
+        check(status == want, "%s answers %d (got %d: %r)" % (what, want, status, answer[:200]))
+        check(shaped and ctype.startswith("application/json"), "%s answers a JSON error object" % what)
+        if param:
+            check(err.get("param") == param, "%s names param %s (got %r)" % (what, param, err.get("param")))
+    after = srv.metrics()
+    for o in ("completed", "cancelled", "failed"):
+        check(outcome(after, o) == outcome(before, o), "malformed requests change no %s count" % o)
+    check(outcome(after, "rejected") - outcome(before, "rejected") == len(cases),
+          "each malformed request counts as rejected (%d of %d)" %
+          (outcome(after, "rejected") - outcome(before, "rejected"), len(cases)))
+
+
+def test_fuzz(srv, seconds=8.0, seed=1234):
+    rng = random.Random(seed)
+    good = json.dumps({"model": "m", "input": "Hi there.", "voice": VOICE, "max_frames": 2, "seed": 3,
+                       "response_format": "pcm", "stream": False})
+    alphabet = b'{}[]":,0123456789-.eE truefalsnul\\\x00\xff\xc3abcxyz'
+    n = bad = 0
+    end = time.time() + seconds
+    while time.time() < end:
+        b = bytearray(good.encode())
+        for _ in range(rng.randint(1, 4)):
+            op, at = rng.randrange(3), rng.randrange(len(b) + 1)
+            if op == 0 and b:
+                del b[min(at, len(b) - 1)]
+            elif op == 1:
+                b.insert(at, rng.choice(alphabet))
+            elif b:
+                b[min(at, len(b) - 1)] = rng.choice(alphabet)
+        status, _, _ = srv.request("POST", "/v1/audio/speech", bytes(b), {"Content-Type": "application/json"})
+        n += 1
+        if not (200 <= status < 300 or 400 <= status < 500):
+            bad += 1
+            check(False, "fuzzed body %r answered %d" % (bytes(b), status))
+    check(bad == 0, "%d fuzzed bodies, every answer 2xx or 4xx" % n)
+    status, _, _ = srv.request("GET", "/health")
+    check(status == 200 and srv.proc.poll() is None, "the server is up after the fuzz")
+
+
+def test_loadgen_http(srv):
+    before = srv.metrics()
+    out = subprocess.run([QWEN3TTS, "loadgen-http", "--url", "http://%s:%d" % (srv.host, srv.port), "-c", "4",
+                          "-n", "16", "--voice", VOICE, "--max-frames", "40"], capture_output=True, text=True,
+                         timeout=60)
+    check(out.returncode == 0, "loadgen-http exits 0: %s" % out.stderr)
+    row = [line for line in out.stdout.splitlines() if re.match(r"\|\s+4 \|\s+16 \|", line)]
+    check(len(row) == 1, "loadgen-http prints its table row: %r" % out.stdout)
+    if row:
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        check(cells[2] == "16" and cells[3] == "0" and float(cells[4]) > 0,
+              "16 requests ok, none failed, audio produced: %r" % cells)
+    after = srv.metrics()
+    check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
+
+
+def test_full_and_voice_design():
+    """A server with room for one request answers 429 to a second; a VoiceDesign checkpoint wants instructions
+    and no voice."""
+    global MODEL
+    tiny17 = os.path.join(os.path.dirname(MODEL), "tiny17")
+    srv = Server("--max-live", "1", "--max-queued", "0", "--max-frames", "400")
+    try:
+        s = socket.create_connection((srv.host, srv.port), timeout=60)
+        body = json.dumps({"model": "m", "input": "One sentence.", "voice": VOICE, "seed": 2, "stream": True,
+                           "max_frames": 400}).encode()
+        s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        f = s.makefile("rb")
+        check(b" 200 " in f.readline(), "the one allowed request streams")
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        f.readline()  # the first chunk's size: the request is in flight
+        status, _, answer = srv.speech({"model": "m", "input": "Hi.", "voice": VOICE, "max_frames": 2})
+        check(status == 429 and json.loads(answer)["error"]["type"] == "rate_limit_error",
+              "a request beyond --max-live + --max-queued gets 429 (got %d)" % status)
+        f.close()
+        s.close()
+        m = wait_idle(srv)
+        check(outcome(m, "cancelled") == 1 and outcome(m, "rejected") == 1, "the hang-up cancelled, the 429 rejected")
+    finally:
+        srv.stop()
+    keep, MODEL = MODEL, tiny17
+    try:
+        srv = Server("--max-frames", "8")
+        status, _, answer = srv.speech({"model": "m", "input": "Hi.", "voice": VOICE})
+        check(status == 400 and json.loads(answer)["error"]["param"] == "voice", "VoiceDesign refuses a voice")
+        status, _, answer = srv.speech({"model": "m", "input": "Hi."})
+        check(status == 400 and json.loads(answer)["error"]["param"] == "instructions",
+              "VoiceDesign needs instructions")
+        status, ctype, wav = srv.speech({"model": "m", "input": "Hi.", "instructions": "A calm voice."})
+        check(status == 200 and ctype == "audio/wav" and wav[:4] == b"RIFF", "VoiceDesign speaks from instructions")
+        srv.stop()
+    finally:
+        MODEL = keep
+
+
+def main():
+    t0 = time.time()
+    srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
+                 "--max-body", "65536")
+    try:
+        for test in (test_health_and_metrics, test_equal_to_synth, test_hang_ups, test_malformed, test_fuzz,
+                     test_loadgen_http):
+            t = time.time()
+            test(srv)
+            print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)
+    finally:
+        rc = srv.stop()
+    check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
+    t = time.time()
+    test_full_and_voice_design()
+    print("test_full_and_voice_design: %.1f s" % (time.time() - t), flush=True)
+    print("%d failures, %.1f s" % (len(failures), time.time() - t0))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
