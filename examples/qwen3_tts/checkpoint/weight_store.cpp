@@ -115,4 +115,11 @@ std::vector<std::string> weight_store::names() const {
   return out;
 }
 
+std::uint64_t weight_store::data_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& [name, view] : by_name_)
+    n += view->bytes.size();
+  return n;
+}
+
 } // namespace qwen3_tts

@@ -40,6 +40,8 @@ public:
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
   std::size_t size() const noexcept { return by_name_.size(); }
+  // Bytes of every tensor's data (what a load reads).
+  std::uint64_t data_bytes() const noexcept;
   // The files in the order they were opened (one, or the shards sorted by name).
   std::span<const std::unique_ptr<safetensors_file>> files() const noexcept { return files_; }
 

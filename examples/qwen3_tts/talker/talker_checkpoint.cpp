@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
+#include "qwen3_tts/checkpoint/load_progress.hpp"
 
 namespace qwen3_tts {
 
@@ -14,10 +15,16 @@ talker_host load_talker(const std::string& model_dir) {
   const checkpoint_folder folder = open_checkpoint(model_dir);
   const talker_config config = parse_talker_config(folder.config, (folder.root / "config.json").string());
   // require() checks presence and shape and names the file and tensor when either is wrong.
+  load_progress progress("talker weights", folder.weights.data_bytes());
   const tensor_source source = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
-    return to_f32(folder.weights.require(name, shape));
+    const tensor_view& view = folder.weights.require(name, shape);
+    auto out = to_f32(view);
+    progress.add(view.bytes.size());
+    return out;
   };
-  return talker_host(config, load_talker_weights(config, source));
+  auto weights = load_talker_weights(config, source);
+  progress.finish();
+  return talker_host(config, std::move(weights));
 }
 
 chat_ids read_chat_ids(const std::string& model_dir, const talker_config& config) {
