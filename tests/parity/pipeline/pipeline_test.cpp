@@ -217,3 +217,18 @@ TEST_CASE("Pipeline.the released decoder's state fits the compiled codec_state p
   const auto tiny = load_case("tiny17");
   CHECK(tiny.codec.state_layout().total < released_codec_state_floats);
 }
+
+TEST_CASE("Pipeline.a Talker whose codes the codec's codebooks cannot hold is refused at setup, not mid-request") {
+  // tiny06's Talker makes codes 0..255 (vocab 1280 less 1024 control ids, predictor vocab 256); tiny17's codec
+  // has 16 codebooks of 64 entries. Both have 16 groups, so only the codebook sizes disagree: a run would fail
+  // each request at its first code >= 64, after its Talker steps were spent.
+  const std::string root = fixture_root;
+  const talker_host talker = load_talker(root + "tiny06");
+  const codec_decoder codec = load_codec_decoder(root + "tiny17");
+  REQUIRE(talker.config().code_groups == codec.config().num_quantizers);
+  mstar::host_backend backend;
+  const auto make = [&] {
+    speech_forwards<host_speech, mstar::host_backend> fwd(backend, talker, codec, talker_sampling::greedy(), {});
+  };
+  CHECK_THROWS_WITH_AS(make(), doctest::Contains("codebook_size"), std::invalid_argument);
+}
