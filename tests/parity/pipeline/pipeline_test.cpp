@@ -207,6 +207,26 @@ TEST_CASE("Pipeline.a request for a speaker the checkpoint lacks fails alone, na
   check_pools_full(run);
 }
 
+TEST_CASE("Pipeline.a prompt of more than 4096 tokens is spoken, as the reference speaks it, not refused") {
+  // The wrapper puts the whole text in the prompt: a long paragraph is one prefill row of its length. The KV
+  // cache holds 16,384 tokens; the engine's per-step token limit must not refuse what the cache can hold.
+  const auto c = load_case("tiny06");
+  speech_request r = requests_of(c)[0];
+  auto& ids = r.prompt.input_ids;
+  const std::vector<std::int32_t> head(ids.begin(), ids.begin() + 3), tail(ids.end() - 5, ids.end());
+  const std::vector<std::int32_t> text(ids.begin() + 3, ids.end() - 5);
+  ids = head;
+  while (ids.size() < 4200)
+    ids.insert(ids.end(), text.begin(), text.end());
+  ids.insert(ids.end(), tail.begin(), tail.end());
+  r.prompt.non_streaming = true;
+  r.max_frames = 2;
+  const auto run = run_speech<host_speech>(c.talker, c.codec, {r}, {});
+  const auto& res = run.results.at(1);
+  CHECK_MESSAGE(res.how == mstar::request_end::completed, res.why);
+  check_pools_full(run);
+}
+
 TEST_CASE("Pipeline.the released decoder's state fits the compiled codec_state pool row exactly") {
   codec_config released; // the released speech_tokenizer/config.json's decoder
   released.hidden_size = 512;
