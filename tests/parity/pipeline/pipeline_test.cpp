@@ -227,6 +227,22 @@ TEST_CASE("Pipeline.a prompt of more than 4096 tokens is spoken, as the referenc
   check_pools_full(run);
 }
 
+TEST_CASE("Pipeline.a request asking for more frames than the KV cache can hold fails alone, naming max_frames") {
+  // A client's max_frames sizes the request's code buffer at start: 2^31 frames would ask for 128 GiB, and
+  // any request past the cache's 16,384 tokens could never be given its last frames.
+  const auto c = load_case("tiny06");
+  auto requests = sampled_requests(c, 2);
+  requests[0].max_frames = 1u << 31;
+  speech_run_options o;
+  o.seed = 3;
+  const auto run = run_speech<host_speech>(c.talker, c.codec, requests, o);
+  const auto& bad = run.results.at(1);
+  CHECK(bad.how == mstar::request_end::failed);
+  CHECK_MESSAGE(bad.why.find("max_frames") != std::string::npos, bad.why);
+  CHECK(run.results.at(2).how == mstar::request_end::completed);
+  check_pools_full(run);
+}
+
 TEST_CASE("Pipeline.the released decoder's state fits the compiled codec_state pool row exactly") {
   codec_config released; // the released speech_tokenizer/config.json's decoder
   released.hidden_size = 512;
