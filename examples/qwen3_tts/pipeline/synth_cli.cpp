@@ -74,7 +74,12 @@ int synth_main(int argc, char** argv) {
   app.add_flag("--float", as_float, "32-bit float samples (the decoder's bits) instead of 16-bit PCM");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating");
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (106 for a missing option, ...) would read as crashes to a script; --help is 0.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   try {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
