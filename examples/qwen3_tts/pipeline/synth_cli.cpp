@@ -111,8 +111,10 @@ int synth_main(int argc, char** argv) {
     if (!note.empty()) std::cerr << "qwen3tts synth: " << note << "\n";
 
     speech_run_options o;
-    o.sampling = greedy ? talker_sampling::greedy() : sampling_from(model_dir);
-    o.sampling.max_frames = sampling_from(model_dir).max_frames;
+    // As the wrapper's do_sample=False: only the decisions change; the penalty and the frame limit stay the
+    // checkpoint's generation_config.json values.
+    o.sampling = sampling_from(model_dir);
+    if (greedy) o.sampling.talker.do_sample = o.sampling.sub.do_sample = false;
     req.max_frames = max_frames ? max_frames : std::uint32_t(o.sampling.max_frames);
     o.seed = seed;
     o.lane = parse_lane(lane);

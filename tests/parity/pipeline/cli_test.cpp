@@ -8,6 +8,9 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -80,4 +83,30 @@ TEST_CASE("CLI.synth and decode exit 1 for an --out they cannot write") {
   CHECK(decode({"--model", tiny, "--codes", codes.string(), "--out", ok.string()}) == 0); // the same call, writable
   fs::remove(codes);
   fs::remove(ok);
+}
+
+TEST_CASE("CLI.synth --greedy keeps the checkpoint's repetition penalty, as the reference wrapper does") {
+  // The wrapper's do_sample=False changes only the decision: repetition_penalty still comes from
+  // generation_config.json. Two copies of tiny06 that differ only in that penalty must give different greedy
+  // codes: a penalty of 0.01 multiplies an earlier code 0's positive logit by 100 (and brings a negative one
+  // near 0), so code 0 repeats, which 1.05 over 24 frames of 256 codes does not make it do.
+  const auto codes_with_penalty = [](double penalty) {
+    const auto dir = scratch("model");
+    fs::copy(tiny, dir, fs::copy_options::recursive);
+    auto g = nlohmann::json::parse(std::ifstream(dir / "generation_config.json"));
+    g["repetition_penalty"] = penalty;
+    std::ofstream(dir / "generation_config.json", std::ios::trunc) << g.dump();
+    const auto wav = scratch("g.wav"), codes = scratch("g.json");
+    CHECK(synth({"--model", dir.string(), "--text-ids", "9,10,11,12", "--speaker", "vivian", "--greedy",
+                 "--max-frames", "24", "--out", wav.string(), "--dump-codes", codes.string()}) == 0);
+    std::ifstream in(codes);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fs::remove_all(dir);
+    fs::remove(wav);
+    fs::remove(codes);
+    return text;
+  };
+  const auto mild = codes_with_penalty(1.05), strong = codes_with_penalty(0.01);
+  CHECK_FALSE(mild.empty());
+  CHECK(mild != strong);
 }
