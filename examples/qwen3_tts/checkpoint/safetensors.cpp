@@ -244,6 +244,12 @@ safetensors_file::safetensors_file(const std::filesystem::path& path)
   if (header_len > all.size() - 8)
     fail(path_, {}, "the header length " + std::to_string(header_len) + " runs past the end of the file (" +
                         std::to_string(all.size()) + " bytes): the file is truncated or not safetensors");
+  // The format's own limit (the official reader's HeaderTooLarge): a hostile header of gigabytes would build a
+  // JSON tree many times its size before any entry is checked.
+  constexpr std::uint64_t max_header = 100'000'000;
+  if (header_len > max_header)
+    fail(path_, {}, "the header length " + std::to_string(header_len) + " is over the " + std::to_string(max_header) +
+                        " bytes the safetensors format allows");
   const auto header = parse_header(all.subspan(8, header_len), path_);
   const auto data = all.subspan(8 + header_len);
 

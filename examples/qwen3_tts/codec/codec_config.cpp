@@ -1,12 +1,27 @@
 // Parses the codec decoder's fields from speech_tokenizer/config.json (see codec_config.hpp).
 #include "codec_config.hpp"
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 namespace qwen3_tts {
 namespace {
+
+// A JSON integer that fits an int: a 32-bit conversion would wrap 2^32 + 2 into 2, which passes every check.
+bool fits_int(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<int>::max());
+  return v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+         v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+}
+
+// Bounds far above the released decoder (1920 samples a frame, a 72-frame window, 5.2 MB of state a
+// request) that keep every size computed from the config inside an int and a request's state allocatable.
+constexpr std::int64_t max_samples_per_frame = std::int64_t{1} << 20;
+constexpr std::int64_t max_window_kv_floats = std::int64_t{1} << 28; // 1 GiB of float32 a request
 
 struct field_reader {
   const nlohmann::json& object;
@@ -24,8 +39,8 @@ struct field_reader {
 
   void read(std::string_view field, int& out, int min_value = 1) const {
     if (auto* v = find(field)) {
-      if (!v->is_number_integer())
-        fail(field, "must be an integer, found " + v->dump());
+      if (!v->is_number_integer() || !fits_int(*v))
+        fail(field, "must be an integer within 32 bits, found " + v->dump());
       out = v->get<int>();
     }
     if (out < min_value)
@@ -54,7 +69,7 @@ struct field_reader {
         fail(field, "must be a non-empty list of integers, found " + v->dump());
       out.clear();
       for (auto& e : *v) {
-        if (!e.is_number_integer() || e.get<int>() < 1)
+        if (!e.is_number_integer() || !fits_int(e) || e.get<int>() < 1)
           fail(field, "must list positive integers, found " + v->dump());
         out.push_back(e.get<int>());
       }
@@ -108,13 +123,28 @@ codec_config parse_codec_config(const nlohmann::json& tokenizer_config, std::str
     r.fail("num_key_value_heads", "is " + std::to_string(c.num_key_value_heads) + ", must divide num_attention_heads " +
                                       std::to_string(c.num_attention_heads));
   r.read("sliding_window", c.sliding_window);
+  // A request's carried state holds the window's keys and values for every layer: the engine's pool and the
+  // decode command allocate it from these fields alone (the product in double: it may pass 64 bits).
+  const double window_kv = double(c.sliding_window - 1) * 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
+  if (window_kv > double(max_window_kv_floats))
+    r.fail("sliding_window", "is " + std::to_string(c.sliding_window) + ": with " + std::to_string(c.num_hidden_layers) +
+                                 " layers of " + std::to_string(c.num_key_value_heads) + " x " +
+                                 std::to_string(c.head_dim) + " keys and values, a request's state would pass " +
+                                 std::to_string(max_window_kv_floats) + " floats (released: 72, 5.2 MB of state)");
   r.read("attention_bias", c.attention_bias);
   r.read("rope_theta", c.rope_theta);
   r.read("rms_norm_eps", c.rms_norm_eps);
   r.read("upsampling_ratios", c.upsampling_ratios);
   r.read("upsample_rates", c.upsample_rates);
   r.read("decoder_dim", c.decoder_dim);
-  if (c.decoder_dim % (1 << c.upsample_rates.size()) != 0)
+  std::int64_t samples = 1;
+  for (const auto& [field, factors] : {std::pair{"upsampling_ratios", &c.upsampling_ratios},
+                                       std::pair{"upsample_rates", &c.upsample_rates}})
+    for (int f : *factors)
+      if ((samples *= f) > max_samples_per_frame)
+        r.fail(field, "multiplies the samples a frame past " + std::to_string(max_samples_per_frame) +
+                          " (released: 1920 from [2, 2] and [8, 5, 4, 3]); is this the 12 Hz speech tokenizer's config?");
+  if (c.upsample_rates.size() > 30 || c.decoder_dim % (std::int64_t{1} << c.upsample_rates.size()) != 0)
     r.fail("decoder_dim", "is " + std::to_string(c.decoder_dim) + ", must halve evenly through " +
                               std::to_string(c.upsample_rates.size()) + " decoder blocks");
 

@@ -121,6 +121,15 @@ public:
     r->id = id;
     r->in = in;
     r->prompt = talker_->build_prompt(in.prompt); // throws for an unknown speaker or language: the request fails
+    // Each frame after the first adds a token to the request's KV: past the cache's capacity it could never be
+    // given its last frames, and its code buffer (reserved whole, below) could ask for gigabytes.
+    if (std::uint64_t(r->prompt.rows) + in.max_frames > Spec::kv_tokens)
+      throw std::invalid_argument("qwen3_tts::speech_flow: request " + std::to_string(id) + " asks for max_frames " +
+                                  std::to_string(in.max_frames) + " after a prompt of " +
+                                  std::to_string(r->prompt.rows) + " tokens; the KV cache holds " +
+                                  std::to_string(Spec::kv_tokens) + " tokens a request: give max_frames <= " +
+                                  std::to_string(Spec::kv_tokens - std::min<std::uint64_t>(r->prompt.rows,
+                                                                                           Spec::kv_tokens)));
     r->codes.reserve(std::size_t(in.max_frames) * groups());
     r->result.submitted = in.submitted;
     s.req = std::move(r);

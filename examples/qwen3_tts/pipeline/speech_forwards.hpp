@@ -120,6 +120,16 @@ public:
       throw std::invalid_argument("qwen3_tts::speech_forwards: the Talker makes frames of " + std::to_string(groups_) +
                                   " codes, the codec decodes " + std::to_string(codec.config().num_quantizers) +
                                   " codebooks; the checkpoint's two configs disagree");
+    // Code 0 ranges over the Talker's vocabulary less its 1024 control ids, codes 1.. over the predictor's
+    // vocabulary; a code the codebook lacks would fail its request at the codec, after its Talker steps ran.
+    const auto& tc = talker.config();
+    const int code0 = tc.talker.vocab - 1024, cb = codec.config().codebook_size;
+    if (code0 > cb || tc.predictor.vocab > cb)
+      throw std::invalid_argument(
+          "qwen3_tts::speech_forwards: the Talker makes codes below " + std::to_string(code0) + " (codebook 0: "
+          "config.json talker_config.vocab_size - 1024) and below " + std::to_string(tc.predictor.vocab) +
+          " (code_predictor_config.vocab_size), the codec's codebooks hold " + std::to_string(cb) +
+          " (speech_tokenizer/config.json decoder_config.codebook_size); the checkpoint's two configs disagree");
   }
 
   template <class Worker>

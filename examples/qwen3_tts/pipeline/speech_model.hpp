@@ -47,6 +47,7 @@ struct speech_model {
   static constexpr std::size_t codec_state_floats = CodecStateFloats;
   static constexpr std::uint32_t codec_slots = CodecSlots;
   static constexpr std::uint32_t kv_blocks = KvBlocks;
+  static constexpr std::uint64_t kv_tokens = std::uint64_t(KvBlocks) * 16; // the most one request can hold
   static constexpr std::uint8_t prefill_node = Model::template node_index<TalkerPrefill>;
   static constexpr std::uint8_t decode_node = Model::template node_index<TalkerDecode>;
   static constexpr std::uint8_t codec_node = Model::template node_index<CodecChunk>;

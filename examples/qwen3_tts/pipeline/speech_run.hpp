@@ -53,7 +53,7 @@ speech_run_result run_speech(const talker_host& talker, const codec_decoder& cod
   mstar::engine_options eo;
   eo.max_batch = o.max_batch;
   eo.max_requests = std::max<std::uint32_t>(64, o.max_batch);
-  eo.max_tokens = 4096;
+  eo.max_tokens = std::uint32_t(Spec::kv_tokens); // a prefill row is a whole prompt: refuse none the KV cache holds
   eo.sampler_seed = o.seed;
   mstar::engine<typename Spec::Model, mstar::host_backend> engine(backend, eo);
   Flow flow(talker, o.flow);

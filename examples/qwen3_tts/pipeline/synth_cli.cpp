@@ -74,7 +74,12 @@ int synth_main(int argc, char** argv) {
   app.add_flag("--float", as_float, "32-bit float samples (the decoder's bits) instead of 16-bit PCM");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating");
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (106 for a missing option, ...) would read as crashes to a script; --help is 0.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   try {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
@@ -106,8 +111,10 @@ int synth_main(int argc, char** argv) {
     if (!note.empty()) std::cerr << "qwen3tts synth: " << note << "\n";
 
     speech_run_options o;
-    o.sampling = greedy ? talker_sampling::greedy() : sampling_from(model_dir);
-    o.sampling.max_frames = sampling_from(model_dir).max_frames;
+    // As the wrapper's do_sample=False: only the decisions change; the penalty and the frame limit stay the
+    // checkpoint's generation_config.json values.
+    o.sampling = sampling_from(model_dir);
+    if (greedy) o.sampling.talker.do_sample = o.sampling.sub.do_sample = false;
     req.max_frames = max_frames ? max_frames : std::uint32_t(o.sampling.max_frames);
     o.seed = seed;
     o.lane = parse_lane(lane);

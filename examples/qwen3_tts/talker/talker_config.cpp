@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace qwen3_tts {
@@ -28,6 +30,11 @@ struct reader {
   }
   int integer(const json& v, const std::string& field) const {
     if (!v.is_number_integer()) fail(field, "expected an integer, found " + v.dump());
+    // A 32-bit conversion would wrap 2^32 + 32 into 32, a value that passes every later check.
+    const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<int>::max())
+                                             : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                                                   v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+    if (!fits) fail(field, "found " + v.dump() + ", beyond a 32-bit integer (no Qwen3-TTS size or id is that large)");
     return v.get<int>();
   }
   int req_int(const std::string& field, int min = 1) const {

@@ -58,6 +58,22 @@ talker_sampling sampling_from(const std::string& model_dir) {
   int max_new_tokens = 0;
   take("max_new_tokens", max_new_tokens);
   if (max_new_tokens > 1) s.max_frames = max_new_tokens - 1;
+  // The reference's logits processors refuse these values at generate(); without the check a temperature of
+  // 0 divides every logit by zero and the draw picks from NaNs.
+  const auto refuse = [&](const char* key, const std::string& value, const char* rule) {
+    throw std::runtime_error(model_dir + "/generation_config.json: " + key + " is " + value + "; " + rule +
+                             " (the reference's generate() refuses it too); fix the field or delete it for the default");
+  };
+  const auto check = [&](const sampling_settings& k, const char* temperature, const char* top_k, const char* top_p) {
+    if (!k.do_sample) return;
+    if (!(k.temperature > 0.0f)) refuse(temperature, std::to_string(k.temperature), "sampling needs a temperature > 0");
+    if (k.top_k < 0) refuse(top_k, std::to_string(k.top_k), "top-k needs a count >= 1 (0: off)");
+    if (!(k.top_p > 0.0f)) refuse(top_p, std::to_string(k.top_p), "top-p needs a probability in (0, 1]");
+  };
+  check(s.talker, "temperature", "top_k", "top_p");
+  check(s.sub, "subtalker_temperature", "subtalker_top_k", "subtalker_top_p");
+  if (!(s.repetition_penalty > 0.0f))
+    refuse("repetition_penalty", std::to_string(s.repetition_penalty), "the penalty divides logits: give a value > 0");
   return s;
 }
 

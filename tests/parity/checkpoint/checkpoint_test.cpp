@@ -135,6 +135,17 @@ TEST_CASE("checkpoint.safetensors: a header length past the end of the file is r
   expect_file_error(file, {file.string(), "header length", "runs past the end"});
 }
 
+TEST_CASE("checkpoint.safetensors: a header over the format's 100,000,000 bytes is refused before it is parsed") {
+  // The official reader (safetensors' HeaderTooLarge) refuses such a file; parsing a hostile multi-gigabyte
+  // header of tensor entries would build a JSON tree many times its size first.
+  temp_dir dir;
+  const auto file = dir.path / "huge_header.safetensors";
+  std::string header = "{" + one_f32 + "}";
+  header.resize(100'000'001, ' '); // valid JSON: trailing whitespace
+  write_file(file, safetensors_bytes(header, zeros(24)));
+  expect_file_error(file, {file.string(), "100000001", "100000000"});
+}
+
 TEST_CASE("checkpoint.safetensors: a header that is not JSON is refused") {
   temp_dir dir;
   const auto file = dir.path / "bad_json.safetensors";

@@ -207,6 +207,42 @@ TEST_CASE("Pipeline.a request for a speaker the checkpoint lacks fails alone, na
   check_pools_full(run);
 }
 
+TEST_CASE("Pipeline.a prompt of more than 4096 tokens is spoken, as the reference speaks it, not refused") {
+  // The wrapper puts the whole text in the prompt: a long paragraph is one prefill row of its length. The KV
+  // cache holds 16,384 tokens; the engine's per-step token limit must not refuse what the cache can hold.
+  const auto c = load_case("tiny06");
+  speech_request r = requests_of(c)[0];
+  auto& ids = r.prompt.input_ids;
+  const std::vector<std::int32_t> head(ids.begin(), ids.begin() + 3), tail(ids.end() - 5, ids.end());
+  const std::vector<std::int32_t> text(ids.begin() + 3, ids.end() - 5);
+  ids = head;
+  while (ids.size() < 4200)
+    ids.insert(ids.end(), text.begin(), text.end());
+  ids.insert(ids.end(), tail.begin(), tail.end());
+  r.prompt.non_streaming = true;
+  r.max_frames = 2;
+  const auto run = run_speech<host_speech>(c.talker, c.codec, {r}, {});
+  const auto& res = run.results.at(1);
+  CHECK_MESSAGE(res.how == mstar::request_end::completed, res.why);
+  check_pools_full(run);
+}
+
+TEST_CASE("Pipeline.a request asking for more frames than the KV cache can hold fails alone, naming max_frames") {
+  // A client's max_frames sizes the request's code buffer at start: 2^31 frames would ask for 128 GiB, and
+  // any request past the cache's 16,384 tokens could never be given its last frames.
+  const auto c = load_case("tiny06");
+  auto requests = sampled_requests(c, 2);
+  requests[0].max_frames = 1u << 31;
+  speech_run_options o;
+  o.seed = 3;
+  const auto run = run_speech<host_speech>(c.talker, c.codec, requests, o);
+  const auto& bad = run.results.at(1);
+  CHECK(bad.how == mstar::request_end::failed);
+  CHECK_MESSAGE(bad.why.find("max_frames") != std::string::npos, bad.why);
+  CHECK(run.results.at(2).how == mstar::request_end::completed);
+  check_pools_full(run);
+}
+
 TEST_CASE("Pipeline.the released decoder's state fits the compiled codec_state pool row exactly") {
   codec_config released; // the released speech_tokenizer/config.json's decoder
   released.hidden_size = 512;
@@ -216,4 +252,19 @@ TEST_CASE("Pipeline.the released decoder's state fits the compiled codec_state p
   CHECK(make_codec_state_layout(released).total == released_codec_state_floats);
   const auto tiny = load_case("tiny17");
   CHECK(tiny.codec.state_layout().total < released_codec_state_floats);
+}
+
+TEST_CASE("Pipeline.a Talker whose codes the codec's codebooks cannot hold is refused at setup, not mid-request") {
+  // tiny06's Talker makes codes 0..255 (vocab 1280 less 1024 control ids, predictor vocab 256); tiny17's codec
+  // has 16 codebooks of 64 entries. Both have 16 groups, so only the codebook sizes disagree: a run would fail
+  // each request at its first code >= 64, after its Talker steps were spent.
+  const std::string root = fixture_root;
+  const talker_host talker = load_talker(root + "tiny06");
+  const codec_decoder codec = load_codec_decoder(root + "tiny17");
+  REQUIRE(talker.config().code_groups == codec.config().num_quantizers);
+  mstar::host_backend backend;
+  const auto make = [&] {
+    speech_forwards<host_speech, mstar::host_backend> fwd(backend, talker, codec, talker_sampling::greedy(), {});
+  };
+  CHECK_THROWS_WITH_AS(make(), doctest::Contains("codebook_size"), std::invalid_argument);
 }
