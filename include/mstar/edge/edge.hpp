@@ -87,7 +87,10 @@ public:
   using producer_stream = typename Backend::stream_type;
   using consumer_stream = typename Backend::stream_type;
 
-  local_edge(Backend& b, edge_options o) : b_(&b), o_(std::move(o)) {
+  // The ring, the copy stream and the slots' events live on `b`, the consumer's device. `producer`:
+  // the producer's backend when it is another device (its streams' events must be its own).
+  local_edge(Backend& b, edge_options o, Backend* producer = nullptr)
+      : b_(&b), p_(producer ? producer : &b), o_(std::move(o)) {
     if (o_.slots == 0 || o_.max_rows == 0)
       throw std::invalid_argument("mstar::local_edge '" + o_.name + "': slots " + std::to_string(o_.slots) +
                                   " and max_rows " + std::to_string(o_.max_rows) + " must both be >= 1");
@@ -98,7 +101,7 @@ public:
       s.ready = b_->create_event();
       s.released = b_->create_event();
     }
-    produced_ = b_->create_event();
+    produced_ = p_->create_event();
     region_ = b_->track_region(o_.name + " ring slot", o_.slots);
   }
   ~local_edge() {
@@ -107,7 +110,7 @@ public:
       b_->destroy_event(s.ready);
       b_->destroy_event(s.released);
     }
-    b_->destroy_event(produced_);
+    p_->destroy_event(produced_);
     b_->destroy_stream(copy_);
     b_->free_device(ring_);
   }
@@ -125,13 +128,13 @@ public:
     if (!found) return std::nullopt;
     auto& s = slots_[*found];
     T* dst = ring_ + std::size_t(*found) * o_.max_rows;
-    b_->record(produced_, producer);
+    p_->record(produced_, producer);
     b_->wait(copy_, produced_);
     if (s.reads > 0) b_->wait(copy_, s.released); // the last consumer step that read the slot
     copy_on(dst, src, std::size_t(rows) * sizeof(T));
     b_->note_access(copy_, region_, *found);
     b_->record(s.ready, copy_);
-    b_->wait(producer, s.ready);
+    p_->wait(producer, s.ready);
     s.held = rows;
     s.reads = 0;
     s.sequence = ++sequence_;
@@ -244,6 +247,7 @@ private:
   }
 
   Backend* b_;
+  Backend* p_; // the producer's device
   edge_options o_;
   T* ring_ = nullptr;
   typename Backend::stream_type copy_{};
