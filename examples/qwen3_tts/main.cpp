@@ -305,7 +305,7 @@ void print_row(const arm_report& a) {
                   r.first_audio.p99 / 1e6);
   if (r.gap.count > 0) std::snprintf(gap, sizeof gap, "%5.1f/%5.1f ms", r.gap.p50 / 1e6, r.gap.p95 / 1e6);
   std::printf("| %4u | %4s | %-9s | %9.2f | %9s | %22s | %15s | %11.2f | %5.1f%% | %6.1f us | %15s | %6.1f%% |\n",
-              a.spec.c, std::string(mstar::name_of(a.spec.lane)).c_str(), a.spec.per_width ? "per-width" : "all",
+              a.spec.c, a.r.edge_sends ? "split" : std::string(mstar::name_of(a.spec.lane)).c_str(), a.spec.per_width ? "per-width" : "all",
               r.audio_per_s, steady, first, gap, codec_per_talker(r), 100.0 * busy_of(a),
               p50_us(r.summary, "GPU", "talker_decode", "pass"), dec, on_lane);
 }
@@ -390,6 +390,7 @@ std::string arm_json(const arm_report& a) {
   const auto& r = a.r;
   std::ostringstream o;
   o << "{\"c\": " << a.spec.c << ", \"lane\": " << jstr(std::string(mstar::name_of(a.spec.lane)))
+    << ", \"topology\": " << jstr(a.r.edge_sends ? "split" : "colocated")
     << ", \"codec_batching\": " << jstr(a.spec.per_width ? "per-width" : "all") << ", \"repeat\": " << a.spec.repeat
     << ", \"requests\": {\"completed\": " << r.completed << ", \"cancelled\": " << r.cancelled
     << ", \"failed\": " << r.failed << "}, \"audio_s\": " << jnum(r.audio_s) << ", \"wall_s\": " << jnum(r.wall_s)

@@ -22,11 +22,13 @@
 // device would read the ring slots in its kernel with no host wait.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <stdexcept>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -233,14 +235,7 @@ public:
   std::function<void(mstar::request_id, mstar::request_end, std::string_view)> on_end;
 
   void start(request_state& s, mstar::request_id id, const tts_request& in) {
-    s.req = std::make_unique<detail::codec_request>();
-    auto& r = *s.req;
-    r.id = id;
-    r.in = in;
-    r.frames.resize(in.frames);
-    r.result.submitted = in.submitted;
-    r.result.frames = in.frames;
-    if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
+    detail::start_request(s.req, id, in, on_cancel_point);
   }
   bool ready(request_state& s, std::uint8_t, mstar::row&, codec_payload& p) {
     auto& r = *s.req;
@@ -292,9 +287,15 @@ public:
         audio_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * o_.max_window * synth::samples_per_frame),
         gathered_(b.create_event()) {
     windows_.reserve(o_.max_batch);
-    waited_.reserve(std::size_t(o_.max_batch) * o_.max_window);
+    slots_.reserve(e.options().slots);
+    moves_.reserve(std::size_t(o_.max_batch) * o_.max_window);
+    staging_frames_ = e.options().slots * e.options().max_rows; // every slot at most once a step
+    staging_ = static_cast<frame*>(b.allocate_host(std::size_t(staging_frames_) * sizeof(frame)));
   }
-  ~split_forwards() { backend_->destroy_event(gathered_); }
+  ~split_forwards() {
+    backend_->destroy_event(gathered_);
+    backend_->free_host(staging_);
+  }
   split_forwards(const split_forwards&) = delete;
   split_forwards& operator=(const split_forwards&) = delete;
 
@@ -340,27 +341,42 @@ private:
 
   template <class Ctx>
   void codec_step(const Ctx& ctx) {
-    // Gather each row's window from the ring into the request's frames, on the codec's stream.
-    waited_.clear();
+    // The step's frames come from a few ring slots (one per Talker step they were made in): each slot
+    // is copied once, after the codec's stream waited on its event, into pinned staging; its rows are
+    // released once, after the copy. The frames are then picked on the host (the cost model's codec
+    // packs its windows on the host when it launches).
+    slots_.clear();
+    moves_.clear();
     windows_.clear();
-    std::uint32_t total = 0;
+    std::uint32_t total = 0, staged = 0;
     for (const auto& p : ctx.payloads) {
       auto& r = *p.req;
       channel_->take(r.id, p.first, p.width, [&](std::uint32_t k, const auto& ref) {
-        bool seen = false;
-        for (auto s : waited_)
-          seen = seen || s == ref.ticket.sequence;
-        const frame* slot = seen ? edge_->rows_of(ref.ticket) : edge_->receive(ctx.stream, ref.ticket);
-        if (!seen) waited_.push_back(ref.ticket.sequence);
-        backend_->copy_to_host(&r.frames[k], slot + ref.row, sizeof(frame), ctx.stream);
-        edge_->note_read(ctx.stream, ref.ticket);
-        edge_->release(ctx.stream, ref.ticket, 1);
+        auto it = std::find_if(slots_.begin(), slots_.end(),
+                               [&](const slot_read& s) { return s.ticket.sequence == ref.ticket.sequence; });
+        if (it == slots_.end()) {
+          if (staged + ref.ticket.rows > staging_frames_)
+            throw std::logic_error("qwen3_tts::split_forwards: a codec step reads more ring rows than its staging "
+                                   "holds; raise the edge's slots or max_rows together with forward_options");
+          const frame* slot = edge_->receive(ctx.stream, ref.ticket);
+          backend_->copy_to_host(staging_ + staged, slot, ref.ticket.rows * sizeof(frame), ctx.stream);
+          edge_->note_read(ctx.stream, ref.ticket);
+          slots_.push_back({ref.ticket, staged, 0});
+          staged += ref.ticket.rows;
+          it = slots_.end() - 1;
+        }
+        ++it->rows_read;
+        moves_.push_back({&r.frames[k], it->offset + ref.row});
       });
       windows_.push_back({r.frames.data() + p.first, p.width});
       total += p.width;
     }
+    for (const auto& s : slots_)
+      edge_->release(ctx.stream, s.ticket, s.rows_read);
     backend_->record(gathered_, ctx.stream);
-    backend_->synchronize(gathered_); // the cost model's codec packs its windows on the host
+    backend_->synchronize(gathered_);
+    for (const auto& m : moves_)
+      *m.to = staging_[m.from];
     const auto [lease, samples] = detail::lease_audio(audio_, ctx.payloads, total);
     ++codec_steps;
     codec_rows += ctx.payloads.size();
@@ -377,7 +393,18 @@ private:
   detail::output_pool<Backend, std::int16_t> audio_;
   typename Backend::event_type gathered_;
   std::vector<codec_window> windows_;   // codec worker's GPU thread
-  std::vector<std::uint64_t> waited_;   // tickets the codec step's stream already waited on
+  struct slot_read {
+    mstar::edge_ticket ticket;
+    std::uint32_t offset = 0, rows_read = 0; // where its rows are in staging_; rows this step reads
+  };
+  struct frame_move {
+    frame* to = nullptr;
+    std::uint32_t from = 0;
+  };
+  std::vector<slot_read> slots_;  // the ring slots the codec step reads (codec worker's GPU thread)
+  std::vector<frame_move> moves_; // staging -> each request's frames
+  std::uint32_t staging_frames_ = 0;
+  frame* staging_ = nullptr;      // pinned on CUDA: the slots' rows, copied device to host
 };
 
 } // namespace qwen3_tts

@@ -92,6 +92,21 @@ struct live_request {
   tts_result result;
 };
 
+// A request's data at its start (frames sized: the codec reads them where the main thread no longer
+// writes); the client told at once when it asked to be cancelled before any chunk.
+template <class Request, class CancelPoint>
+void start_request(std::unique_ptr<Request>& p, mstar::request_id id, const tts_request& in,
+                   const CancelPoint& on_cancel_point) {
+  p = std::make_unique<Request>();
+  auto& r = *p;
+  r.id = id;
+  r.in = in;
+  r.frames.resize(in.frames);
+  r.result.submitted = in.submitted;
+  r.result.frames = in.frames;
+  if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
+}
+
 // A codec chunk of `width` frames landed for request r (its codec_out share): its audio hashed, the
 // share given back, the chunk's time and gap recorded, the client told at its cancel point.
 template <class Request, class CancelPoint>
@@ -176,14 +191,7 @@ public:
     if (in.frames == 0 || in.prompt_tokens == 0)
       throw std::invalid_argument("qwen3_tts::tts_flow: request " + std::to_string(id) +
                                   " asks for no frames or has an empty prompt");
-    s.req = std::make_unique<detail::live_request>();
-    auto& r = *s.req;
-    r.id = id;
-    r.in = in;
-    r.frames.resize(in.frames);
-    r.result.submitted = in.submitted;
-    r.result.frames = in.frames;
-    if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
+    detail::start_request(s.req, id, in, on_cancel_point);
   }
 
   bool ready(request_state& s, std::uint8_t node, mstar::row& row, tts_payload& p) {
