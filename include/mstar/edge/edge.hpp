@@ -104,6 +104,8 @@ public:
     produced_ = p_->create_event();
     region_ = b_->track_region(o_.name + " ring slot", o_.slots);
   }
+  // Destroy it after every stream that sent on it or received from it was synchronized or destroyed:
+  // on the host backend a stream's wait on the copy stream reads that stream's state while it runs.
   ~local_edge() {
     b_->synchronize(copy_);
     for (auto& s : slots_) {
