@@ -156,6 +156,9 @@ struct arm_result {
   // After the run: every pool full again, no request left, every output buffer back.
   bool pools_full = false, buffers_free = false;
   std::string pools_why;
+  // The split topology (split.hpp): producer steps sent over the edge, and tries that found it full.
+  std::uint64_t edge_sends = 0, edge_full_waits = 0;
+  double edge_send_us_mean = 0; // the Talker's GPU thread, per send (the copy's device time is not in it)
 };
 
 // The steady-state window of a run and the audio that landed in it: from the last warmup request's
@@ -185,63 +188,49 @@ inline steady_figures steady_window(const std::map<mstar::request_id, tts_result
   return f;
 }
 
-// One arm. `timeline` (optional) is armed from the first measured submit to the end.
-template <class Backend>
-arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, const mstar::engine_options& eo,
-                   const forward_options& fo, const load_options& lo, step_timeline* timeline = nullptr,
-                   mstar::worker_options wo = {}) {
-  using Worker = mstar::threaded_worker<Model, Backend, tts_flow>;
+// An arm's request plan (into out.plan) and each id's place in it.
+inline std::map<mstar::request_id, std::size_t> begin_arm(arm_result& out, const load_options& lo,
+                                                          const mstar::engine_options& eo) {
   if (lo.concurrency == 0) throw std::invalid_argument("qwen3_tts::run_arm: concurrency is 0; use at least 1");
   if (lo.concurrency > eo.max_requests)
     throw std::invalid_argument("qwen3_tts::run_arm: concurrency " + std::to_string(lo.concurrency) +
                                 " is above engine_options.max_requests " + std::to_string(eo.max_requests));
-  arm_result out;
   out.plan = plan_requests(lo);
-  const auto& plan = out.plan;
   std::map<mstar::request_id, std::size_t> index;
-  for (std::size_t i = 0; i < plan.size(); ++i)
-    index[plan[i].id] = i;
+  for (std::size_t i = 0; i < out.plan.size(); ++i)
+    index[out.plan[i].id] = i;
+  return index;
+}
 
-  mstar::engine<Model, Backend> engine(backend, eo);
-  tts_flow flow(lo.flow);
-  tts_forwards<Backend> fwd(backend, tk, cd, fo);
-  fwd.timeline = timeline;
-  wo.lane = lo.lane;
-  wo.nodes.resize(Model::descriptor.nodes.size());
-  wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
-  if (lo.prefill_waits()) {
-    wo.nodes[prefill_node].min_batch = lo.prefill_min_batch; // above max_batch: the worker refuses it, saying so
-    wo.nodes[prefill_node].max_wait = lo.prefill_max_wait;
-  }
-  // Decode steps carry their CUDA-graph bucket (padded by the worker, so a staged step promotes only
-  // into a step of its bucket). A step above the largest graph runs padded to max_batch.
-  auto& buckets = wo.nodes[decode_node].buckets;
-  buckets = fo.decode_buckets;
-  std::sort(buckets.begin(), buckets.end());
-  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
-  if (!buckets.empty() && buckets.back() < eo.max_batch) buckets.push_back(eo.max_batch);
-  if (lo.trace.empty()) wo.trace_events = 0;
-  Worker worker(engine, flow, wo);
-  fwd.install(worker);
-
+// The client's side of an arm: ended requests and cancel points, from the workers' main threads.
+struct client_events {
   std::mutex m;
   std::condition_variable cv;
   std::deque<mstar::request_id> ended, to_cancel;
-  flow.on_end = [&](mstar::request_id id) {
+  void end(mstar::request_id id) {
     std::lock_guard g(m);
     ended.push_back(id);
     cv.notify_one();
-  };
-  flow.on_cancel_point = [&](mstar::request_id id) {
+  }
+  void cancel_point(mstar::request_id id) {
     std::lock_guard g(m);
     to_cancel.push_back(id);
     cv.notify_one();
-  };
+  }
+};
+struct client_clock {
+  mstar::metrics::nanos measure_begin = -1, first_submit = -1, last_submit = -1;
+};
 
-  worker.start();
+// The closed loop: at most lo.concurrency live, a request submitted when one ends, cancels at the
+// cancel points; then wait_idle and stop. `client` is a started threaded_worker or worker_set
+// (submit(id, tts_request), cancel, wait_idle, stop).
+template <class Client>
+client_clock drive_clients(Client& client, const std::vector<planned_request>& plan, const load_options& lo,
+                           step_timeline* timeline, client_events& ev) {
   std::size_t next = 0, done = 0;
   std::uint32_t live = 0;
-  mstar::metrics::nanos measure_begin = -1, first_submit = -1, last_submit = -1;
+  client_clock k;
   auto last_bar = std::chrono::steady_clock::now();
   auto bar = [&](bool final) {
     if (!lo.progress) return;
@@ -260,41 +249,47 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
       while (live < lo.concurrency && next < plan.size()) {
         auto in = plan[next].in;
         in.submitted = mstar::metrics::now_ns();
-        if (first_submit < 0) first_submit = in.submitted;
-        last_submit = in.submitted;
-        if (!plan[next].warmup && measure_begin < 0) {
-          measure_begin = in.submitted;
+        if (k.first_submit < 0) k.first_submit = in.submitted;
+        k.last_submit = in.submitted;
+        if (!plan[next].warmup && k.measure_begin < 0) {
+          k.measure_begin = in.submitted;
           if (timeline) timeline->arm(true);
         }
         if (!plan[next].cancel) in.cancel_after_chunks = ~0u;
-        worker.submit(plan[next].id, in);
+        client.submit(plan[next].id, in);
         ++live;
         ++next;
       }
       std::deque<mstar::request_id> e, c;
       {
-        std::unique_lock g(m);
-        cv.wait_for(g, std::chrono::milliseconds(50), [&] { return !ended.empty() || !to_cancel.empty(); });
-        e.swap(ended);
-        c.swap(to_cancel);
+        std::unique_lock g(ev.m);
+        ev.cv.wait_for(g, std::chrono::milliseconds(50), [&] { return !ev.ended.empty() || !ev.to_cancel.empty(); });
+        e.swap(ev.ended);
+        c.swap(ev.to_cancel);
       }
       for (auto id : c)
-        worker.cancel(id);
+        client.cancel(id);
       live -= static_cast<std::uint32_t>(e.size());
       done += e.size();
       bar(false);
     }
-    worker.wait_idle();
+    client.wait_idle();
   } catch (...) {
-    worker.stop();
+    client.stop();
     throw;
   }
-  worker.stop();
+  client.stop();
   if (timeline) timeline->arm(false);
   bar(true);
+  return k;
+}
 
-  out.results = std::move(flow.results());
-  mstar::metrics::nanos measure_end = measure_begin;
+// The arm's figures from its requests' results.
+inline void tally(arm_result& out, std::map<mstar::request_id, tts_result> results,
+                  const std::map<mstar::request_id, std::size_t>& index, const client_clock& k) {
+  const auto& plan = out.plan;
+  out.results = std::move(results);
+  mstar::metrics::nanos measure_end = k.measure_begin;
   std::vector<mstar::metrics::nanos> first, gaps;
   for (const auto& [id, r] : out.results) {
     if (r.how == mstar::request_end::completed) out.digests[id] = r.digest;
@@ -313,14 +308,77 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
       if (out.failed++ == 0) out.first_failure = "request " + std::to_string(id) + ": " + r.why;
     }
   }
-  out.wall_s = measure_begin < 0 ? 0.0 : double(measure_end - measure_begin) * 1e-9;
+  out.wall_s = k.measure_begin < 0 ? 0.0 : double(measure_end - k.measure_begin) * 1e-9;
   out.audio_per_s = out.wall_s > 0 ? out.audio_s / out.wall_s : 0.0;
-  const auto steady = steady_window(out.results, plan, index, first_submit, last_submit);
+  const auto steady = steady_window(out.results, plan, index, k.first_submit, k.last_submit);
   out.steady_s = steady.seconds;
   out.steady_audio_s = steady.audio_s;
   out.steady_audio_per_s = steady.seconds > 0 ? steady.audio_s / steady.seconds : 0.0;
   out.first_audio = spread_of(std::move(first));
   out.gap = spread_of(std::move(gaps));
+}
+
+// After the run: every pool of the engine full again and no request left in its table (what is not
+// is added to out.pools_why).
+template <class Engine>
+bool check_pools(arm_result& out, Engine& engine) {
+  bool full = true;
+  for (const auto& st : engine.stats())
+    if (st.free != st.capacity) {
+      full = false;
+      out.pools_why += std::string(st.key) + " has " + std::to_string(st.free) + " of " +
+                       std::to_string(st.capacity) + " free; ";
+    }
+  if (engine.requests().live() != 0) {
+    full = false;
+    out.pools_why += std::to_string(engine.requests().live()) + " requests still in the table";
+  }
+  return full;
+}
+
+// talker_decode's padding buckets for the worker: forward_options' sorted, and max_batch above them.
+inline std::vector<std::uint32_t> decode_buckets(const forward_options& fo, const mstar::engine_options& eo) {
+  auto buckets = fo.decode_buckets;
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  if (!buckets.empty() && buckets.back() < eo.max_batch) buckets.push_back(eo.max_batch);
+  return buckets;
+}
+
+// One arm. `timeline` (optional) is armed from the first measured submit to the end.
+template <class Backend>
+arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, const mstar::engine_options& eo,
+                   const forward_options& fo, const load_options& lo, step_timeline* timeline = nullptr,
+                   mstar::worker_options wo = {}) {
+  using Worker = mstar::threaded_worker<Model, Backend, tts_flow>;
+  arm_result out;
+  const auto index = begin_arm(out, lo, eo);
+  const auto& plan = out.plan;
+
+  mstar::engine<Model, Backend> engine(backend, eo);
+  tts_flow flow(lo.flow);
+  tts_forwards<Backend> fwd(backend, tk, cd, fo);
+  fwd.timeline = timeline;
+  wo.lane = lo.lane;
+  wo.nodes.resize(Model::descriptor.nodes.size());
+  wo.nodes[codec_node].batch = mstar::batching::per_key; // the flow's batch_key picks per width or all
+  if (lo.prefill_waits()) {
+    wo.nodes[prefill_node].min_batch = lo.prefill_min_batch; // above max_batch: the worker refuses it, saying so
+    wo.nodes[prefill_node].max_wait = lo.prefill_max_wait;
+  }
+  // Decode steps carry their CUDA-graph bucket (padded by the worker, so a staged step promotes only
+  // into a step of its bucket). A step above the largest graph runs padded to max_batch.
+  wo.nodes[decode_node].buckets = decode_buckets(fo, eo);
+  if (lo.trace.empty()) wo.trace_events = 0;
+  Worker worker(engine, flow, wo);
+  fwd.install(worker);
+
+  client_events ev;
+  flow.on_end = [&](mstar::request_id id) { ev.end(id); };
+  flow.on_cancel_point = [&](mstar::request_id id) { ev.cancel_point(id); };
+  worker.start();
+  const auto clock = drive_clients(worker, plan, lo, timeline, ev);
+  tally(out, std::move(flow.results()), index, clock);
   out.prefill_steps = fwd.prefill_steps;
   out.decode_steps = fwd.decode_steps;
   out.codec_steps = fwd.codec_steps;
@@ -347,17 +405,7 @@ arm_result run_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, co
                    wo.trace_events, static_cast<unsigned long long>(dropped), lo.trace.c_str());
   }
   out.buffers_free = fwd.buffers_free();
-  out.pools_full = true;
-  for (const auto& st : engine.stats())
-    if (st.free != st.capacity) {
-      out.pools_full = false;
-      out.pools_why += std::string(st.key) + " has " + std::to_string(st.free) + " of " +
-                       std::to_string(st.capacity) + " free; ";
-    }
-  if (engine.requests().live() != 0) {
-    out.pools_full = false;
-    out.pools_why += std::to_string(engine.requests().live()) + " requests still in the table";
-  }
+  out.pools_full = check_pools(out, engine);
   return out;
 }
 

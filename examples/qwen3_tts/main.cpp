@@ -56,6 +56,7 @@
 
 #include "decode_cli.hpp"
 #include "qwen3_tts/loadgen.hpp"
+#include "qwen3_tts/split.hpp"
 #include "synth_cli.hpp"
 #ifdef QWEN3TTS_SERVE
 #include "serve.hpp"
@@ -94,6 +95,7 @@ struct setup {
   qwen3_tts::forward_options fo;
   qwen3_tts::load_options lo;
   bool side_lane = true;
+  bool split = false; // codec_chunk alone on a second worker: two workers joined by an edge (split.hpp)
 };
 
 struct arm_spec {
@@ -308,7 +310,7 @@ void print_row(const arm_report& a) {
                   r.first_audio.p99 / 1e6);
   if (r.gap.count > 0) std::snprintf(gap, sizeof gap, "%5.1f/%5.1f ms", r.gap.p50 / 1e6, r.gap.p95 / 1e6);
   std::printf("| %4u | %4s | %-9s | %9.2f | %9s | %22s | %15s | %11.2f | %5.1f%% | %6.1f us | %15s | %6.1f%% |\n",
-              a.spec.c, std::string(mstar::name_of(a.spec.lane)).c_str(), a.spec.per_width ? "per-width" : "all",
+              a.spec.c, a.r.edge_sends ? "split" : std::string(mstar::name_of(a.spec.lane)).c_str(), a.spec.per_width ? "per-width" : "all",
               r.audio_per_s, steady, first, gap, codec_per_talker(r), 100.0 * busy_of(a),
               p50_us(r.summary, "GPU", "talker_decode", "pass"), dec, on_lane);
 }
@@ -393,6 +395,7 @@ std::string arm_json(const arm_report& a) {
   const auto& r = a.r;
   std::ostringstream o;
   o << "{\"c\": " << a.spec.c << ", \"lane\": " << jstr(std::string(mstar::name_of(a.spec.lane)))
+    << ", \"topology\": " << jstr(a.r.edge_sends ? "split" : "colocated")
     << ", \"codec_batching\": " << jstr(a.spec.per_width ? "per-width" : "all") << ", \"repeat\": " << a.spec.repeat
     << ", \"requests\": {\"completed\": " << r.completed << ", \"cancelled\": " << r.cancelled
     << ", \"failed\": " << r.failed << "}, \"audio_s\": " << jnum(r.audio_s) << ", \"wall_s\": " << jnum(r.wall_s)
@@ -405,6 +408,8 @@ std::string arm_json(const arm_report& a) {
     << ", \"decode\": " << r.decode_steps << ", \"codec\": " << r.codec_steps << ", \"codec_on_lane\": "
     << r.side_steps_on_lane << ", \"decode_rows\": " << r.decode_rows << ", \"codec_rows\": " << r.codec_rows
     << ", \"refusals\": " << r.refusals << ", \"parked\": " << r.parked << ", \"failed\": " << r.failed_steps << "}"
+    << ", \"edge\": {\"sends\": " << r.edge_sends << ", \"send_host_us_mean\": " << jnum(r.edge_send_us_mean)
+    << ", \"full_waits\": " << r.edge_full_waits << "}"
     << ", \"lane_decisions\": {\"lane\": " << r.lane_on << ", \"chain\": " << r.lane_chain << ", \"explored\": " << r.lane_explored
     << ", \"chain_alone_ms\": " << jnum(r.lane.chain_alone_ns / 1e6) << ", \"chain_beside_ms\": "
     << jnum(r.lane.chain_beside_ns / 1e6) << ", \"side_ms\": " << jnum(r.lane.side_ns / 1e6)
@@ -504,6 +509,11 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
     eo.max_requests = std::max(eo.max_requests, spec.c + 4);
     return std::pair{lo, eo};
   };
+  // One arm on the topology the config asks for.
+  const auto run_one = [&](const qwen3_tts::load_options& lo, const mstar::engine_options& eo) {
+    if (st.split) return qwen3_tts::run_split_arm(backend, talker, codec, eo, st.fo, lo);
+    return qwen3_tts::run_arm(backend, talker, codec, eo, st.fo, lo, timeline.get());
+  };
   for (const auto& spec : specs) {
     if (reports.empty() || spec.c != cur_c) {
       if (cli.settle) {
@@ -515,7 +525,7 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
         lo.trace.clear();
         std::printf("c=%u: settling run (%s, not recorded)\n", spec.c, arm_name(spec).c_str());
         std::fflush(stdout);
-        const auto r = qwen3_tts::run_arm(backend, talker, codec, eo, st.fo, lo, timeline.get());
+        const auto r = run_one(lo, eo);
         if (r.failed || r.failed_steps) {
           std::fprintf(stderr, "qwen3tts: FAILED: the settling run of c=%u: %llu requests and %llu steps failed\n",
                        spec.c, static_cast<unsigned long long>(r.failed),
@@ -547,7 +557,7 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
     if (auto* t = dynamic_cast<cuda_timeline*>(timeline.get())) t->reset();
 #endif
     a.started_unix_s = unix_seconds();
-    a.r = qwen3_tts::run_arm(backend, talker, codec, eo, st.fo, lo, timeline.get());
+    a.r = run_one(lo, eo);
     a.ended_unix_s = unix_seconds();
 #ifdef QWEN3TTS_CUDA
     if (auto* t = dynamic_cast<cuda_timeline*>(timeline.get())) a.dev = t->read(bucket_of, st.fo.decode_buckets);
@@ -557,6 +567,12 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
     reports.push_back(std::move(a));
   }
   if (reports.size() == 1) print_phases(reports.front().r);
+  for (const auto& a : reports)
+    if (a.r.edge_sends)
+      std::printf("%s: edge: %llu sends (one per Talker step), host time %.2f us a send (mean), %llu tries found "
+                  "the ring full\n",
+                  arm_name(a.spec).c_str(), static_cast<unsigned long long>(a.r.edge_sends), a.r.edge_send_us_mean,
+                  static_cast<unsigned long long>(a.r.edge_full_waits));
 
   // Checks every run makes: nothing failed, every pool and buffer back.
   int rc = 0;
@@ -766,12 +782,23 @@ int main(int argc, char** argv) {
       if (m.desc.nodes[l.node].name == "codec_chunk") st.side_lane = l.lane == mstar::lane::side;
     for (const auto& r : m.desc.resources)
       if (r.key == "codec_state") slots = r.slots;
-    if (!st.side_lane)
+    // The split topology: two workers, the Talker's nodes on the first and codec_chunk alone on the second.
+    st.split = m.desc.workers.size() == 2 && m.desc.workers[1].groups.size() == 1 && [&] {
+      for (const auto& g : m.desc.groups)
+        if (g.name == m.desc.workers[1].groups[0]) return g.nodes.size() == 1 && g.nodes[0] == "codec_chunk";
+      return false;
+    }();
+    if (st.split)
+      std::printf("note: %s puts codec_chunk alone on worker %s: two workers in this process (%s, %s), the "
+                  "Talker's frames over an edge; lane modes do not apply\n",
+                  cli.config.c_str(), std::string(m.desc.workers[1].name).c_str(),
+                  std::string(m.desc.workers[0].name).c_str(), std::string(m.desc.workers[1].name).c_str());
+    else if (!st.side_lane)
       std::printf("note: %s runs codec_chunk on a chain (no side lane): every arm runs with the lane off\n",
                   cli.config.c_str());
     // What the file sets beyond those two (and its name) is not applied: the engine runs the compiled
     // model. The applied fields are copied onto the compiled side, so only the rest differs.
-    auto compiled = qwen3_tts::Model::descriptor;
+    auto compiled = st.split ? qwen3_tts::SplitModel::descriptor : qwen3_tts::Model::descriptor;
     compiled.name = m.desc.name;
     for (auto& r : compiled.resources)
       if (r.key == "codec_state") r.slots = slots;

@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <mstar/metrics.hpp>
@@ -91,6 +92,69 @@ struct live_request {
   tts_result result;
 };
 
+// A request's data at its start (frames sized: the codec reads them where the main thread no longer
+// writes); the client told at once when it asked to be cancelled before any chunk.
+template <class Request, class CancelPoint>
+void start_request(std::unique_ptr<Request>& p, mstar::request_id id, const tts_request& in,
+                   const CancelPoint& on_cancel_point) {
+  p = std::make_unique<Request>();
+  auto& r = *p;
+  r.id = id;
+  r.in = in;
+  r.frames.resize(in.frames);
+  r.result.submitted = in.submitted;
+  r.result.frames = in.frames;
+  if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
+}
+
+// A codec chunk of `width` frames landed for request r (its codec_out share): its audio hashed, the
+// share given back, the chunk's time and gap recorded, the client told at its cancel point.
+template <class Request, class CancelPoint>
+void land_chunk(Request& r, std::uint32_t width, const CancelPoint& on_cancel_point) {
+  const auto now = mstar::metrics::now_ns();
+  r.result.digest.update(
+      {static_cast<const std::int16_t*>(r.codec_out.at), std::size_t(width) * synth::samples_per_frame});
+  r.codec_out.release();
+  r.coded += width;
+  ++r.chunks;
+  if (r.result.first_audio < 0)
+    r.result.first_audio = now;
+  else
+    r.result.gaps.push_back(now - r.last_chunk);
+  r.last_chunk = now;
+  r.result.chunk_log.push_back({now, width});
+  if (r.chunks == r.in.cancel_after_chunks && on_cancel_point) on_cancel_point(r.id);
+}
+
+// What the flow keeps of a request that ended (r null: cancelled before it started); gives back the
+// audio share of a codec step whose landing it did not see.
+template <class Request>
+tts_result end_result(Request* r, mstar::request_end how, std::string_view why) {
+  tts_result res;
+  if (r) {
+    r->codec_out.release();
+    res = std::move(r->result);
+    res.chunks = r->chunks;
+  }
+  res.how = how;
+  res.why = std::string(why);
+  res.ended = mstar::metrics::now_ns();
+  return res;
+}
+
+// A codec step's audio buffer: each row's request told where its window's samples will be.
+template <class Pool, class Payloads>
+auto lease_audio(Pool& pool, const Payloads& payloads, std::uint32_t frames) {
+  const std::size_t samples = std::size_t(frames) * synth::samples_per_frame;
+  auto lease = pool.acquire(static_cast<std::uint32_t>(payloads.size()), samples);
+  std::size_t offset = 0;
+  for (const auto& p : payloads) {
+    p.req->codec_out = {lease.data + offset, lease.refs};
+    offset += std::size_t(p.width) * synth::samples_per_frame;
+  }
+  return std::pair{lease, samples};
+}
+
 } // namespace detail
 
 // What a row carries to its forward: its request, and for a codec row its window.
@@ -127,14 +191,7 @@ public:
     if (in.frames == 0 || in.prompt_tokens == 0)
       throw std::invalid_argument("qwen3_tts::tts_flow: request " + std::to_string(id) +
                                   " asks for no frames or has an empty prompt");
-    s.req = std::make_unique<detail::live_request>();
-    auto& r = *s.req;
-    r.id = id;
-    r.in = in;
-    r.frames.resize(in.frames);
-    r.result.submitted = in.submitted;
-    r.result.frames = in.frames;
-    if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
+    detail::start_request(s.req, id, in, on_cancel_point);
   }
 
   bool ready(request_state& s, std::uint8_t node, mstar::row& row, tts_payload& p) {
@@ -168,20 +225,7 @@ public:
       r.prefilled = true;
       return false;
     }
-    // codec_chunk: one chunk of audio for the client.
-    const auto now = mstar::metrics::now_ns();
-    r.result.digest.update({static_cast<const std::int16_t*>(r.codec_out.at),
-                            std::size_t(p.width) * synth::samples_per_frame});
-    r.codec_out.release();
-    r.coded += p.width;
-    ++r.chunks;
-    if (r.result.first_audio < 0)
-      r.result.first_audio = now;
-    else
-      r.result.gaps.push_back(now - r.last_chunk);
-    r.last_chunk = now;
-    r.result.chunk_log.push_back({now, p.width});
-    if (r.chunks == r.in.cancel_after_chunks && on_cancel_point) on_cancel_point(r.id);
+    detail::land_chunk(r, p.width, on_cancel_point); // codec_chunk: one chunk of audio for the client
     return true;
   }
 
@@ -197,18 +241,9 @@ public:
   }
 
   void end(request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
-    tts_result res;
-    if (s.req) { // a request cancelled before it started has no data
-      auto& r = *s.req;
-      r.talker_out.release(); // shares of steps whose landing this request no longer saw
-      r.codec_out.release();
-      res = std::move(r.result);
-      res.chunks = r.chunks;
-      s.req.reset();
-    }
-    res.how = how;
-    res.why = std::string(why);
-    res.ended = mstar::metrics::now_ns();
+    if (s.req) s.req->talker_out.release(); // a share of a step whose landing this request no longer saw
+    auto res = detail::end_result(s.req.get(), how, why); // (no data when cancelled before it started)
+    s.req.reset();
     {
       std::lock_guard g(lock_);
       results_[id] = std::move(res);
@@ -329,13 +364,7 @@ private:
       windows_.push_back({p.req->frames.data() + p.first, p.width});
       total += p.width;
     }
-    const std::size_t samples = std::size_t(total) * synth::samples_per_frame;
-    auto lease = audio_.acquire(static_cast<std::uint32_t>(ctx.payloads.size()), samples);
-    std::size_t offset = 0;
-    for (const auto& p : ctx.payloads) {
-      p.req->codec_out = {lease.data + offset, lease.refs};
-      offset += std::size_t(p.width) * synth::samples_per_frame;
-    }
+    const auto [lease, samples] = detail::lease_audio(audio_, ctx.payloads, total);
     ++codec_steps;
     codec_rows += ctx.payloads.size();
     codec_frames += total;

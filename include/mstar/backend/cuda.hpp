@@ -69,6 +69,9 @@ public:
   void zero_now(void* p, std::size_t bytes);
   void copy_to_device(void* dst, const void* src, std::size_t bytes, cuda_stream s);
   void copy_to_host(void* dst, const void* src, std::size_t bytes, cuda_stream s);
+  // Device to device, on this device or from a peer's memory (unified addressing finds the source's
+  // device; peer access, when enabled, makes it a direct NVLink/PCIe copy): the edge's ring copy.
+  void copy_on_device(void* dst, const void* src, std::size_t bytes, cuda_stream s);
   void memset_2d(void* dst, std::size_t pitch, int value, std::size_t width, std::size_t height, cuda_stream s);
 
   // Zeroes `slot` in every segment of a pool on `s`: one 2D memset when the segments are evenly

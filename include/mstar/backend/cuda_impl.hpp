@@ -98,6 +98,9 @@ void cuda_backend::copy_to_device(void* dst, const void* src, std::size_t bytes,
 void cuda_backend::copy_to_host(void* dst, const void* src, std::size_t bytes, cuda_stream s) {
   MSTAR_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, detail::cuda_handle(s)));
 }
+void cuda_backend::copy_on_device(void* dst, const void* src, std::size_t bytes, cuda_stream s) {
+  MSTAR_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, detail::cuda_handle(s)));
+}
 void cuda_backend::memset_2d(void* dst, std::size_t pitch, int value, std::size_t width, std::size_t height,
                              cuda_stream s) {
   MSTAR_CUDA_CALL(cudaMemset2DAsync(dst, pitch, value, width, height, detail::cuda_handle(s)));

@@ -314,6 +314,14 @@ public:
     inbox_cancels_.push_back({inbox_submits_.size(), id});
     inbox_flag_.store(true, std::memory_order_release);
   }
+  // Asks the flow's ready hook again, for each node the request has no row queued, out or parked
+  // for: something outside this worker (another worker's step, through an edge) changed what the
+  // request can run. Ignored for a request that is not live (still queued: its start asks anyway).
+  void wake(request_id id) {
+    std::lock_guard g(inbox_lock_);
+    inbox_wakes_.push_back(id);
+    inbox_flag_.store(true, std::memory_order_release);
+  }
   // Blocks until every submitted request has ended.
   void wait_idle() {
     std::unique_lock g(inbox_lock_);
@@ -631,6 +639,8 @@ private:
       inbox_flag_.store(false, std::memory_order_relaxed);
       subs.swap(inbox_submits_);
       cancels.swap(inbox_cancels_);
+      taken_wakes_.clear();
+      taken_wakes_.swap(inbox_wakes_);
       stopping = stopping_.load(std::memory_order_relaxed);
     }
     std::size_t next = 0;
@@ -647,6 +657,8 @@ private:
     }
     for (; next < subs.size(); ++next)
       backlog_.push_back(std::move(subs[next]));
+    for (const auto id : taken_wakes_)
+      if (auto found = by_id_.find(id); found != by_id_.end()) settle(found->second);
     if (stopping) {
       while (!backlog_.empty())
         cancel_now(backlog_.front().id);
@@ -2013,6 +2025,7 @@ private:
   std::vector<std::pair<std::size_t, request_id>> inbox_cancels_; // (submits queued before it, id)
   std::vector<submission> taken_submits_;                         // main thread: take_inbox's side of the swap
   std::vector<std::pair<std::size_t, request_id>> taken_cancels_;
+  std::vector<request_id> inbox_wakes_, taken_wakes_; // wake(): the client's side, the main thread's side
   std::unordered_set<request_id> ids_; // submitted and not ended
   std::vector<typename decltype(ids_)::node_type> spare_ids_;
   std::atomic<bool> inbox_flag_{false}, stopping_{false};
