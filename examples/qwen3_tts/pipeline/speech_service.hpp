@@ -170,7 +170,7 @@ private:
     mstar::engine_options eo;
     eo.max_batch = o.max_batch;
     eo.max_requests = o.max_live;
-    eo.max_tokens = 4096;
+    eo.max_tokens = std::uint32_t(Spec::kv_tokens); // a prefill row is a whole prompt: refuse none the KV cache holds
     return eo;
   }
   static speech_forward_options forward_options_of(const speech_service_options& o, const Flow& flow) {
