@@ -239,10 +239,10 @@ public:
   }
   bool ready(request_state& s, std::uint8_t, mstar::row&, codec_payload& p) {
     auto& r = *s.req;
-    const std::uint32_t announced = channel_->announced(r.id), avail = announced - r.coded;
-    std::uint32_t w = o_.ramp[std::min<std::size_t>(r.chunks, o_.ramp.size() - 1)];
-    if (announced == r.in.frames) w = std::min(w, avail);
-    if (w == 0 || avail < w) return false;
+    const std::uint32_t announced = channel_->announced(r.id);
+    const std::uint32_t w = qwen3_tts::detail::ramp_window(o_.ramp, r.chunks, announced, r.coded,
+                                                            announced == r.in.frames);
+    if (w == 0) return false;
     p = {&r, r.coded, w};
     return true;
   }

@@ -8,6 +8,7 @@
 //   mailbox        where a row's output is in a step's output buffer, and that buffer's reference count
 //   output_pool    a step's output buffers, handed out on the GPU thread and given back row by row by the
 //                  flow's landed hook (or its end hook), so a buffer is reused only once every row was read
+//   ramp_window    the codec's next window width under a width ramp
 #pragma once
 
 #include <atomic>
@@ -15,10 +16,23 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <algorithm>
+#include <span>
 #include <thread>
 #include <vector>
 
 namespace qwen3_tts::detail {
+
+// The next codec window of a request that has had `chunks` windows, `coded` frames decoded and `made` frames
+// made by the Talker: the ramp's width for this window (the last width repeating), or what is left once the
+// Talker is done; 0 while the frames it covers are not all made yet.
+inline std::uint32_t ramp_window(std::span<const std::uint32_t> ramp, std::uint32_t chunks, std::uint32_t made,
+                                 std::uint32_t coded, bool talker_done) {
+  const std::uint32_t avail = made - coded;
+  std::uint32_t w = ramp[std::min<std::size_t>(chunks, ramp.size() - 1)];
+  if (talker_done) w = std::min(w, avail);
+  return avail >= w ? w : 0;
+}
 
 // Orders a step on `stream` after the object's previous step when that ran on another stream.
 template <class Backend>

@@ -274,10 +274,7 @@ private:
   // The next window's width: the ramp's, or what is left once every frame is decoded; 0 while the
   // frames it covers are not all decoded yet.
   std::uint32_t window(const detail::live_request& r) const {
-    const std::uint32_t avail = r.decoded - r.coded;
-    std::uint32_t w = o_.ramp[std::min<std::size_t>(r.chunks, o_.ramp.size() - 1)];
-    if (r.decoded == r.in.frames) w = std::min(w, avail);
-    return avail >= w ? w : 0;
+    return detail::ramp_window(o_.ramp, r.chunks, r.decoded, r.coded, r.decoded == r.in.frames);
   }
   tts_flow_options o_;
   std::mutex lock_;

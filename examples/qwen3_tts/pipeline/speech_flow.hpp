@@ -240,10 +240,7 @@ private:
   // The next window's width: the ramp's, or what is left once the Talker is done; 0 while the frames it
   // covers are not all made yet.
   std::uint32_t window(const detail::live_speech& r) const {
-    const std::uint32_t avail = r.decoded - r.coded;
-    std::uint32_t w = o_.ramp[std::min<std::size_t>(r.chunks, o_.ramp.size() - 1)];
-    if (r.talker_done) w = std::min(w, avail);
-    return avail >= w ? w : 0;
+    return qwen3_tts::detail::ramp_window(o_.ramp, r.chunks, r.decoded, r.coded, r.talker_done);
   }
 
   const talker_host* talker_;
