@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -24,13 +26,34 @@
 namespace qwen3_tts::pipeline {
 namespace {
 
+// The widest window sizes every codec output buffer (rows x width x samples per frame, 16 buffers).
+constexpr std::uint32_t widest_window = 1024; // 82 s of audio at 12.5 frames a second
+
 std::vector<std::uint32_t> parse_ramp(const std::string& text) {
   std::vector<std::uint32_t> out;
   for (auto id : parse_ids(text, "--window")) {
     if (id == 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
+    if (std::uint32_t(id) > widest_window)
+      throw std::invalid_argument("--window: a width of " + std::to_string(id) + " frames; the widest window sizes "
+                                  "every output buffer, so give widths of at most " + std::to_string(widest_window) +
+                                  " frames");
     out.push_back(std::uint32_t(id));
   }
   return out;
+}
+
+// Refuses an --out that cannot be written before any work is done (the file itself is written at the end,
+// so an existing one is left alone until the audio is there).
+void check_writable(const std::string& out) {
+  namespace fs = std::filesystem;
+  const fs::path p(out);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument("--out: " + dir.string() + " is not a folder; create it or write elsewhere");
+  if (fs::is_directory(p, ec)) throw std::invalid_argument("--out: " + out + " is a folder; give a file name");
+  if (access(dir.c_str(), W_OK) != 0 || (fs::exists(p, ec) && access(p.c_str(), W_OK) != 0))
+    throw std::invalid_argument("--out: " + out + " cannot be written (permissions)");
 }
 
 mstar::lane_mode parse_lane(const std::string& s) {
@@ -83,6 +106,8 @@ int synth_main(int argc, char** argv) {
 
   try {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
+    check_writable(out);
+    if (!dump.empty()) check_writable(dump);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);
