@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds the GPU binaries here (release, CUDA for sm_90; no GPU needed) and copies them, with the
 # shared libraries a bare GPU machine may lack (yaml-cpp, fmt), into build-gpu/ (ignored by git), to be
-# carried to the GPU machine and run there by bench/h200_checks.sh and examples/qwen3_tts/study_h200.sh:
+# carried to the GPU machine and run there by bench/h200_checks.sh and bench/study/study_h200.sh:
 #
 #   bash scripts/pack_gpu.sh [BUILD_DIR]      (default /tmp/mstar_gpu_build)
 #
@@ -13,7 +13,7 @@ B=${1:-/tmp/mstar_gpu_build}
 source scripts/env.sh 2>/dev/null || true
 command -v nvcc >/dev/null || { echo "pack_gpu.sh: nvcc is not on PATH; the GPU binaries need the CUDA toolkit" >&2; exit 1; }
 [ -d "$B" ] || meson setup "$B" --buildtype=release -Dgpu=enabled >/dev/null
-T=(examples/qwen3tts examples/qwen3tts_step_bench tests/gpu/mstar_gpu_tests tests/engine/mstar_engine_gpu_tests
+T=(examples/qwen3tts bench/study/qwen3tts_step_bench tests/gpu/mstar_gpu_tests tests/engine/mstar_engine_gpu_tests
    tests/example/mstar_example_gpu_tests bench/kernels/mstar_recurrent_bench bench/kernels/mstar_copy_floor_bench
    bench/worker/mstar_worker_bench bench/handoff/mstar_handoff_bench)
 ninja -C "$B" "${T[@]}"

@@ -2,7 +2,7 @@
 # On the GPU machine: the example's GPU tests, then the step benchmark (qwen3tts_step_bench), with
 # logs under $OUT. Run from the repository root:
 #
-#   bash examples/qwen3_tts/run_h200.sh [DIR] [bench arguments...]
+#   bash bench/study/run_h200.sh [DIR] [bench arguments...]
 #
 # DIR holds prebuilt mstar_example_gpu_tests and qwen3tts_step_bench (built on the CI machine, which
 # has the same CUDA 13.0 toolkit); without it, or when they do not start, it builds them with meson
@@ -22,9 +22,9 @@ else
   grep -q "'example'" tests/meson.build || \
     sed -i "s/'engine', 'worker_primitives'\]/'engine', 'worker_primitives', 'example']/" tests/meson.build
   meson setup /tmp/qwen3tts_build -Dgpu=enabled >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 1; }
-  ninja -C /tmp/qwen3tts_build examples/qwen3tts_step_bench tests/example/mstar_example_gpu_tests \
+  ninja -C /tmp/qwen3tts_build bench/study/qwen3tts_step_bench tests/example/mstar_example_gpu_tests \
     >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-  T=/tmp/qwen3tts_build/tests/example/mstar_example_gpu_tests; S=/tmp/qwen3tts_build/examples/qwen3tts_step_bench
+  T=/tmp/qwen3tts_build/tests/example/mstar_example_gpu_tests; S=/tmp/qwen3tts_build/bench/study/qwen3tts_step_bench
 fi
 echo "== GPU tests"
 "$T" --no-intro 2>&1 | tee "$OUT/gpu_tests.log" | tail -25

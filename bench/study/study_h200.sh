@@ -8,9 +8,9 @@
 # returns what it measured. The table is printed last. At the end it writes the targets table into
 # docs/benchmarks.md (between the lane-table markers) and the plot into docs/lane_study.png (when
 # matplotlib is there) and puts both in the tar; on the GPU machine the tree is a copy, so here:
-#   python3 examples/qwen3_tts/lane_study.py docs OUT/study.tar      (the same two files, in this tree)
+#   python3 bench/study/lane_study.py docs OUT/study.tar      (the same two files, in this tree)
 #
-#   bash examples/qwen3_tts/study_h200.sh [DIR]
+#   bash bench/study/study_h200.sh [DIR]
 #
 # DIR holds a prebuilt qwen3tts (built with -Dgpu=enabled on the CI machine, CUDA 13.0, sm_90) and
 # DIR/lib its yaml-cpp and fmt libraries; without it, or when it does not start, it builds qwen3tts
@@ -109,17 +109,17 @@ for c in $CS; do
   pack
 done
 [ -n "$SAMPLER" ] && { kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null; }
-python3 examples/qwen3_tts/lane_study.py table "$W"/study_c*.json > "$W/lane_table.md" 2>&1 || rc=1
+python3 bench/study/lane_study.py table "$W"/study_c*.json > "$W/lane_table.md" 2>&1 || rc=1
 if [ -s "$W/gpu_clocks.csv" ]; then
-  python3 examples/qwen3_tts/lane_study.py clocks "$W" >> "$W/lane_table.md" 2>&1 || echo "lane_study.py clocks failed" >> "$W/lane_table.md"
+  python3 bench/study/lane_study.py clocks "$W" >> "$W/lane_table.md" 2>&1 || echo "lane_study.py clocks failed" >> "$W/lane_table.md"
 fi
 # The targets table into a copy of docs/benchmarks.md (between its lane-table markers) and the plot
 # into lane_study.png, both in the tar; then, except in the smoke run (a test never edits the tree),
-# into docs/ (on the GPU machine a copy of the tree; here `python3 examples/qwen3_tts/lane_study.py
+# into docs/ (on the GPU machine a copy of the tree; here `python3 bench/study/lane_study.py
 # docs OUT/study.tar` writes them again).
 cp docs/benchmarks.md "$W/benchmarks.md"
 PLOT=(--png "$W/lane_study.png"); python3 -c "import matplotlib" 2>/dev/null || PLOT=(--no-plot)
-if python3 examples/qwen3_tts/lane_study.py docs "$W"/study_c*.json --benchmarks "$W/benchmarks.md" "${PLOT[@]}" \
+if python3 bench/study/lane_study.py docs "$W"/study_c*.json --benchmarks "$W/benchmarks.md" "${PLOT[@]}" \
      >> "$W/study.log" 2>&1; then
   if [ "$SMOKE" != 1 ]; then
     cp "$W/benchmarks.md" docs/benchmarks.md
@@ -140,10 +140,10 @@ for f in $(for c in $CS; do echo "study_c$c.json"; done) lane_table.md study.log
   grep -qx "./$f" <<<"$listing" || { echo "study.tar lacks $f"; rc=1; }
 done
 written=$(tar -xOf "$OUT/study.tar" ./benchmarks.md 2>/dev/null) # read whole: see the listing above
-grep -q '^Written by `python3 examples/qwen3_tts/lane_study.py docs study_c' <<<"$written" ||
+grep -q '^Written by `python3 bench/study/lane_study.py docs study_c' <<<"$written" ||
   { echo "study.tar's benchmarks.md lacks the lane table"; rc=1; }
 for cmd in table first-arm; do
-  python3 examples/qwen3_tts/lane_study.py $cmd "$OUT/study.tar" >/dev/null || { echo "lane_study.py $cmd cannot read study.tar"; rc=1; }
+  python3 bench/study/lane_study.py $cmd "$OUT/study.tar" >/dev/null || { echo "lane_study.py $cmd cannot read study.tar"; rc=1; }
 done
 # The settling run is not recorded: each (lane, batching, repetition) appears once in a JSON.
 python3 - "$OUT/study.tar" <<'PY' || rc=1
@@ -158,7 +158,7 @@ with tarfile.open(sys.argv[1]) as t:
                 sys.exit(f"{m.name}: arms recorded twice (the settling run?): {twice}")
 PY
 if [ "$SMOKE" = 1 ] && python3 -c "import matplotlib" 2>/dev/null; then
-  python3 examples/qwen3_tts/lane_study.py plot "$OUT/study.tar" "$OUT/lane_study_smoke.png" || { echo "the plot failed"; rc=1; }
+  python3 bench/study/lane_study.py plot "$OUT/study.tar" "$OUT/lane_study_smoke.png" || { echo "the plot failed"; rc=1; }
 fi
 tar -xOf "$OUT/study.tar" ./lane_table.md
 exit $rc

@@ -3,10 +3,10 @@
 # carried in DIR): qwen3tts at c = 16 and 128, lane off and on, all widths, two runs an arm, once with
 # --prefill-graphs off and once on, in alternating processes (off, on, off, on). JSONs and logs go
 # into $OUT/prefill_graphs_ab.tar; compare with
-#   python3 examples/qwen3_tts/lane_study.py table OUT/prefill_graphs_ab.tar    (per file: tar x first)
-#   python3 examples/qwen3_tts/lane_study.py prefill FILE.json
+#   python3 bench/study/lane_study.py table OUT/prefill_graphs_ab.tar    (per file: tar x first)
+#   python3 bench/study/lane_study.py prefill FILE.json
 #
-#   bash examples/qwen3_tts/prefill_graphs_ab.sh [DIR]      (DIR default build-gpu; about 2 minutes)
+#   bash bench/study/prefill_graphs_ab.sh [DIR]      (DIR default build-gpu; about 2 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D=${1:-build-gpu}

@@ -249,7 +249,7 @@ def docs(argv):
     table, meta = table_lines(paths, loaded), loaded[1]
     targets = table[table.index("Targets (per concurrency and codec batching):") + 2:]
     names = " ".join(os.path.basename(p) for p in paths)
-    block = [f"Written by `python3 examples/qwen3_tts/lane_study.py docs {names}` (study of {meta.get('date')}, "
+    block = [f"Written by `python3 bench/study/lane_study.py docs {names}` (study of {meta.get('date')}, "
              f"{meta.get('machine')}):", ""] + targets
     out = lines[:marks[0][0] + 1] + [l + eol for l in block] + lines[marks[1][0]:]
     tmp = bench + ".tmp"
