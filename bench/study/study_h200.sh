@@ -24,7 +24,7 @@
 # per-width, in its first repetition. The GPU's clocks are logged (gpu_clocks.csv, every 200 ms) and
 # `lane_study.py clocks` gives each arm's SM clock and power during its runs: in the studies of
 # 2026-12-04 evening the SM clock was 1980 MHz in every run (the spread between runs came from the
-# scheduling, docs/example.md; a "decode alone" p50 that moves between 2.35 and 2.6 ms in lane-on
+# scheduling, docs/benchmarks.md; a "decode alone" p50 that moves between 2.35 and 2.6 ms in lane-on
 # arms is a median over few steps of mixed buckets, not a clock change: at 128 rows it is 2.59-2.60).
 # Time: the whole study must fit one device call of 520 s. STUDY_BUDGET_S (default 470) is shared
 # among the concurrencies in proportion to their expected run time (the unspent part of one passes to
