@@ -159,6 +159,9 @@ struct arm_result {
   // The split topology (split.hpp): producer steps sent over the edge, and tries that found it full.
   std::uint64_t edge_sends = 0, edge_full_waits = 0;
   double edge_send_us_mean = 0; // the Talker's GPU thread, per send (the copy's device time is not in it)
+  // The copies' device time on the edge's copy stream (from its waits met to the copy's end), per send.
+  double edge_copy_us_mean = 0, edge_copy_us_max = 0;
+  std::uint64_t edge_copies_unmeasured = 0; // copies whose rows were all dropped before they were timed
 };
 
 // The steady-state window of a run and the audio that landed in it: from the last warmup request's

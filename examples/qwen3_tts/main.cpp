@@ -69,6 +69,7 @@ using qwen3_tts::arm_result;
 struct cli_options {
   std::string config = "configs/qwen3tts.yaml";
   std::string backend = "auto";
+  std::vector<int> devices{0}; // CUDA: one for every worker, or one per worker of a split config
   std::uint32_t requests = 0, warmup = ~0u;
   std::vector<std::uint32_t> concurrency;
   double cancel_rate = 0.0;
@@ -409,6 +410,8 @@ std::string arm_json(const arm_report& a) {
     << r.side_steps_on_lane << ", \"decode_rows\": " << r.decode_rows << ", \"codec_rows\": " << r.codec_rows
     << ", \"refusals\": " << r.refusals << ", \"parked\": " << r.parked << ", \"failed\": " << r.failed_steps << "}"
     << ", \"edge\": {\"sends\": " << r.edge_sends << ", \"send_host_us_mean\": " << jnum(r.edge_send_us_mean)
+    << ", \"copy_device_us_mean\": " << jnum(r.edge_copy_us_mean) << ", \"copy_device_us_max\": "
+    << jnum(r.edge_copy_us_max) << ", \"copies_unmeasured\": " << r.edge_copies_unmeasured
     << ", \"full_waits\": " << r.edge_full_waits << "}"
     << ", \"lane_decisions\": {\"lane\": " << r.lane_on << ", \"chain\": " << r.lane_chain << ", \"explored\": " << r.lane_explored
     << ", \"chain_alone_ms\": " << jnum(r.lane.chain_alone_ns / 1e6) << ", \"chain_beside_ms\": "
@@ -470,10 +473,17 @@ std::string arm_name(const arm_spec& s) {
 }
 
 // ---- running ----
+// `backend`: the Talker's device (every worker's, colocated); `codec_backend`: the codec worker's device in
+// the split topology (the same object when both share one).
 template <class Backend>
-int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm_spec> specs) {
+int run_all(Backend& backend, Backend& codec_backend, setup& st, const cli_options& cli, std::vector<arm_spec> specs) {
+  const auto current = [](Backend& b) { // a model's cuBLAS handle and graphs belong to the current device
+    if constexpr (requires { b.make_current(); }) b.make_current();
+  };
+  current(codec_backend);
+  qwen3_tts::codec<Backend> codec(codec_backend, st.cc);
+  current(backend);
   qwen3_tts::talker<Backend> talker(backend, st.tc);
-  qwen3_tts::codec<Backend> codec(backend, st.cc);
   std::unique_ptr<qwen3_tts::step_timeline> timeline;
 #ifdef QWEN3TTS_CUDA
   if constexpr (std::is_same_v<Backend, mstar::cuda_backend>) {
@@ -511,7 +521,7 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
   };
   // One arm on the topology the config asks for.
   const auto run_one = [&](const qwen3_tts::load_options& lo, const mstar::engine_options& eo) {
-    if (st.split) return qwen3_tts::run_split_arm(backend, talker, codec, eo, st.fo, lo);
+    if (st.split) return qwen3_tts::run_split_arm(backend, codec_backend, talker, codec, eo, st.fo, lo);
     return qwen3_tts::run_arm(backend, talker, codec, eo, st.fo, lo, timeline.get());
   };
   for (const auto& spec : specs) {
@@ -569,9 +579,11 @@ int run_all(Backend& backend, setup& st, const cli_options& cli, std::vector<arm
   if (reports.size() == 1) print_phases(reports.front().r);
   for (const auto& a : reports)
     if (a.r.edge_sends)
-      std::printf("%s: edge: %llu sends (one per Talker step), host time %.2f us a send (mean), %llu tries found "
-                  "the ring full\n",
+      std::printf("%s: edge: %llu sends (one per Talker step), host time %.2f us a send (mean), copy time on the "
+                  "device %.2f us mean / %.2f us max (%llu copies unmeasured), %llu tries found the ring full\n",
                   arm_name(a.spec).c_str(), static_cast<unsigned long long>(a.r.edge_sends), a.r.edge_send_us_mean,
+                  a.r.edge_copy_us_mean, a.r.edge_copy_us_max,
+                  static_cast<unsigned long long>(a.r.edge_copies_unmeasured),
                   static_cast<unsigned long long>(a.r.edge_full_waits));
 
   // Checks every run makes: nothing failed, every pool and buffer back.
@@ -711,6 +723,11 @@ int main(int argc, char** argv) {
   app.add_option("--backend", cli.backend, "host, cuda, or auto (cuda when a device is present)")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
+  app.add_option("--devices", cli.devices,
+                 "CUDA devices: one index for every worker, or one per worker of a split config (0,1: the Talker's "
+                 "worker on device 0, the codec's on device 1, with peer access between them)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-n,--requests", cli.requests, "measured requests per arm (0: 8 x c on cuda, max(128, 8 x c) on host)");
   app.add_option("-c,--concurrency", cli.concurrency, "live requests at once; a list runs each")->delimiter(',');
   app.add_option("--warmup", cli.warmup, "requests run first and left out of the statistics (default: c)");
@@ -921,23 +938,52 @@ int main(int argc, char** argv) {
     std::printf(", sentences %u-%u frames, cancel rate %.2f, seed %llu, prefill waits for %u rows up to %.1f ms\n",
                 st.lo.frames_min, st.lo.frames_max, st.lo.cancel_rate, static_cast<unsigned long long>(st.lo.seed),
                 st.lo.prefill_min_batch, double(st.lo.prefill_max_wait.count()) / 1000.0);
+    if (cli.devices.empty() || cli.devices.size() > 2 || (cli.devices.size() == 2 && !st.split)) {
+      std::fprintf(stderr,
+                   "qwen3tts: --devices takes one device for every worker, or two for a split config (the Talker's "
+                   "worker's, then the codec's); %s has %s\n",
+                   cli.config.c_str(), st.split ? "two workers" : "one worker: give one device");
+      return 2;
+    }
+    const int talker_device = cli.devices.front(), codec_device = cli.devices.back();
+    if (!gpu && (talker_device != 0 || codec_device != 0)) {
+      std::fprintf(stderr, "qwen3tts: --devices applies to the cuda backend; the host backend runs every worker over "
+                           "one backend (leave --devices out)\n");
+      return 2;
+    }
 #ifdef QWEN3TTS_CUDA
     if (gpu) {
+      int count = 0;
+      cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+      for (int d : {talker_device, codec_device})
+        if (d >= count) {
+          std::fprintf(stderr, "qwen3tts: --devices names device %d; this machine has %d (0..%d)\n", d, count,
+                       count - 1);
+          return 2;
+        }
       cudaDeviceProp p{};
-      cuda_ok(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+      cuda_ok(cudaGetDeviceProperties(&p, talker_device), "cudaGetDeviceProperties");
       st.machine += ", " + std::string(p.name);
       std::printf("device: %s; Talker hidden %u x %u layers (+ predictor %u x %u layers x %u passes), codec %u x %u "
                   "x depth %u\n",
                   p.name, st.tc.hidden, st.tc.layers, st.tc.predictor_hidden, st.tc.predictor_layers,
                   st.tc.predictor_passes, st.cc.width, st.cc.rows_per_frame, st.cc.depth);
-      mstar::cuda_backend backend;
-      return run_all(backend, st, cli, specs);
+      mstar::cuda_backend backend({.device = talker_device});
+      if (codec_device == talker_device) return run_all(backend, backend, st, cli, specs);
+      mstar::cuda_backend codec_backend({.device = codec_device});
+      const bool peer = codec_backend.enable_peer_access(backend) && backend.enable_peer_access(codec_backend);
+      st.machine += ", workers on devices " + std::to_string(talker_device) + " and " + std::to_string(codec_device);
+      std::printf("split over two devices: the Talker's worker on device %d, the codec's on device %d, %s\n",
+                  talker_device, codec_device,
+                  peer ? "peer access on (the edge's copy is a direct device-to-device copy)"
+                       : "no peer access between them (the edge's copy goes through the host)");
+      return run_all(backend, codec_backend, st, cli, specs);
     }
 #endif
     std::printf("host backend: small sizes (talker_config/codec_config::host_small); GPU busy = the streams' busy "
                 "share\n");
     mstar::host_backend backend(mstar::host_backend_options{.check_ordering = false});
-    return run_all(backend, st, cli, specs);
+    return run_all(backend, backend, st, cli, specs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts: %s\n", e.what());
     return 1;

@@ -5,7 +5,8 @@
 // (mstar::worker_set): the codec's rows become ready as the Talker's frames arrive.
 //
 //   qwen3_tts::split_forwards<B> fwd(backend, talker, codec, forward_options, {.slots = 64});
-//   auto arm = qwen3_tts::run_split_arm(backend, talker, codec, engine_options, forward_options, load_options);
+//   auto arm = qwen3_tts::run_split_arm(backend, backend, talker, codec, engine_options, forward_options,
+//                                       load_options);
 //   arm.digests       // equal to run_arm's (the colocated model) for the same requests
 //
 // A frame's way: the Talker's decode forward writes the step's frames into an output buffer, sends
@@ -280,17 +281,18 @@ class split_forwards {
 public:
   using edge_type = mstar::local_edge<Backend, frame>;
 
-  split_forwards(Backend& b, talker<Backend>& t, codec<Backend>& c, forward_options o, edge_type& e,
+  // `tb`: the Talker worker's device, `cb`: the codec worker's (the same backend when they share one).
+  split_forwards(Backend& tb, Backend& cb, talker<Backend>& t, codec<Backend>& c, forward_options o, edge_type& e,
                  frame_channel<edge_type>& ch)
-      : backend_(&b), talker_(&t), codec_(&c), o_(std::move(o)), edge_(&e), channel_(&ch),
-        frames_(b, std::max(o_.buffers, 4u), o_.max_batch),
-        audio_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * o_.max_window * synth::samples_per_frame),
-        gathered_(b.create_event()) {
+      : talker_backend_(&tb), backend_(&cb), talker_(&t), codec_(&c), o_(std::move(o)), edge_(&e), channel_(&ch),
+        frames_(tb, std::max(o_.buffers, 4u), o_.max_batch),
+        audio_(cb, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * o_.max_window * synth::samples_per_frame),
+        gathered_(cb.create_event()) {
     windows_.reserve(o_.max_batch);
     slots_.reserve(e.options().slots);
     moves_.reserve(std::size_t(o_.max_batch) * o_.max_window);
     staging_frames_ = e.options().slots * e.options().max_rows; // every slot at most once a step
-    staging_ = static_cast<frame*>(b.allocate_host(std::size_t(staging_frames_) * sizeof(frame)));
+    staging_ = static_cast<frame*>(cb.allocate_host(std::size_t(staging_frames_) * sizeof(frame)));
   }
   ~split_forwards() {
     backend_->destroy_event(gathered_);
@@ -315,6 +317,7 @@ public:
 private:
   template <class Ctx>
   void talker_step(const Ctx& ctx, talker_phase phase) {
+    current(*talker_backend_);
     auto in = talker_inputs_of(ctx);
     if (phase == talker_phase::decode) {
       ++decode_steps;
@@ -345,6 +348,7 @@ private:
     // is copied once, after the codec's stream waited on its event, into pinned staging; its rows are
     // released once, after the copy. The frames are then picked on the host (the cost model's codec
     // packs its windows on the host when it launches).
+    current(*backend_);
     slots_.clear();
     moves_.clear();
     windows_.clear();
@@ -383,7 +387,13 @@ private:
     codec_->chunk(ctx, std::span<const codec_window>(windows_), std::span<std::int16_t>(lease.data, samples));
   }
 
-  Backend* backend_;
+  // Two workers on two devices: each step's thread makes its worker's device current before it launches.
+  static void current(Backend& b) {
+    if constexpr (requires { b.make_current(); }) b.make_current();
+  }
+
+  Backend* talker_backend_; // the Talker worker's device
+  Backend* backend_;        // the codec worker's device (the edge's consumer side)
   talker<Backend>* talker_;
   codec<Backend>* codec_;
   forward_options o_;
@@ -419,12 +429,14 @@ struct split_options {
   std::function<void(mstar::request_id)> talker_fault;
 };
 
-// One arm of the split topology: the same requests, load and figures as run_arm, on two workers
-// (over `backend`: on CUDA both share its device). Checks afterwards that every pool of both engines,
-// every edge slot and every output buffer is back.
+// One arm of the split topology: the same requests, load and figures as run_arm, on two workers: the
+// Talker's over `tb` (its device; `tk` built on it), the codec's over `cb` (`cd` built on it). The same
+// backend for both shares its device (the host backend must: one ordering checker sees both workers).
+// Checks afterwards that every pool of both engines, every edge slot and every output buffer is back.
 template <class Backend>
-arm_result run_split_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& cd, const mstar::engine_options& eo,
-                         const forward_options& fo, const load_options& lo, split_options so = {}) {
+arm_result run_split_arm(Backend& tb, Backend& cb, talker<Backend>& tk, codec<Backend>& cd,
+                         const mstar::engine_options& eo, const forward_options& fo, const load_options& lo,
+                         split_options so = {}) {
   using edge_type = mstar::local_edge<Backend, frame>;
   using W0 = mstar::threaded_worker<TalkerWorkerModel, Backend, talker_flow<edge_type>>;
   using W1 = mstar::threaded_worker<CodecWorkerModel, Backend, codec_flow<edge_type>>;
@@ -432,14 +444,15 @@ arm_result run_split_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& 
   const auto index = begin_arm(out, lo, eo);
 
   if (so.edge.max_rows == 0) so.edge.max_rows = eo.max_batch;
-  edge_type edge(backend, so.edge);
+  if constexpr (mstar::timing_backend<Backend>) so.edge.time_copies = true;
+  edge_type edge(cb, so.edge, &tb);
   frame_channel<edge_type> channel(edge);
   {
-    mstar::engine<TalkerWorkerModel, Backend> e0(backend, eo);
-    mstar::engine<CodecWorkerModel, Backend> e1(backend, eo);
+    mstar::engine<TalkerWorkerModel, Backend> e0(tb, eo);
+    mstar::engine<CodecWorkerModel, Backend> e1(cb, eo);
     talker_flow<edge_type> f0(edge, channel);
     codec_flow<edge_type> f1(channel, lo.flow);
-    split_forwards<Backend> fwd(backend, tk, cd, fo, edge, channel);
+    split_forwards<Backend> fwd(tb, cb, tk, cd, fo, edge, channel);
     fwd.fault = so.talker_fault;
 
     auto& o0 = so.talker_worker;
@@ -513,7 +526,7 @@ arm_result run_split_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& 
       out.pools_why += std::to_string(channel.open_requests()) + " requests still in the frame channel; ";
     }
     // Before the workers' streams go: a slot's last read may still be landing after stop().
-    backend.synchronize(edge.copy_stream());
+    cb.synchronize(edge.copy_stream());
     auto free = edge.slots_free();
     for (int i = 0; i < 1000 && free != so.edge.slots; ++i, free = edge.slots_free())
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -524,6 +537,10 @@ arm_result run_split_arm(Backend& backend, talker<Backend>& tk, codec<Backend>& 
     out.edge_sends = edge.sends();
     out.edge_full_waits = edge.full_waits();
     out.edge_send_us_mean = out.edge_sends ? double(fwd.send_ns) / double(out.edge_sends) / 1e3 : 0.0;
+    const auto copies = edge.copy_time();
+    out.edge_copy_us_mean = copies.mean_ns() / 1e3;
+    out.edge_copy_us_max = double(copies.max_ns) / 1e3;
+    out.edge_copies_unmeasured = copies.unmeasured;
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // The edge on the CUDA backend: a producer step's rows copied device to device into the ring (one
 // device) and read back intact after the consumer's stream waited on the slot's event; with two
-// devices, the same from device 0's memory into a ring on device 1 (a peer copy). Exit 77 (skip)
+// devices, the same from device 0's memory into a ring on device 1 (a peer copy); each copy timed by
+// the edge's timing events (every copy measured, none longer than a bound). Exit 77 (skip)
 // without a device. Run: build-gpu/tests/split/mstar_edge_gpu_test
 #include <cstdio>
 #include <cstdint>
@@ -17,7 +18,7 @@ namespace {
 int check_pair(mstar::cuda_backend& producer_dev, mstar::cuda_backend& consumer_dev, const char* what) {
   constexpr std::uint32_t rows = 64;
   // The ring and the consumer's stream on the consumer's device; the producer's rows on its own.
-  mstar::local_edge<mstar::cuda_backend, std::int32_t> e(consumer_dev, {.slots = 4, .max_rows = rows, .name = what},
+  mstar::local_edge<mstar::cuda_backend, std::int32_t> e(consumer_dev, {.slots = 4, .max_rows = rows, .name = what, .time_copies = true},
                                                          &producer_dev);
   auto producer = producer_dev.create_stream();
   auto consumer = consumer_dev.create_stream();
@@ -38,8 +39,15 @@ int check_pair(mstar::cuda_backend& producer_dev, mstar::cuda_backend& consumer_
     producer_dev.synchronize(producer); // src is rewritten next step
   }
   producer_dev.free_device(src);
-  std::printf("%s: %d wrong values over 12 sends, %u of 4 slots free\n", what, bad, e.slots_free());
-  return bad == 0 ? 0 : 1;
+  consumer_dev.synchronize(e.copy_stream());
+  const auto timed = e.copy_time();
+  std::printf("%s: %d wrong values over 12 sends, %u of 4 slots free; copies timed %llu (unmeasured %llu), "
+              "%.2f us mean, %.2f us max\n",
+              what, bad, e.slots_free(), static_cast<unsigned long long>(timed.copies),
+              static_cast<unsigned long long>(timed.unmeasured), timed.mean_ns() / 1e3, double(timed.max_ns) / 1e3);
+  // A 256-byte copy takes microseconds; a second would mean the events timed something else.
+  const bool timing_ok = timed.copies == 12 && timed.unmeasured == 0 && timed.max_ns > 0 && timed.max_ns < 1'000'000'000;
+  return bad == 0 && timing_ok ? 0 : 1;
 }
 
 } // namespace
@@ -54,10 +62,7 @@ int main() {
   int rc = check_pair(d0, d0, "one device (device-to-device)");
   if (devices >= 2) {
     mstar::cuda_backend d1({.device = 1});
-    cudaSetDevice(1);
-    int can = 0;
-    cudaDeviceCanAccessPeer(&can, 1, 0);
-    if (can) cudaDeviceEnablePeerAccess(0, 0);
+    const bool can = d1.enable_peer_access(d0);
     rc |= check_pair(d0, d1, can ? "device 0 -> device 1 (peer access)" : "device 0 -> device 1 (staged)");
   }
   return rc;

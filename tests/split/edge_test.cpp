@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include <mstar/backend/host.hpp>
 #include <mstar/edge/edge.hpp>
@@ -127,4 +128,85 @@ TEST_CASE("Edge.the ordering checker reports a consumer that reads a ring slot w
   b.synchronize(consumer);
   b.synchronize(producer); // before the edge goes: no stream may still be waiting on its copy stream
   CHECK(b.checker().violation_count() == 1);
+}
+
+TEST_CASE("Backend.host timing events time the work between them, are pending until reached, and refuse plain events") {
+  mstar::host_backend b;
+  auto s = b.create_stream();
+  auto from = b.create_timing_event(), to = b.create_timing_event(), plain = b.create_event();
+  std::atomic<bool> gate{false};
+  b.enqueue(s, [&gate] {
+    while (!gate.load()) std::this_thread::yield();
+  });
+  b.record(from, s);
+  b.enqueue(s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
+  b.record(to, s);
+  CHECK_FALSE(b.elapsed_ns(from, to).has_value()); // the stream has not reached them
+  gate = true;
+  b.synchronize(s);
+  const auto ns = b.elapsed_ns(from, to);
+  REQUIRE(ns.has_value());
+  CHECK(*ns >= 3'000'000);
+  CHECK_THROWS_WITH(b.elapsed_ns(from, plain), doctest::Contains("create_timing_event"));
+  b.destroy_event(from);
+  b.destroy_event(to);
+  b.destroy_event(plain);
+}
+
+TEST_CASE("Edge.time_copies sums each copy's device time from its waits being met to its end, and counts a copy "
+          "still pending when its slot was reused as unmeasured") {
+  mstar::host_backend b;
+  auto producer = b.create_stream(), consumer = b.create_stream();
+  {
+    host_edge e(b, {.slots = 1, .max_rows = 8, .name = "codes", .time_copies = true});
+    std::array<codes, 8> src{};
+    // A producer step that takes 5 ms before its rows exist: the copy waits for it, and the wait is not
+    // copy time.
+    for (int step = 0; step < 3; ++step) {
+      b.enqueue(producer, [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+      produce(b, producer, src.data(), 8, step);
+      const auto t = e.send(producer, src.data(), 8);
+      e.receive(consumer, t);
+      e.note_read(consumer, t);
+      e.release(consumer, t, 8);
+      b.synchronize(consumer);
+    }
+    b.synchronize(e.copy_stream());
+    auto timed = e.copy_time();
+    CHECK(timed.copies == 3);
+    CHECK(timed.unmeasured == 0);
+    CHECK(timed.max_ns < 4'000'000);
+
+    // A copy held behind its producer, whose rows are all dropped unread: the slot frees at once, and
+    // the next send finds the copy's events pending.
+    std::atomic<bool> gate{false};
+    b.enqueue(producer, [&gate] {
+      while (!gate.load()) std::this_thread::yield();
+    });
+    const auto held = e.send(producer, src.data(), 8);
+    e.drop(held, 8);
+    const auto next = e.try_send(consumer, src.data(), 8); // another stream: it does not wait on the gate
+    REQUIRE(next.has_value());
+    gate = true;
+    e.drop(*next, 8);
+    b.synchronize(producer);
+    b.synchronize(consumer);
+    b.synchronize(e.copy_stream());
+    timed = e.copy_time();
+    CHECK(timed.unmeasured == 1);
+    CHECK(timed.copies == 4);
+  }
+  CHECK(b.checker().violation_count() == 0);
+}
+
+TEST_CASE("Edge.time_copies is refused on a backend without timing events, naming the way out") {
+  struct untimed : mstar::host_backend {
+    // Hides the timing calls: this backend is a device_backend but not a timing_backend.
+    void create_timing_event() = delete;
+  };
+  static_assert(mstar::device_backend<untimed> && !mstar::timing_backend<untimed>);
+  untimed b;
+  using untimed_edge = mstar::local_edge<untimed, codes>;
+  CHECK_THROWS_WITH(untimed_edge(b, {.slots = 2, .max_rows = 2, .name = "codes", .time_copies = true}),
+                    doctest::Contains("turn it off for this backend"));
 }

@@ -94,7 +94,7 @@ TEST_CASE("Split.two workers joined by an edge give every request the colocated 
   auto colo = lo;
   colo.lane = mstar::lane_mode::on;
   const auto colocated = qwen3_tts::run_arm(rig.backend, rig.talker, rig.codec, eo, fo, colo);
-  const auto split = qwen3_tts::run_split_arm(rig.backend, rig.talker, rig.codec, eo, fo, lo);
+  const auto split = qwen3_tts::run_split_arm(rig.backend, rig.backend, rig.talker, rig.codec, eo, fo, lo);
   check_all_back(colocated);
   check_all_back(split);
   CHECK(split.completed == 64);
@@ -115,7 +115,7 @@ TEST_CASE("Split.a thousand requests with random cancellations: the others compl
   // A small ring: the Talker waits for the codec now and then (backpressure), and nothing deadlocks.
   qwen3_tts::split_options so;
   so.edge.slots = 24;
-  const auto split = qwen3_tts::run_split_arm(rig.backend, rig.talker, rig.codec, eo, fo, lo, so);
+  const auto split = qwen3_tts::run_split_arm(rig.backend, rig.backend, rig.talker, rig.codec, eo, fo, lo, so);
   check_all_back(colocated);
   check_all_back(split);
   CHECK(split.cancelled > 100);
@@ -138,7 +138,7 @@ TEST_CASE("Split.a request whose Talker step fails on the first worker ends fail
   so.talker_fault = [&](mstar::request_id id) { // request 20's second Talker step (its first decode) raises
     if (id == 20 && faults.fetch_add(1) == 1) throw std::runtime_error("planted fault in request 20");
   };
-  const auto split = qwen3_tts::run_split_arm(rig.backend, rig.talker, rig.codec, eo, fo, lo, so);
+  const auto split = qwen3_tts::run_split_arm(rig.backend, rig.backend, rig.talker, rig.codec, eo, fo, lo, so);
   // The step's rows all fail (request 20 and those batched with it); the codec side of each was
   // cancelled, or the run would not have ended.
   REQUIRE(split.failed >= 1);

@@ -20,6 +20,10 @@
 // 4. Ordering checks. checking() / track_region(name, count) / note_access(s, region, index) /
 //    note_accesses(s, region, indices): the host backend checks that accesses to one slot from
 //    different streams are ordered by events (ordering.hpp); the CUDA backend ignores them.
+// 5. Timing (optional, concept timing_backend): create_timing_event() gives an event that also takes
+//    the time its stream reached it, and elapsed_ns(from, to) the time between two such events once
+//    both completed (nullopt before). Timing events cost more to record than plain ones, so the engine
+//    never uses them; measurements (the edge's copy time) do, where a backend has them.
 #pragma once
 
 #include <concepts>
@@ -70,6 +74,13 @@ concept device_backend = requires(B& b, const B& cb, typename B::stream_type s, 
   { b.track_region(name, std::uint32_t{0}) } -> std::same_as<region_id>;
   b.note_access(s, r, std::uint32_t{0});
   b.note_accesses(s, r, indices);
+};
+
+// A backend whose events can also time the work between them (section 5 above).
+template <class B>
+concept timing_backend = device_backend<B> && requires(B& b, typename B::event_type e) {
+  { b.create_timing_event() } -> std::same_as<typename B::event_type>;
+  { b.elapsed_ns(e, e) } -> std::same_as<std::optional<std::int64_t>>;
 };
 
 // A scoped "this thread's stream", for user code that wants one (a forward function calling helpers

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -55,6 +56,10 @@ public:
   cuda_stream create_stream(stream_priority priority = stream_priority::normal);
   void destroy_stream(cuda_stream s);
   cuda_event create_event(); // timing disabled: record and wait are cheaper
+  cuda_event create_timing_event();
+  // Nanoseconds from `from` to `to` (events of create_timing_event, both complete; about 0.5 us
+  // resolution); nullopt while either is pending.
+  std::optional<std::int64_t> elapsed_ns(cuda_event from, cuda_event to) const;
   void destroy_event(cuda_event e);
   void record(cuda_event e, cuda_stream s);
   void wait(cuda_stream s, cuda_event e);
@@ -101,6 +106,14 @@ public:
   void note_accesses(cuda_stream, region_id, std::span<const std::int32_t>) noexcept {}
 
   int device() const noexcept { return device_; }
+  // Makes this backend's device the calling thread's current device: a thread that launches kernels
+  // on this backend's streams calls it first when the process uses several devices (a kernel launch
+  // on a stream of another device than the current one fails; copies and event waits do not care).
+  void make_current() const { use_device(); }
+  // Lets this device read and write `peer`'s memory directly (NVLink/PCIe peer copies for an edge
+  // between two devices). False when the pair cannot (copies then go through the host, still
+  // correct); true when enabled now or before, or when both are the same device.
+  bool enable_peer_access(const cuda_backend& peer);
 
 private:
   void use_device() const;
@@ -110,5 +123,6 @@ private:
 };
 
 static_assert(device_backend<cuda_backend>);
+static_assert(timing_backend<cuda_backend>);
 
 } // namespace mstar

@@ -37,6 +37,21 @@ cuda_backend::cuda_backend(cuda_backend_options options) : device_(options.devic
 
 void cuda_backend::use_device() const { MSTAR_CUDA_CALL(cudaSetDevice(device_)); }
 
+bool cuda_backend::enable_peer_access(const cuda_backend& peer) {
+  if (peer.device_ == device_) return true;
+  int can = 0;
+  MSTAR_CUDA_CALL(cudaDeviceCanAccessPeer(&can, device_, peer.device_));
+  if (!can) return false;
+  use_device();
+  const cudaError_t r = cudaDeviceEnablePeerAccess(peer.device_, 0);
+  if (r == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError(); // the sticky-free error is cleared so a later check does not see it
+    return true;
+  }
+  MSTAR_CUDA_CALL(r);
+  return true;
+}
+
 cuda_stream cuda_backend::create_stream(stream_priority priority) {
   use_device();
   int p = 0;
@@ -52,6 +67,18 @@ cuda_event cuda_backend::create_event() {
   cudaEvent_t e = nullptr;
   MSTAR_CUDA_CALL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return cuda_event{e};
+}
+cuda_event cuda_backend::create_timing_event() {
+  use_device();
+  cudaEvent_t e = nullptr;
+  MSTAR_CUDA_CALL(cudaEventCreate(&e));
+  return cuda_event{e};
+}
+std::optional<std::int64_t> cuda_backend::elapsed_ns(cuda_event from, cuda_event to) const {
+  if (!query(from) || !query(to)) return std::nullopt;
+  float ms = 0;
+  MSTAR_CUDA_CALL(cudaEventElapsedTime(&ms, detail::cuda_handle(from), detail::cuda_handle(to)));
+  return std::int64_t(double(ms) * 1e6);
 }
 void cuda_backend::destroy_event(cuda_event e) { MSTAR_CUDA_CALL(cudaEventDestroy(detail::cuda_handle(e))); }
 void cuda_backend::record(cuda_event e, cuda_stream s) {

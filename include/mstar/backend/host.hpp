@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -99,6 +100,8 @@ struct host_event_state {
   host_stream_state* stream = nullptr; // where it was last recorded; nullptr: never (complete)
   std::uint64_t position = 0;          // complete once stream->executed >= position
   vector_clock clock{};                // the ordering checker's snapshot at the record
+  bool timed = false;                  // create_timing_event: each record also stamps the time
+  std::atomic<std::int64_t> stamp{0};  // steady-clock ns when the stream reached the record (timed only)
 };
 
 } // namespace detail
@@ -184,9 +187,30 @@ public:
     throw std::invalid_argument("mstar::host_backend::destroy_event: not a live event of this backend");
   }
 
+  // An event that also takes the time its stream reached it (a task on the stream, before the record).
+  host_event create_timing_event() {
+    const host_event e = create_event();
+    e.state->timed = true;
+    return e;
+  }
+  // Nanoseconds between two timing events' records, once both completed (nullopt before).
+  std::optional<std::int64_t> elapsed_ns(host_event from, host_event to) const {
+    if (!event(from).timed || !event(to).timed)
+      throw std::invalid_argument("mstar::host_backend::elapsed_ns: an event made by create_event(); time with "
+                                  "events of create_timing_event()");
+    if (!query(from) || !query(to)) return std::nullopt;
+    return to.state->stamp.load(std::memory_order_acquire) - from.state->stamp.load(std::memory_order_acquire);
+  }
+
   void record(host_event e, host_stream s) {
     auto& st = stream(s);
     auto& ev = event(e);
+    if (ev.timed)
+      push(st, [p = &ev.stamp] {
+        p->store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now().time_since_epoch()).count(),
+                 std::memory_order_release);
+      }, [] {});
     std::lock_guard g(st.producer);
     std::lock_guard ge(ev.lock);
     ev.stream = &st;
@@ -442,5 +466,6 @@ private:
 };
 
 static_assert(device_backend<host_backend>);
+static_assert(timing_backend<host_backend>);
 
 } // namespace mstar

@@ -28,6 +28,7 @@
 // stream wait for its arrival, release/drop give the slot back.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -74,6 +75,18 @@ struct edge_options {
   // send() waits this long for a free slot, then throws: a consumer that never consumes (or a ring
   // smaller than the rows the consumer holds before its first read) would otherwise hang the producer.
   std::chrono::milliseconds send_timeout{10000};
+  // Times each copy on the copy stream with a pair of timing events (a backend that has them:
+  // mstar::timing_backend); local_edge::copy_time() sums them. Off: no timing events are recorded.
+  bool time_copies = false;
+};
+
+// The device time of an edge's copies: each from the copy stream reaching it (its waits satisfied) to
+// the copy's end. A copy whose events were still pending when its slot was reused (every row of it
+// dropped unread) is counted in `unmeasured` instead.
+struct edge_copy_time {
+  std::uint64_t copies = 0, unmeasured = 0;
+  std::int64_t total_ns = 0, max_ns = 0;
+  double mean_ns() const { return copies ? double(total_ns) / double(copies) : 0.0; }
 };
 
 // An edge within one process, over one backend (both workers on one device, or on two devices of
@@ -94,12 +107,21 @@ public:
     if (o_.slots == 0 || o_.max_rows == 0)
       throw std::invalid_argument("mstar::local_edge '" + o_.name + "': slots " + std::to_string(o_.slots) +
                                   " and max_rows " + std::to_string(o_.max_rows) + " must both be >= 1");
+    if constexpr (!timing_backend<Backend>)
+      if (o_.time_copies)
+        throw std::invalid_argument("mstar::local_edge '" + o_.name + "': time_copies needs a backend with timing "
+                                    "events (mstar::timing_backend); turn it off for this backend");
     ring_ = static_cast<T*>(b_->allocate_device(std::size_t(o_.slots) * o_.max_rows * sizeof(T)));
     copy_ = b_->create_stream(stream_priority::high);
     slots_.resize(o_.slots);
     for (auto& s : slots_) {
       s.ready = b_->create_event();
       s.released = b_->create_event();
+      if constexpr (timing_backend<Backend>)
+        if (o_.time_copies) {
+          s.copy_begin = b_->create_timing_event();
+          s.copy_end = b_->create_timing_event();
+        }
     }
     produced_ = p_->create_event();
     region_ = b_->track_region(o_.name + " ring slot", o_.slots);
@@ -111,6 +133,10 @@ public:
     for (auto& s : slots_) {
       b_->destroy_event(s.ready);
       b_->destroy_event(s.released);
+      if (o_.time_copies) {
+        b_->destroy_event(s.copy_begin);
+        b_->destroy_event(s.copy_end);
+      }
     }
     p_->destroy_event(produced_);
     b_->destroy_stream(copy_);
@@ -133,7 +159,17 @@ public:
     p_->record(produced_, producer);
     b_->wait(copy_, produced_);
     if (s.reads > 0) b_->wait(copy_, s.released); // the last consumer step that read the slot
+    if constexpr (timing_backend<Backend>)
+      if (o_.time_copies) {
+        harvest(s);
+        b_->record(s.copy_begin, copy_);
+      }
     copy_on(dst, src, std::size_t(rows) * sizeof(T));
+    if constexpr (timing_backend<Backend>)
+      if (o_.time_copies) {
+        b_->record(s.copy_end, copy_);
+        s.timing_pending = true;
+      }
     b_->note_access(copy_, region_, *found);
     b_->record(s.ready, copy_);
     p_->wait(producer, s.ready);
@@ -201,6 +237,15 @@ public:
       n += is_free(slots_[i]) ? 1 : 0;
     return n;
   }
+  // The copies' device time so far (edge_options::time_copies; zeros without it). Copies still running
+  // are left for a later call.
+  edge_copy_time copy_time() {
+    std::lock_guard g(m_);
+    if constexpr (timing_backend<Backend>)
+      for (auto& s : slots_)
+        if (s.timing_pending && b_->query(s.copy_end)) harvest(s);
+    return timed_;
+  }
   std::uint64_t sends() const { return sends_; }
   std::uint64_t full_waits() const { return full_waits_; } // send() found every slot held, per try
   typename Backend::stream_type copy_stream() const { return copy_; }
@@ -212,7 +257,26 @@ private:
     std::uint32_t held = 0;  // rows not yet released or dropped
     std::uint32_t reads = 0; // releases since the last send (released is recorded when > 0)
     std::uint64_t sequence = 0;
+    typename Backend::event_type copy_begin{}, copy_end{}; // edge_options::time_copies
+    bool timing_pending = false;                           // a timed copy not yet summed
   };
+
+  // Adds the slot's last timed copy to the sums (its events may still be pending when every row of
+  // the slot was dropped unread: then it counts as unmeasured).
+  void harvest(slot_state& s) {
+    if constexpr (timing_backend<Backend>) {
+      if (!s.timing_pending) return;
+      s.timing_pending = false;
+      const auto ns = b_->elapsed_ns(s.copy_begin, s.copy_end);
+      if (!ns) {
+        ++timed_.unmeasured;
+        return;
+      }
+      ++timed_.copies;
+      timed_.total_ns += *ns;
+      timed_.max_ns = std::max(timed_.max_ns, *ns);
+    }
+  }
 
   bool is_free(slot_state& s) { return s.held == 0 && (s.reads == 0 || b_->query(s.released)); }
   // Round robin from the slot after the last one given, so slots are reused as late as possible.
@@ -259,6 +323,7 @@ private:
   std::mutex m_;
   std::uint32_t next_ = 0;
   std::uint64_t sequence_ = 0, sends_ = 0, full_waits_ = 0;
+  edge_copy_time timed_{};
 };
 
 } // namespace mstar
