@@ -399,7 +399,7 @@ inline nanos busy_time(std::span<const interval> intervals, nanos window_begin, 
 // each after an idle gap, are open, half of them at a time. An add is O(1) for an interval that meets
 // or follows the latest run, and at most recent_runs moves of 16 bytes otherwise; nothing allocates
 // after construction. The last `keep` intervals are also kept, as they were given, for inspection (kept()).
-// One writer.
+// One writer; any thread may read live() (the busy total so far, kept up to date in O(1) per add).
 class busy_tracker {
 public:
   static constexpr std::size_t recent_runs = 128;
@@ -408,8 +408,12 @@ public:
   void start(nanos t0) {
     t0_ = floor_ = t0;
     folded_ = 0;
+    in_runs_ = 0;
     n_ = 0;
     kept_.clear();
+    live_t0_.store(t0, std::memory_order_relaxed);
+    live_busy_.store(0, std::memory_order_relaxed);
+    live_end_.store(t0, std::memory_order_release);
   }
   void add(nanos begin, nanos end) {
     if (kept_.capacity() != 0) {
@@ -429,6 +433,9 @@ public:
       merged.begin = std::min(merged.begin, runs_[j].begin);
       merged.end = std::max(merged.end, runs_[j].end);
     }
+    for (std::size_t k = i; k < j; ++k)
+      in_runs_ -= runs_[k].end - runs_[k].begin;
+    in_runs_ += merged.end - merged.begin;
     if (j == i) {
       std::move_backward(runs_.begin() + i, runs_.begin() + n_, runs_.begin() + n_ + 1);
       ++n_;
@@ -437,6 +444,21 @@ public:
       n_ -= j - i - 1;
     }
     runs_[i] = merged;
+    live_busy_.store(folded_ + in_runs_, std::memory_order_relaxed);
+    live_end_.store(std::max(live_end_.load(std::memory_order_relaxed), end), std::memory_order_release);
+  }
+  // The busy total so far as any thread may read it while the writer adds: the union of every interval
+  // added (busy(e) for e at or after the latest end), that latest end, and start()'s time. The three are
+  // read without a lock, so a reader may pair a total with an end one add apart (a step's length at most).
+  struct live_reading {
+    nanos busy = 0, t0 = 0, last_end = 0;
+  };
+  live_reading live() const noexcept {
+    live_reading r;
+    r.last_end = live_end_.load(std::memory_order_acquire);
+    r.busy = live_busy_.load(std::memory_order_relaxed);
+    r.t0 = live_t0_.load(std::memory_order_relaxed);
+    return r;
   }
   // Busy time from start() to `end` (at or after the last interval's end).
   nanos busy(nanos end) const {
@@ -452,8 +474,10 @@ private:
   // The oldest `count` runs leave the list: their time is added up, and an interval is clipped at
   // their end from now on.
   void fold(std::size_t count) {
-    for (std::size_t i = 0; i < count; ++i)
+    for (std::size_t i = 0; i < count; ++i) {
       folded_ += runs_[i].end - runs_[i].begin;
+      in_runs_ -= runs_[i].end - runs_[i].begin;
+    }
     floor_ = runs_[count - 1].end;
     std::move(runs_.begin() + count, runs_.begin() + n_, runs_.begin());
     n_ -= count;
@@ -463,6 +487,17 @@ private:
   std::array<interval, recent_runs> runs_{};
   std::size_t n_ = 0;
   nanos t0_ = 0, floor_ = 0, folded_ = 0;
+  nanos in_runs_ = 0; // the runs' total length (busy = folded_ + in_runs_ up to the latest end)
+  // Atomics that copy by value, so the tracker stays copyable and movable (a worker assigns a fresh one).
+  struct shared_nanos : std::atomic<nanos> {
+    shared_nanos() noexcept : std::atomic<nanos>(0) {}
+    shared_nanos(const shared_nanos& o) noexcept : std::atomic<nanos>(o.load(std::memory_order_relaxed)) {}
+    shared_nanos& operator=(const shared_nanos& o) noexcept {
+      store(o.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
+  };
+  shared_nanos live_busy_, live_end_, live_t0_;
 };
 
 // busy_time over the window's length; 0 for an empty window.

@@ -453,3 +453,34 @@ TEST_CASE("the report names every thread, node and phase with records, and the r
     CHECK_MESSAGE(text.find(s) != std::string::npos, "missing '" << s << "' in:\n" << text);
   CHECK(text.find("dropped") == std::string::npos);
 }
+
+// The server's /metrics reads the busy total while the GPU thread adds: live() must equal busy() at the
+// latest end after every add (it is kept incrementally, through merges and folds).
+TEST_CASE("busy_tracker's live reading equals its busy time at the latest end after every add") {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> gap(0, 40), len(1, 80);
+  mm::busy_tracker t(0);
+  t.start(7);
+  CHECK(t.live().busy == 0);
+  CHECK(t.live().t0 == 7);
+  mm::nanos chain_at = 7, lane_at = 7, latest = 7;
+  int mismatches = 0;
+  for (int i = 0; i < 2000; ++i) { // past recent_runs, so folds happen
+    chain_at += gap(rng) + 5;
+    const mm::nanos b = chain_at, e = chain_at + len(rng);
+    chain_at = e;
+    t.add(b, e);
+    latest = std::max(latest, e);
+    if (i % 4 == 0) { // a lane step that began earlier lands now, merging runs
+      lane_at = std::max(lane_at, b - 60);
+      t.add(lane_at, lane_at + 30);
+      latest = std::max(latest, lane_at + 30);
+      lane_at += 30;
+    }
+    const auto r = t.live();
+    mismatches += r.busy != t.busy(latest) || r.last_end != latest;
+  }
+  CHECK(mismatches == 0);
+  const mm::busy_tracker copy = t; // copies its reading
+  CHECK(copy.live().busy == t.live().busy);
+}
