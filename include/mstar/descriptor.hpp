@@ -23,6 +23,18 @@ inline constexpr std::size_t max_group_nodes = 8;
 inline constexpr std::size_t max_worker_groups = 8;
 inline constexpr std::size_t max_state_rank = 4;
 
+// Limits on sizes, checked by the validator (rules kv_limits, pool_limits, pool_bytes,
+// worker_limits). Beyond them a value is a typo, not a model: the largest real models have a few
+// thousand layers, tens of thousands of slots and KV blocks.
+inline constexpr std::uint32_t max_state_dim = 1u << 24;
+inline constexpr std::uint32_t max_layers = 4096;
+inline constexpr std::uint32_t max_slots = 1u << 20;
+inline constexpr std::uint32_t max_blocks = 1u << 24;
+inline constexpr std::uint32_t max_block_tokens = 1u << 16;
+inline constexpr std::uint32_t max_parallel = 1024;
+inline constexpr std::uint32_t max_streams = 64;
+inline constexpr double max_pool_bytes = 1099511627776.0; // 1 TiB: no GPU holds more
+
 enum class resource_kind : std::uint8_t { kv_cache, attention, positions, sampler, recurrent_pool };
 
 constexpr std::string_view name_of(resource_kind k) {

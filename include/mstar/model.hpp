@@ -234,66 +234,45 @@ struct built {
   }
 };
 
-// One static_assert per rule: the failing one prints its sentence, and the compiler's instantiation
-// note names this template's arguments, the offending node, resource, group and worker types.
+// One static_assert per rule, one per row of rules.hpp's table: the failing one prints its sentence,
+// and the compiler's instantiation note names this template's arguments, the offending node,
+// resource, group and worker types.
+#define MSTAR_RULE_ASSERT(kind, id, sentence) static_assert(Rule != rule::id, sentence);
 template <rule Rule, class Node, class Resource, class Group, class Worker>
 struct model_rule_broken {
-  static_assert(Rule != rule::duplicate_resource, MSTAR_SENTENCE_DUPLICATE_RESOURCE);
-  static_assert(Rule != rule::duplicate_node, MSTAR_SENTENCE_DUPLICATE_NODE);
-  static_assert(Rule != rule::duplicate_group, MSTAR_SENTENCE_DUPLICATE_GROUP);
-  static_assert(Rule != rule::duplicate_worker, MSTAR_SENTENCE_DUPLICATE_WORKER);
-  static_assert(Rule != rule::duplicate_entry, MSTAR_SENTENCE_DUPLICATE_ENTRY);
-  static_assert(Rule != rule::unknown_resource, MSTAR_SENTENCE_UNKNOWN_RESOURCE);
-  static_assert(Rule != rule::unknown_node, MSTAR_SENTENCE_UNKNOWN_NODE);
-  static_assert(Rule != rule::unknown_group, MSTAR_SENTENCE_UNKNOWN_GROUP);
-  static_assert(Rule != rule::node_unplaced, MSTAR_SENTENCE_NODE_UNPLACED);
-  static_assert(Rule != rule::node_placed_twice, MSTAR_SENTENCE_NODE_PLACED_TWICE);
-  static_assert(Rule != rule::group_placement, MSTAR_SENTENCE_GROUP_PLACED_TWICE);
-  static_assert(Rule != rule::bad_geometry, MSTAR_SENTENCE_BAD_GEOMETRY);
-  static_assert(Rule != rule::snapshots_not_pool, MSTAR_SENTENCE_SNAPSHOTS_NOT_POOL);
-  static_assert(Rule != rule::bad_parallel, MSTAR_SENTENCE_BAD_PARALLEL);
-  static_assert(Rule != rule::unknown_dependency, MSTAR_SENTENCE_UNKNOWN_DEPENDENCY);
-  static_assert(Rule != rule::self_dependency, MSTAR_SENTENCE_SELF_DEPENDENCY);
-  static_assert(Rule != rule::dependency_cycle, MSTAR_SENTENCE_DEPENDENCY_CYCLE);
-  static_assert(Rule != rule::preplan_dependency, MSTAR_SENTENCE_PREPLAN_DEPENDENCY);
-  static_assert(Rule != rule::attention_positions, MSTAR_SENTENCE_ATTENTION_POSITIONS);
-  static_assert(Rule != rule::lane_kv_cache, MSTAR_SENTENCE_LANE_KV_CACHE);
-  static_assert(Rule != rule::lane_attention, MSTAR_SENTENCE_LANE_ATTENTION);
-  static_assert(Rule != rule::lane_positions, MSTAR_SENTENCE_LANE_POSITIONS);
-  static_assert(Rule != rule::lane_sampler, MSTAR_SENTENCE_LANE_SAMPLER);
-  static_assert(Rule != rule::lane_shared_pool, MSTAR_SENTENCE_LANE_SHARED_POOL);
-  static_assert(Rule != rule::lane_kv_keyed_pool, MSTAR_SENTENCE_LANE_KV_KEYED_POOL);
-  static_assert(Rule != rule::lane_resident_walks, MSTAR_SENTENCE_LANE_RESIDENT_WALKS);
-  static_assert(Rule != rule::lane_parallel, MSTAR_SENTENCE_LANE_PARALLEL);
-  static_assert(Rule != rule::lane_alone_on_worker, MSTAR_SENTENCE_LANE_ALONE_ON_WORKER);
-  static_assert(Rule != rule::lane_no_streams, MSTAR_SENTENCE_LANE_NO_STREAMS);
-  static_assert(Rule != rule::lane_chain_walks, MSTAR_SENTENCE_LANE_CHAIN_WALKS);
-  static_assert(Rule != rule::lane_combined_walks, MSTAR_SENTENCE_LANE_COMBINED_WALKS);
-  static_assert(Rule != rule::lane_spans_or_stop_checks, MSTAR_SENTENCE_LANE_SPANS_OR_STOP_CHECKS);
-  static_assert(Rule != rule::lane_second_side_node, MSTAR_SENTENCE_LANE_SECOND_SIDE_NODE);
+  MSTAR_RULES(MSTAR_RULE_ASSERT)
   static constexpr bool value = true;
 };
+#undef MSTAR_RULE_ASSERT
 
-template <class Built, const auto& Result, const auto& Verdict, std::size_t I>
-constexpr bool enforce_one() {
-  if constexpr (I < Verdict.findings.size()) {
-    constexpr finding f = Verdict.findings[I];
-    using Node = nth_t<f.node == no_index ? no_index : Result.node_type[f.node], typename Built::node_list>;
-    using Resource = std::conditional_t<f.resource == no_index, none,
-                                        nth_t<Result.resource_type[f.resource == no_index ? 0 : f.resource],
-                                              typename Built::resource_list>>;
-    using Group = nth_t<f.group == no_index ? no_index : Result.group_type[f.group], typename Built::group_list>;
-    using Worker = nth_t<f.worker, typename Built::worker_list>;
-    return model_rule_broken<f.rule, Node, Resource, Group, Worker>::value;
-  } else {
-    return true;
-  }
-}
-
+// The findings as model_rule_broken types, one per finding. The list is sized to the findings and
+// its ::value is read by all_rules_kept alone, so a model with one mistake instantiates one
+// model_rule_broken, and its diagnostic prints the model's types once or twice, not once per index.
+template <class Built, const auto& Result, const auto& Verdict, class Indices>
+struct broken_rules;
 template <class Built, const auto& Result, const auto& Verdict, std::size_t... I>
-constexpr bool enforce_all(std::index_sequence<I...>) {
-  return (enforce_one<Built, Result, Verdict, I>() && ...);
-}
+struct broken_rules<Built, Result, Verdict, std::index_sequence<I...>> {
+  template <std::size_t J>
+  static constexpr finding f = Verdict.findings[J];
+  template <std::size_t J>
+  using node_at = nth_t<f<J>.node == no_index ? no_index : Result.node_type[f<J>.node], typename Built::node_list>;
+  template <std::size_t J>
+  using resource_at =
+      std::conditional_t<f<J>.resource == no_index, none,
+                         nth_t<Result.resource_type[f<J>.resource == no_index ? 0 : f<J>.resource],
+                               typename Built::resource_list>>;
+  template <std::size_t J>
+  using group_at = nth_t<f<J>.group == no_index ? no_index : Result.group_type[f<J>.group], typename Built::group_list>;
+  template <std::size_t J>
+  using worker_at = nth_t<f<J>.worker, typename Built::worker_list>;
+
+  using type = type_list<model_rule_broken<f<I>.rule, node_at<I>, resource_at<I>, group_at<I>, worker_at<I>>...>;
+};
+
+template <class Broken>
+struct all_rules_kept;
+template <class... Broken>
+struct all_rules_kept<type_list<Broken...>> : std::bool_constant<(Broken::value && ...)> {};
 
 } // namespace detail
 
@@ -316,7 +295,8 @@ private:
 public:
   static constexpr model_desc descriptor = built_.desc;
   static constexpr report verdict = validate(descriptor);
-  static_assert(detail::enforce_all<built, built_, verdict>(std::make_index_sequence<max_findings>{}));
+  static_assert(detail::all_rules_kept<typename detail::broken_rules<
+                    built, built_, verdict, std::make_index_sequence<verdict.findings.size()>>::type>::value);
   static_assert(!verdict.truncated, "mstar: the model breaks more rules than a report holds; fix the first ones.");
 
   // Node's index in the model's node order (descriptor.nodes: workers in order, each worker's groups

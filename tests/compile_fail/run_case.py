@@ -4,8 +4,8 @@
 A case is a small .cpp whose leading comment lines carry directives:
 
   // expect-rule: lane_kv_cache           the rule that must fire; its sentence is read from
-                                          include/mstar/rules.hpp (sentence() maps the rule to its
-                                          MSTAR_SENTENCE_* macro), so the case cannot drift from it
+                                          include/mstar/rules.hpp (its row of the MSTAR_RULES
+                                          table), so the case cannot drift from it
   // also-rule: duplicate_node            another rule that may fire with it (inherent to the shape)
   // expect-node: CodecChunk "codec_chunk"    the offending types, as the diagnostic names them:
   // expect-resource: qwen3_tts::KvCache "kv_cache"   nvcc prints the alias, g++ spells the type out
@@ -55,24 +55,21 @@ def c_string_literals(text):
 
 
 def read_rules(rules_hpp):
-    """Returns (rule ids in enum order, {rule id: sentence}) from rules.hpp."""
+    """Returns (rule ids in table order, {rule id: sentence}) from rules.hpp's MSTAR_RULES table."""
     with open(rules_hpp, encoding="utf-8") as f:
         src = f.read()
-    macros = {}
-    for m in re.finditer(r"^#define\s+(MSTAR_SENTENCE_\w+)((?:[^\n]*\\\n)*[^\n]*)", src, re.M):
-        macros[m.group(1)] = normalize(c_string_literals(m.group(2)))
-    enum = re.search(r"enum class rule\b[^{]*\{([^}]*)\}", src)
-    if not enum:
-        fail(f"{rules_hpp}: no 'enum class rule' found")
-    ids = [x.strip() for x in enum.group(1).split(",") if x.strip()]
-    sentences = {}
-    for rid, macro in re.findall(r"case rule::(\w+):\s*return (MSTAR_SENTENCE_\w+);", src):
-        if macro not in macros:
-            fail(f"{rules_hpp}: sentence() returns {macro}, which is not defined")
-        sentences[rid] = macros[macro]
-    missing = [r for r in ids if r not in sentences]
-    if missing:
-        fail(f"{rules_hpp}: sentence() has no case for {', '.join(missing)}")
+    table = re.search(r"^#define\s+MSTAR_RULES\(X\)((?:[^\n]*\\\n)*[^\n]*)", src, re.M)
+    if not table:
+        fail(f"{rules_hpp}: no '#define MSTAR_RULES(X)' table found")
+    body = table.group(1).replace("\\\n", "\n")
+    ids, sentences = [], {}
+    for kind, rid, literals in re.findall(r'X\(\s*(\w+)\s*,\s*(\w+)\s*,((?:\s*"(?:[^"\\]|\\.)*")+)\s*\)', body):
+        if rid in sentences:
+            fail(f"{rules_hpp}: rule {rid} has two rows in MSTAR_RULES")
+        ids.append(rid)
+        sentences[rid] = normalize(c_string_literals(literals))
+    if not ids:
+        fail(f"{rules_hpp}: MSTAR_RULES has no X(kind, id, sentence) rows")
     return ids, sentences
 
 
