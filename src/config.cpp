@@ -33,7 +33,7 @@ namespace {
 
 using YAML::Node;
 
-// Sizes are judged by the validator (descriptor.hpp's limits, rules.hpp's value rules), so that a
+// Sizes are judged by the validator (descriptor.hpp's limits, the value rules of rules.def), so that a
 // YAML file and a C++ model are refused for the same sizes with the same sentences; the loader
 // refuses only a number that does not fit the descriptor. Names and the example section are the
 // loader's own.
@@ -1190,7 +1190,7 @@ private:
     return upto;
   }
 
-  // The message writers, one per rule, dispatched through rules.hpp's table: a rule without a
+  // The message writers, one per rule, dispatched through rules.def's table: a rule without a
   // writer does not build. Side-lane rules share side_lane, whose fixes differ by rule.
   finding_text text() const {
     finding_text t{{}, names(), {}};
@@ -1199,9 +1199,11 @@ private:
 #define MSTAR_WRITER_value(id) &finding_writer::id
 #define MSTAR_WRITER_dependency(id) &finding_writer::id
 #define MSTAR_WRITER_lane(id) &finding_writer::side_lane
-#define MSTAR_RULE_WRITER(kind, id, sentence) MSTAR_WRITER_##kind(id),
-    static constexpr writer writers[] = {MSTAR_RULES(MSTAR_RULE_WRITER)};
-#undef MSTAR_RULE_WRITER
+    static constexpr writer writers[] = {
+#define MSTAR_RULE(kind, id, sentence) MSTAR_WRITER_##kind(id),
+#include "mstar/rules.def"
+#undef MSTAR_RULE
+    };
 #undef MSTAR_WRITER_structure
 #undef MSTAR_WRITER_value
 #undef MSTAR_WRITER_dependency

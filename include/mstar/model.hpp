@@ -234,16 +234,16 @@ struct built {
   }
 };
 
-// One static_assert per rule, one per row of rules.hpp's table: the failing one prints its sentence,
-// and the compiler's instantiation note names this template's arguments, the offending node,
-// resource, group and worker types.
-#define MSTAR_RULE_ASSERT(kind, id, sentence) static_assert(Rule != rule::id, sentence);
+// One static_assert per rule, one per row of rules.def: the failing one prints its sentence, and
+// the compiler's instantiation note names this template's arguments, the offending node, resource,
+// group and worker types.
 template <rule Rule, class Node, class Resource, class Group, class Worker>
 struct model_rule_broken {
-  MSTAR_RULES(MSTAR_RULE_ASSERT)
+#define MSTAR_RULE(kind, id, sentence) static_assert(Rule != rule::id, sentence);
+#include "mstar/rules.def"
+#undef MSTAR_RULE
   static constexpr bool value = true;
 };
-#undef MSTAR_RULE_ASSERT
 
 // The findings as model_rule_broken types, one per finding. The list is sized to the findings and
 // its ::value is read by all_rules_kept alone, so a model with one mistake instantiates one

@@ -1,6 +1,6 @@
 // clang-format off
 // expect: mstar::blocks and mstar::block_tokens size a KV cache only: attention, positions, a sampler and a recurrent pool hold no KV blocks (a YAML file refuses 'blocks' on them alike). Way out: drop the option from this resource.
-// expect-text: mstar::blocks<64>
+// expect-text: mstar::blocks<64> | mstar::blocks<64U>
 // A sampler given a KV cache's size.
 #include "qwen3_tts/model.hpp"
 

@@ -1,6 +1,6 @@
 // clang-format off
 // expect: mstar::shape is the state shape of a recurrent pool, given as its third template argument: no resource takes it as an option (a YAML file refuses 'shape' on any other kind alike). Way out: drop it, or describe the resource as mstar::recurrent_pool<Key, Dtype, mstar::shape<...>, Layers, Slots>.
-// expect-text: mstar::shape<16, 1024>
+// expect-text: mstar::shape<16, 1024> | mstar::shape<16U, 1024U>
 // A KV cache given a recurrent pool's state shape.
 #include "qwen3_tts/model.hpp"
 
