@@ -328,14 +328,29 @@ public:
 };
 
 // The descriptor of a model description without judging it (for tests and tools that want the
-// report rather than a compile error).
+// report rather than a compile error). It takes the model type apart by deduction, and nvcc 13
+// deduces no class-type template argument (the model's name), so under nvcc it is refused with a
+// sentence rather than with "no instance of function template".
 namespace detail {
 template <fixed_string Name, class... Workers>
 constexpr model_desc describe_unchecked(model<Name, Workers...>*) {
   return built<type_list<Workers...>>::make(Name.view()).desc;
 }
+template <class>
+inline constexpr bool host_compiler = false;
 } // namespace detail
+#if defined(__NVCC__)
+template <class Model>
+inline constexpr model_desc describe = [] {
+  static_assert(detail::host_compiler<Model>,
+                "mstar::describe<Model> needs a host compiler: nvcc cannot deduce a model's name (a class-type "
+                "template argument), so it cannot take a model apart without validating it. Way out: call "
+                "describe from a .cpp translation unit, or read Model::descriptor, which validates the model.");
+  return model_desc{};
+}();
+#else
 template <class Model>
 inline constexpr model_desc describe = detail::describe_unchecked(static_cast<Model*>(nullptr));
+#endif
 
 } // namespace mstar
