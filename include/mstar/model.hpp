@@ -47,6 +47,10 @@ struct declares {
   static_assert((resource_policy<Resources> && ...),
                 "mstar::declares takes resource policies only (kv_cache, attention, positions, sampler, "
                 "recurrent_pool): pass the resource's type, not its key or an instance.");
+  static_assert(sizeof...(Resources) <= max_node_resources,
+                "mstar::declares: a node declares at most 8 resources (mstar::max_node_resources in "
+                "descriptor.hpp), as a node's resources list in YAML. Way out: declare fewer, or raise the limit "
+                "and rebuild.");
   // After a misuse, an empty list: the static_assert above stays the only error.
   static constexpr bool well_formed = (resource_policy<Resources> && ...);
   using list = std::conditional_t<well_formed, detail::type_list<Resources...>, detail::type_list<>>;
@@ -117,6 +121,9 @@ template <fixed_string Name, class... Members>
 struct group {
   static_assert(((detail::is_node<Members>::value || std::is_same_v<Members, side_stream>) && ...),
                 "mstar::group takes mstar::node types and the mstar::side_stream flag only.");
+  static_assert(detail::filter_t<detail::is_node, Members...>::size <= max_group_nodes,
+                "mstar::group: a group holds at most 8 nodes (mstar::max_group_nodes in descriptor.hpp), as a "
+                "group's nodes list in YAML. Way out: split the group, or raise the limit and rebuild.");
   using identifier = group_identifier;
   using nodes = detail::filter_t<detail::is_node, Members...>;
   static constexpr std::string_view name = Name.view();
@@ -140,6 +147,9 @@ struct worker {
   static_assert(((detail::is_group<Members>::value || detail::is_worker_option<Members>::value) && ...),
                 "mstar::worker takes mstar::group types and the options mstar::tp<N>, mstar::sp<N>, "
                 "mstar::streams<N> only.");
+  static_assert(detail::filter_t<detail::is_group, Members...>::size <= max_worker_groups,
+                "mstar::worker: a worker runs at most 8 groups (mstar::max_worker_groups in descriptor.hpp), as a "
+                "worker's groups list in YAML. Way out: merge groups, or raise the limit and rebuild.");
   using identifier = worker_identifier;
   using groups = detail::filter_t<detail::is_group, Members...>;
   static constexpr std::string_view name = Name.view();
@@ -194,16 +204,19 @@ constexpr auto descriptors_of(type_list<Ts...>) {
 // depends_on<"k", "k"> list a name twice, and the validator refuses that (duplicate_entry), as it
 // does for the same list in YAML. A type placed in two places (a node in two groups, a group on two
 // workers) is one entry here, and node_placed_twice or group_placement refuses it.
+// Returns false when `out` is full: the model holds more than the descriptor does.
 template <class List, class Out, std::size_t N>
-constexpr void add_once(const List& all, Out& out, std::array<std::uint8_t, N>& type_of) {
+constexpr bool add_once(const List& all, Out& out, std::array<std::uint8_t, N>& type_of) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     bool repeat = false;
     for (std::size_t j = 0; j < i; ++j) repeat = repeat || all[j] == all[i];
     if (!repeat) {
+      if (out.size() == N) return false;
       type_of[out.size()] = static_cast<std::uint8_t>(i);
       out.push_back(all[i]);
     }
   }
+  return true;
 }
 
 // A model's descriptor, and for each of its resources, nodes and groups the index of the policy
@@ -220,16 +233,19 @@ struct built {
     std::array<std::uint8_t, max_resources> resource_type{};
     std::array<std::uint8_t, max_nodes> node_type{};
     std::array<std::uint8_t, max_groups> group_type{};
+    bool fits = true; // every resource, node, group and worker found room in the descriptor
   };
 
   static constexpr result make(std::string_view name) {
     result r{};
     r.desc.name = name;
-    if constexpr (resource_list::size > 0) add_once(descriptors_of(resource_list{}), r.desc.resources, r.resource_type);
-    if constexpr (node_list::size > 0) add_once(descriptors_of(node_list{}), r.desc.nodes, r.node_type);
-    if constexpr (group_list::size > 0) add_once(descriptors_of(group_list{}), r.desc.groups, r.group_type);
+    if constexpr (resource_list::size > 0)
+      r.fits = add_once(descriptors_of(resource_list{}), r.desc.resources, r.resource_type) && r.fits;
+    if constexpr (node_list::size > 0) r.fits = add_once(descriptors_of(node_list{}), r.desc.nodes, r.node_type) && r.fits;
+    if constexpr (group_list::size > 0)
+      r.fits = add_once(descriptors_of(group_list{}), r.desc.groups, r.group_type) && r.fits;
     if constexpr (Workers::size > 0)
-      for (const auto& d : descriptors_of(Workers{})) r.desc.workers.push_back(d);
+      for (const auto& d : descriptors_of(Workers{})) r.fits = r.desc.workers.push_back(d) && r.fits;
     return r;
   }
 };
@@ -293,8 +309,13 @@ private:
   static constexpr typename built::result built_ = built::make(Name.view());
 
 public:
+  static_assert(built_.fits,
+                "mstar::model: a model holds at most 16 resources, 16 nodes, 16 groups and 8 workers "
+                "(mstar::max_resources, max_nodes, max_groups and max_workers in descriptor.hpp), as a YAML "
+                "model does. Way out: describe fewer, or raise the limits and rebuild.");
   static constexpr model_desc descriptor = built_.desc;
-  static constexpr report verdict = validate(descriptor);
+  // A model that does not fit is not judged: its descriptor lacks what did not fit.
+  static constexpr report verdict = built_.fits ? validate(descriptor) : report{};
   static_assert(detail::all_rules_kept<typename detail::broken_rules<
                     built, built_, verdict, std::make_index_sequence<verdict.findings.size()>>::type>::value);
   static_assert(!verdict.truncated, "mstar: the model breaks more rules than a report holds; fix the first ones.");

@@ -24,6 +24,9 @@ namespace mstar {
 struct option_identifier {};
 template <fixed_string... Keys>
 struct depends_on {
+  static_assert(sizeof...(Keys) <= max_dependencies,
+                "mstar::depends_on: a resource depends on at most 8 keys (mstar::max_dependencies in "
+                "descriptor.hpp), as a depends_on list in YAML. Way out: list fewer, or raise the limit and rebuild.");
   using identifier = option_identifier;
   static constexpr bool sizes_kv_cache = false;
   static constexpr void apply(resource_desc& d) { (d.depends_on.push_back(Keys.view()), ...); }
