@@ -141,6 +141,10 @@ struct sampler : detail::resource_base<resource_kind::sampler, Key, Options...> 
 template <fixed_string Key, class Element, class Shape, std::uint32_t Layers, std::uint32_t Slots,
           class... Options>
 struct recurrent_pool : detail::option_checks<resource_kind::recurrent_pool, Options...> {
+  static_assert(requires { dtype_of<Element>::value; },
+                "mstar::recurrent_pool<Key, Dtype, Shape, Layers, Slots>: the state's element type is one of float, "
+                "mstar::f16, mstar::bf16, std::int32_t and std::uint8_t (dtype.hpp), as a YAML pool's dtype. Way "
+                "out: pass one of them.");
   static_assert(detail::is_shape<Shape>::value,
                 "mstar::recurrent_pool<Key, Dtype, Shape, Layers, Slots>: the third argument is the per-slot "
                 "state shape. Way out: pass mstar::shape<dims...>, e.g. mstar::shape<16, 1024>.");
@@ -160,7 +164,7 @@ struct recurrent_pool : detail::option_checks<resource_kind::recurrent_pool, Opt
     resource_desc d{};
     d.key = Key.view();
     d.kind = resource_kind::recurrent_pool;
-    d.element = dtype_of<Element>::value;
+    if constexpr (requires { dtype_of<Element>::value; }) d.element = dtype_of<Element>::value;
     d.layers = Layers;
     d.slots = Slots;
     if constexpr (detail::is_shape<Shape>::value) Shape::apply(d);
