@@ -37,7 +37,6 @@ using YAML::Node;
 // YAML file and a C++ model are refused for the same sizes with the same sentences; the loader
 // refuses only a number that does not fit the descriptor. Names and the example section are the
 // loader's own.
-constexpr std::size_t max_name_length = 64;
 constexpr std::size_t max_example_entries = 64;
 constexpr std::size_t max_example_values = 64;
 
@@ -580,11 +579,7 @@ private:
       return std::nullopt;
     }
     const std::string& s = n.Scalar();
-    const bool chars_ok = std::all_of(s.begin(), s.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-             c == '-';
-    });
-    if (s.empty() || s.size() > max_name_length || !chars_ok) {
+    if (!is_valid_name(s)) {
       fail(mark_of(n), load_rule::bad_name,
            fmt::format("{} is {}: a name has 1 to {} characters among letters, digits, '_', '.' and '-'. Way out: "
                        "rename it.",

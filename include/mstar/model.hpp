@@ -68,6 +68,7 @@ struct worker_identifier {};
 // template parameters.)
 template <fixed_string Name, class Declares = declares<>, walk Walks = walk::none>
 struct node {
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
   using identifier = node_identifier;
   using resources = typename Declares::list;
   static constexpr std::string_view name = Name.view();
@@ -124,6 +125,7 @@ struct group {
   static_assert(detail::filter_t<detail::is_node, Members...>::size <= max_group_nodes,
                 "mstar::group: a group holds at most 8 nodes (mstar::max_group_nodes in descriptor.hpp), as a "
                 "group's nodes list in YAML. Way out: split the group, or raise the limit and rebuild.");
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
   using identifier = group_identifier;
   using nodes = detail::filter_t<detail::is_node, Members...>;
   static constexpr std::string_view name = Name.view();
@@ -150,6 +152,7 @@ struct worker {
   static_assert(detail::filter_t<detail::is_group, Members...>::size <= max_worker_groups,
                 "mstar::worker: a worker runs at most 8 groups (mstar::max_worker_groups in descriptor.hpp), as a "
                 "worker's groups list in YAML. Way out: merge groups, or raise the limit and rebuild.");
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
   using identifier = worker_identifier;
   using groups = detail::filter_t<detail::is_group, Members...>;
   static constexpr std::string_view name = Name.view();
@@ -298,6 +301,7 @@ template <fixed_string Name, class... Workers>
 struct model {
   static_assert((detail::is_worker<Workers>::value && ...), "mstar::model takes mstar::worker types only.");
   static_assert(sizeof...(Workers) >= 1, "mstar::model needs at least one worker.");
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
 
   using built = detail::built<detail::type_list<Workers...>>;
   using workers = detail::type_list<Workers...>;

@@ -117,6 +117,7 @@ concept resource_policy = requires {
 namespace detail {
 template <resource_kind Kind, fixed_string Key, class... Options>
 struct resource_base : option_checks<Kind, Options...> {
+  static_assert(is_valid_name(Key.view()), MSTAR_NAME_SENTENCE);
   using identifier = resource_identifier;
   static constexpr std::string_view key = Key.view();
   static constexpr resource_desc descriptor() {
@@ -141,6 +142,7 @@ struct sampler : detail::resource_base<resource_kind::sampler, Key, Options...> 
 template <fixed_string Key, class Element, class Shape, std::uint32_t Layers, std::uint32_t Slots,
           class... Options>
 struct recurrent_pool : detail::option_checks<resource_kind::recurrent_pool, Options...> {
+  static_assert(is_valid_name(Key.view()), MSTAR_NAME_SENTENCE);
   static_assert(requires { dtype_of<Element>::value; },
                 "mstar::recurrent_pool<Key, Dtype, Shape, Layers, Slots>: the state's element type is one of float, "
                 "mstar::f16, mstar::bf16, std::int32_t and std::uint8_t (dtype.hpp), as a YAML pool's dtype. Way "
