@@ -1403,7 +1403,7 @@ private:
     const over o = res.blocks > max_blocks ? over{"blocks", res.blocks, max_blocks, rm ? rm->blocks : config_mark{}}
                                            : over{"block_tokens", res.block_tokens, max_block_tokens,
                                                   rm ? rm->block_tokens : config_mark{}};
-    over_limit(t, o, res.key);
+    over_limit(t, o, res.key, "cache's");
   }
 
   void pool_limits(finding_text& t) const {
@@ -1416,7 +1416,7 @@ private:
       if (dim > max_state_dim) o = {"a dimension of shape", dim, max_state_dim, rm ? rm->shape : config_mark{}};
     if (res.slots > max_slots) o = {"slots", res.slots, max_slots, rm ? rm->slots : config_mark{}};
     if (res.layers > max_layers) o = {"layers", res.layers, max_layers, rm ? rm->layers : config_mark{}};
-    over_limit(t, o, res.key);
+    over_limit(t, o, res.key, "model's");
   }
 
   void pool_bytes(finding_text& t) const {
@@ -1445,10 +1445,10 @@ private:
     t.fix = fmt::format("set {} of worker '{}'{} to the machine's real number.", o.what, wk.name, line_note(t.at));
   }
 
-  void over_limit(finding_text& t, const over& o, std::string_view key) const {
+  void over_limit(finding_text& t, const over& o, std::string_view key, std::string_view whose) const {
     t.names = fmt::format("resource '{}' ({} {}, over {})", key, o.what, o.value, o.limit);
     t.at = o.at.known() ? o.at : rentry(f_.resource);
-    t.fix = fmt::format("set {} of resource '{}'{} to the model's real size.", o.what, key, line_note(t.at));
+    t.fix = fmt::format("set {} of resource '{}'{} to the {} real size.", o.what, key, line_note(t.at), whose);
   }
 
   void unknown_dependency(finding_text& t) const {
