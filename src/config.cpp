@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <utility>
 #include <array>
 #include <cerrno>
@@ -32,17 +33,10 @@ namespace {
 
 using YAML::Node;
 
-// Upper bounds on numbers. Beyond them a value is a typo, not a model: the largest real numbers are
-// a few thousand layers, tens of thousands of slots and KV blocks.
-constexpr std::uint32_t max_dim = 1u << 24;
-constexpr std::uint32_t max_layers = 4096;
-constexpr std::uint32_t max_slots = 1u << 20;
-constexpr std::uint32_t max_blocks = 1u << 24;
-constexpr std::uint32_t max_block_tokens = 1u << 16;
-constexpr std::uint32_t max_parallel = 1024;
-constexpr std::uint32_t max_streams = 64;
-constexpr double max_pool_bytes = 1099511627776.0; // 1 TiB: no GPU holds more
-constexpr std::size_t max_name_length = 64;
+// Sizes are judged by the validator (descriptor.hpp's limits, the value rules of rules.def), so that a
+// YAML file and a C++ model are refused for the same sizes with the same sentences; the loader
+// refuses only a number that does not fit the descriptor. Names and the example section are the
+// loader's own.
 constexpr std::size_t max_example_entries = 64;
 constexpr std::size_t max_example_values = 64;
 
@@ -585,11 +579,7 @@ private:
       return std::nullopt;
     }
     const std::string& s = n.Scalar();
-    const bool chars_ok = std::all_of(s.begin(), s.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-             c == '-';
-    });
-    if (s.empty() || s.size() > max_name_length || !chars_ok) {
+    if (!is_valid_name(s)) {
       fail(mark_of(n), load_rule::bad_name,
            fmt::format("{} is {}: a name has 1 to {} characters among letters, digits, '_', '.' and '-'. Way out: "
                        "rename it.",
@@ -612,10 +602,10 @@ private:
     return std::nullopt;
   }
 
-  // A whole number in [0, max]. Negative and absurd values are bad values; anything that is not a
-  // whole number is the wrong type.
-  // `least` is the smallest value the model accepts (the validator refuses smaller ones, with its rule);
-  // it only shapes the messages.
+  // A whole number that fits the descriptor. Negative values and values past 32 bits are bad
+  // values; anything that is not a whole number is the wrong type. `least` and `max` are the range
+  // the model accepts (the validator refuses values outside it, with its rule); they only shape the
+  // messages.
   std::optional<std::uint32_t> count_of(const Node& n, config_mark at, std::string_view label, std::uint32_t max,
                                         std::string_view meaning, std::uint32_t least = 0) {
     const auto where = n.IsDefined() && !n.IsNull() ? mark_of(n) : at;
@@ -630,7 +620,8 @@ private:
       if (digits) {
         std::uint64_t v = 0;
         const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        const bool huge = ec == std::errc::result_out_of_range || p != s.data() + s.size() || v > max;
+        const bool huge = ec == std::errc::result_out_of_range || p != s.data() + s.size() ||
+                          v > std::numeric_limits<std::uint32_t>::max();
         if (negative && !(v == 0 && ec == std::errc{})) {
           fail(where, load_rule::bad_value,
                fmt::format("{} is {}, and it cannot be negative ({}). Way out: write a number from {} to {}.", label,
@@ -813,26 +804,14 @@ private:
 
       if (kind == resource_kind::kv_cache) {
         if (const auto* p = find(*fs, "blocks")) {
-          if (auto n = count_of(*p, what, max_blocks, "KV cache blocks", 1)) {
-            d.blocks = *n;
-            if (*n == 0)
-              fail(mark_of(p->value), load_rule::bad_value,
-                   fmt::format("'blocks' of {} is 0: a KV cache needs at least one block. Way out: set blocks to the "
-                               "cache's size.",
-                               what));
-          }
+          m.blocks = p->at;
+          if (auto n = count_of(*p, what, max_blocks, "KV cache blocks", 1)) d.blocks = *n;
         } else {
           missing(at, what, "blocks", "blocks: <number of KV blocks>");
         }
         if (const auto* p = find(*fs, "block_tokens")) {
-          if (auto n = count_of(*p, what, max_block_tokens, "tokens per KV block", 1)) {
-            d.block_tokens = *n;
-            if (*n == 0)
-              fail(mark_of(p->value), load_rule::bad_value,
-                   fmt::format("'block_tokens' of {} is 0: a KV block holds at least one token. Way out: set "
-                               "block_tokens (16 is usual).",
-                               what));
-          }
+          m.block_tokens = p->at;
+          if (auto n = count_of(*p, what, max_block_tokens, "tokens per KV block", 1)) d.block_tokens = *n;
         } else {
           missing(at, what, "block_tokens", "block_tokens: <tokens per block>");
         }
@@ -863,7 +842,7 @@ private:
       m.shape = p->at;
       if (auto dims = list_of(*p, what, max_state_rank, "max_state_rank", "[16, 1024]"))
         for (const auto& dim : *dims)
-          if (auto n = count_of(dim, p->at, fmt::format("a dimension of 'shape' of {}", what), max_dim,
+          if (auto n = count_of(dim, p->at, fmt::format("a dimension of 'shape' of {}", what), max_state_dim,
                                 "elements along one dimension of the per-slot state", 1))
             d.state_shape.push_back(*n);
     } else {
@@ -881,13 +860,6 @@ private:
     } else {
       missing(at, what, "slots", "slots: <concurrent requests + 1> (slot 0 is the padding sink)");
     }
-    const double bytes = static_cast<double>(d.state_elements()) * static_cast<double>(size_of(d.element)) *
-                         static_cast<double>(d.layers) * static_cast<double>(d.slots);
-    if (bytes > max_pool_bytes)
-      fail(m.shape.known() ? m.shape : at, load_rule::bad_value,
-           fmt::format("{} would hold {:.3g} bytes (shape x layers x slots x element size), over 1 TiB. Way out: "
-                       "write the model's real sizes.",
-                       what, bytes));
   }
 
   void walk_nodes(const field& f) {
@@ -1213,235 +1185,344 @@ private:
     return upto;
   }
 
+  // The message writers, one per rule, dispatched through rules.def's table: a rule without a
+  // writer does not build. Side-lane rules share side_lane, whose fixes differ by rule.
   finding_text text() const {
     finding_text t{{}, names(), {}};
-    const auto r = f_.resource, n = f_.node, g = f_.group, w = f_.worker;
-    switch (f_.rule) {
-    case rule::duplicate_resource: {
-      if (!has_res(r)) break;
-      const auto key = d_.resources[r].key;
-      std::size_t j = has_res(f_.other) ? f_.other : r;
-      for (std::size_t k = 0; k < r && j == r; ++k)
-        if (d_.resources[k].key == key) j = k;
-      t.at = rentry(r);
-      t.fix = fmt::format("rename or delete one of the two resources '{}' (lines {} and {}).", key, rentry(j).line,
-                          t.at.line);
-      break;
-    }
-    case rule::duplicate_node: {
-      if (!has_node(n)) break;
-      const auto name = d_.nodes[n].name;
-      const std::size_t j = has_node(f_.other) ? f_.other : first_named(d_.nodes, n, name);
-      t.at = nentry(n);
-      t.fix = fmt::format("rename one of the two nodes '{}' (lines {} and {}).", name, nentry(j).line, t.at.line);
-      break;
-    }
-    case rule::duplicate_group: {
-      if (!has_group(g)) break;
-      const auto name = d_.groups[g].name;
-      t.names = fmt::format("group '{}'", name);
-      t.at = gentry(g);
-      t.fix = fmt::format("rename one of the two groups '{}' (lines {} and {}).", name,
-                          gentry(first_named(d_.groups, g, name)).line, t.at.line);
-      break;
-    }
-    case rule::duplicate_worker: {
-      if (!has_worker(w)) break;
-      const auto name = d_.workers[w].name;
-      t.at = wentry(w);
-      t.fix = fmt::format("rename one of the two workers '{}' (lines {} and {}).", name,
-                          wentry(first_named(d_.workers, w, name)).line, t.at.line);
-      break;
-    }
-    case rule::duplicate_entry: duplicate_entry(t); break;
-    case rule::unknown_resource: {
-      if (!has_node(n) || f_.other >= d_.nodes[n].resources.size()) break;
-      const auto key = d_.nodes[n].resources[f_.other];
-      std::vector<std::string_view> keys;
-      for (const auto& res : d_.resources)
-        keys.push_back(res.key);
-      t.names = fmt::format("node '{}', resource key '{}'", d_.nodes[n].name, key);
-      t.at = nmarks(n) ? mark_at(nmarks(n)->resources, f_.other) : nentry(n);
-      t.fix = fmt::format("define '{}' under resources, or correct it in the resources of node '{}'.{}", key,
-                          d_.nodes[n].name, suggestion(key, keys));
-      break;
-    }
-    case rule::unknown_node: {
-      if (!has_group(g) || f_.other >= d_.groups[g].nodes.size()) break;
-      const auto name = d_.groups[g].nodes[f_.other];
-      std::vector<std::string_view> names;
-      for (const auto& node : d_.nodes)
-        names.push_back(node.name);
-      t.names = fmt::format("group '{}', node name '{}'", d_.groups[g].name, name);
-      t.at = gmarks(g) ? mark_at(gmarks(g)->nodes, f_.other) : gentry(g);
-      t.fix = fmt::format("define node '{}' under nodes, or correct it in the nodes of group '{}'.{}", name,
-                          d_.groups[g].name, suggestion(name, names));
-      break;
-    }
-    case rule::unknown_group: {
-      if (!has_worker(w) || f_.other >= d_.workers[w].groups.size()) break;
-      const auto name = d_.workers[w].groups[f_.other];
-      std::vector<std::string_view> names;
-      for (const auto& grp : d_.groups)
-        names.push_back(grp.name);
-      t.names = fmt::format("worker '{}', group name '{}'", d_.workers[w].name, name);
-      t.at = wmarks(w) ? mark_at(wmarks(w)->groups, f_.other) : wentry(w);
-      t.fix = fmt::format("define group '{}' under groups (or in place: {{name: {}, nodes: [...]}}), or correct "
-                          "it in the groups of worker '{}'.{}",
-                          name, name, d_.workers[w].name, suggestion(name, names));
-      break;
-    }
-    case rule::node_unplaced: {
-      if (!has_node(n)) break;
-      t.at = nentry(n);
-      t.fix = fmt::format("add '{}' to the nodes of a group, or delete node '{}'{}.", d_.nodes[n].name,
-                          d_.nodes[n].name, line_note(t.at));
-      break;
-    }
-    case rule::node_placed_twice: {
-      if (!has_node(n)) break;
-      const auto name = d_.nodes[n].name;
-      std::size_t first = d_.groups.size();
-      for (std::size_t k = 0; k < d_.groups.size() && first == d_.groups.size(); ++k)
-        if (k != g && d_.groups[k].nodes.contains(name)) first = k;
-      const std::size_t second = has_group(g) ? g : first;
-      if (first == d_.groups.size() || second >= d_.groups.size()) break;
-      auto entry_of = [&](std::size_t k) {
-        const auto i = detail::index_of(d_.groups[k].nodes, name);
-        return gmarks(k) && i != no_index ? mark_at(gmarks(k)->nodes, i) : gentry(k);
-      };
-      t.names = fmt::format("node '{}' in groups '{}' and '{}'", name, d_.groups[first].name, d_.groups[second].name);
-      t.at = entry_of(second);
-      t.fix =
-          fmt::format("remove '{}' from the nodes of group '{}'{} or of group '{}'{}.", name, d_.groups[second].name,
-                      line_note(entry_of(second)), d_.groups[first].name, line_note(entry_of(first)));
-      break;
-    }
-    case rule::group_placement: {
-      if (!has_group(g)) break;
-      const auto name = d_.groups[g].name;
-      std::vector<std::string> on;
-      config_mark second{};
-      for (std::size_t k = 0; k < d_.workers.size(); ++k) {
-        const auto i = detail::index_of(d_.workers[k].groups, name);
-        if (i == no_index) continue;
-        on.push_back(fmt::format("'{}'", d_.workers[k].name));
-        if (on.size() == 2 && wmarks(k)) second = mark_at(wmarks(k)->groups, i);
-      }
-      t.names = on.empty() ? fmt::format("group '{}' (on no worker)", name)
-                           : fmt::format("group '{}' (on workers {})", name, fmt::join(on, " and "));
-      t.at = second.known() ? second : gentry(g);
-      t.fix = on.empty() ? fmt::format("list '{}' in the groups of one worker, or delete group '{}'{}.", name, name,
-                                       line_note(gentry(g)))
-                         : fmt::format("keep '{}' in the groups of one worker only.", name);
-      break;
-    }
-    case rule::bad_geometry: {
-      if (!has_res(r)) break;
-      const auto& res = d_.resources[r];
-      const auto* rm = rmarks(r);
-      bool zero_dim = res.state_shape.empty();
-      for (auto dim : res.state_shape)
-        zero_dim = zero_dim || dim == 0;
-      std::vector<std::uint32_t> dims(res.state_shape.begin(), res.state_shape.end());
-      t.names = fmt::format("resource '{}' (shape [{}], layers {}, slots {})", res.key, fmt::join(dims, ", "),
-                            res.layers, res.slots);
-      t.at = !rm ? config_mark{} : zero_dim ? rm->shape : res.layers == 0 ? rm->layers : rm->slots;
-      if (!t.at.known()) t.at = rentry(r);
-      t.fix = fmt::format("set {} of resource '{}'{} to the model's real size{}.",
-                          zero_dim          ? "shape"
-                          : res.layers == 0 ? "layers"
-                                            : "slots",
-                          res.key, line_note(t.at), !zero_dim && res.layers != 0 ? " (concurrent requests + 1)" : "");
-      break;
-    }
-    case rule::snapshots_not_pool: {
-      if (!has_res(r)) break;
-      t.names = fmt::format("resource '{}' (a {})", d_.resources[r].key, name_of(d_.resources[r].kind));
-      t.at = rmarks(r) && rmarks(r)->kv_keyed_snapshots.known() ? rmarks(r)->kv_keyed_snapshots : rentry(r);
-      t.fix = fmt::format("delete kv_keyed_snapshots from resource '{}'{}.", d_.resources[r].key, line_note(t.at));
-      break;
-    }
-    case rule::bad_parallel: {
-      if (!has_worker(w)) break;
-      const auto& wk = d_.workers[w];
-      t.names = fmt::format("worker '{}' (tp {}, sp {})", wk.name, wk.tp, wk.sp);
-      t.at = wmarks(w) ? (wk.tp == 0 ? wmarks(w)->tp : wmarks(w)->sp) : config_mark{};
-      t.fix = fmt::format("set {}: 1 on worker '{}'{}.", wk.tp == 0 ? "tp" : "sp", wk.name, line_note(t.at));
-      break;
-    }
-    case rule::unknown_dependency: {
-      if (!has_res(r) || f_.other >= d_.resources[r].depends_on.size()) break;
-      const auto& res = d_.resources[r];
-      const auto key = res.depends_on[f_.other];
-      std::vector<std::string_view> keys;
-      for (const auto& other : d_.resources)
-        keys.push_back(other.key);
-      t.names = fmt::format("resource '{}', dependency '{}'", res.key, key);
-      t.at = rmarks(r) ? mark_at(rmarks(r)->depends_on, f_.other) : rentry(r);
-      t.fix = fmt::format("define '{}' under resources, or correct it in the depends_on of resource '{}'.{}", key,
-                          res.key, suggestion(key, keys));
-      break;
-    }
-    case rule::self_dependency: {
-      if (!has_res(r)) break;
-      const auto& res = d_.resources[r];
-      const auto i = detail::index_of(res.depends_on, res.key);
-      t.at = rmarks(r) && i != no_index ? mark_at(rmarks(r)->depends_on, i) : rentry(r);
-      t.fix = fmt::format("remove '{}' from the depends_on of resource '{}'{}.", res.key, res.key, line_note(t.at));
-      break;
-    }
-    case rule::dependency_cycle: {
-      if (!has_res(r)) break;
-      const auto cycle = cycle_through(r);
-      std::vector<std::string_view> keys;
-      std::vector<std::string> cuts;
-      for (std::size_t k = 0; k < cycle.size(); ++k) {
-        const auto from = cycle[k], to = cycle[(k + 1) % cycle.size()];
-        keys.push_back(d_.resources[from].key);
-        const auto i = detail::index_of(d_.resources[from].depends_on, d_.resources[to].key);
-        const auto at = rmarks(from) && i != no_index ? mark_at(rmarks(from)->depends_on, i) : rentry(from);
-        cuts.push_back(
-            fmt::format("'{}' from resource '{}'{}", d_.resources[to].key, d_.resources[from].key, line_note(at)));
-      }
-      if (!keys.empty()) keys.push_back(keys.front());
-      t.names = fmt::format("resource '{}' (cycle: {})", d_.resources[r].key, fmt::join(keys, " -> "));
-      t.at = rentry(r);
-      t.fix = fmt::format("remove one of these depends_on entries: {}.", fmt::join(cuts, ", "));
-      break;
-    }
-    case rule::preplan_dependency: {
-      if (!has_res(r) || !has_res(f_.other)) break;
-      const auto& res = d_.resources[r];
-      const auto& dep = d_.resources[f_.other];
-      const auto i = detail::index_of(res.depends_on, dep.key);
-      t.names = fmt::format("resource '{}' (pre-plans) depends on resource '{}' (preplan: false)", res.key, dep.key);
-      t.at = rmarks(r) && i != no_index ? mark_at(rmarks(r)->depends_on, i) : rentry(r);
-      const auto dep_at =
-          rmarks(f_.other) && rmarks(f_.other)->preplan.known() ? rmarks(f_.other)->preplan : rentry(f_.other);
-      t.fix = fmt::format("set preplan: false on resource '{}'{}, or delete preplan: false from resource '{}'{}.",
-                          res.key, line_note(rentry(r)), dep.key, line_note(dep_at));
-      break;
-    }
-    case rule::attention_positions: {
-      if (!has_res(r)) break;
-      const auto& res = d_.resources[r];
-      std::vector<std::string_view> positions;
-      for (const auto& other : d_.resources)
-        if (other.kind == resource_kind::positions) positions.push_back(other.key);
-      t.names = fmt::format("resource '{}' (attention), depends_on [{}]", res.key, fmt::join(res.depends_on, ", "));
-      t.at = rmarks(r) && !rmarks(r)->depends_on.empty() ? mark_at(rmarks(r)->depends_on, 0) : rentry(r);
-      t.fix = positions.empty()
-                  ? fmt::format("define a resource of kind positions and add its key to the depends_on of resource "
-                                "'{}'{}.",
-                                res.key, line_note(rentry(r)))
-                  : fmt::format("add '{}' to the depends_on of resource '{}'{}.", positions.front(), res.key,
-                                line_note(t.at));
-      break;
-    }
-    default: side_lane(t); break;
-    }
+    using writer = void (finding_writer::*)(finding_text&) const;
+#define MSTAR_WRITER_structure(id) &finding_writer::id
+#define MSTAR_WRITER_value(id) &finding_writer::id
+#define MSTAR_WRITER_dependency(id) &finding_writer::id
+#define MSTAR_WRITER_lane(id) &finding_writer::side_lane
+    static constexpr writer writers[] = {
+#define MSTAR_RULE(kind, id, sentence) MSTAR_WRITER_##kind(id),
+#include "mstar/rules.def"
+#undef MSTAR_RULE
+    };
+#undef MSTAR_WRITER_structure
+#undef MSTAR_WRITER_value
+#undef MSTAR_WRITER_dependency
+#undef MSTAR_WRITER_lane
+    static_assert(std::size(writers) == rule_count);
+    const auto i = static_cast<std::size_t>(f_.rule);
+    if (i < rule_count) (this->*writers[i])(t);
     return t;
+  }
+
+  void duplicate_resource(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto key = d_.resources[r].key;
+    std::size_t j = has_res(f_.other) ? f_.other : r;
+    for (std::size_t k = 0; k < r && j == r; ++k)
+      if (d_.resources[k].key == key) j = k;
+    t.at = rentry(r);
+    t.fix = fmt::format("rename or delete one of the two resources '{}' (lines {} and {}).", key, rentry(j).line,
+                        t.at.line);
+  }
+
+  void duplicate_node(finding_text& t) const {
+    const auto n = f_.node;
+    if (!has_node(n)) return;
+    const auto name = d_.nodes[n].name;
+    const std::size_t j = has_node(f_.other) ? f_.other : first_named(d_.nodes, n, name);
+    t.at = nentry(n);
+    t.fix = fmt::format("rename one of the two nodes '{}' (lines {} and {}).", name, nentry(j).line, t.at.line);
+  }
+
+  void duplicate_group(finding_text& t) const {
+    const auto g = f_.group;
+    if (!has_group(g)) return;
+    const auto name = d_.groups[g].name;
+    t.names = fmt::format("group '{}'", name);
+    t.at = gentry(g);
+    t.fix = fmt::format("rename one of the two groups '{}' (lines {} and {}).", name,
+                        gentry(first_named(d_.groups, g, name)).line, t.at.line);
+  }
+
+  void duplicate_worker(finding_text& t) const {
+    const auto w = f_.worker;
+    if (!has_worker(w)) return;
+    const auto name = d_.workers[w].name;
+    t.at = wentry(w);
+    t.fix = fmt::format("rename one of the two workers '{}' (lines {} and {}).", name,
+                        wentry(first_named(d_.workers, w, name)).line, t.at.line);
+  }
+
+  void unknown_resource(finding_text& t) const {
+    const auto n = f_.node;
+    if (!has_node(n) || f_.other >= d_.nodes[n].resources.size()) return;
+    const auto key = d_.nodes[n].resources[f_.other];
+    std::vector<std::string_view> keys;
+    for (const auto& res : d_.resources)
+      keys.push_back(res.key);
+    t.names = fmt::format("node '{}', resource key '{}'", d_.nodes[n].name, key);
+    t.at = nmarks(n) ? mark_at(nmarks(n)->resources, f_.other) : nentry(n);
+    t.fix = fmt::format("define '{}' under resources, or correct it in the resources of node '{}'.{}", key,
+                        d_.nodes[n].name, suggestion(key, keys));
+  }
+
+  void unknown_node(finding_text& t) const {
+    const auto g = f_.group;
+    if (!has_group(g) || f_.other >= d_.groups[g].nodes.size()) return;
+    const auto name = d_.groups[g].nodes[f_.other];
+    std::vector<std::string_view> names;
+    for (const auto& node : d_.nodes)
+      names.push_back(node.name);
+    t.names = fmt::format("group '{}', node name '{}'", d_.groups[g].name, name);
+    t.at = gmarks(g) ? mark_at(gmarks(g)->nodes, f_.other) : gentry(g);
+    t.fix = fmt::format("define node '{}' under nodes, or correct it in the nodes of group '{}'.{}", name,
+                        d_.groups[g].name, suggestion(name, names));
+  }
+
+  void unknown_group(finding_text& t) const {
+    const auto w = f_.worker;
+    if (!has_worker(w) || f_.other >= d_.workers[w].groups.size()) return;
+    const auto name = d_.workers[w].groups[f_.other];
+    std::vector<std::string_view> names;
+    for (const auto& grp : d_.groups)
+      names.push_back(grp.name);
+    t.names = fmt::format("worker '{}', group name '{}'", d_.workers[w].name, name);
+    t.at = wmarks(w) ? mark_at(wmarks(w)->groups, f_.other) : wentry(w);
+    t.fix = fmt::format("define group '{}' under groups (or in place: {{name: {}, nodes: [...]}}), or correct "
+                        "it in the groups of worker '{}'.{}",
+                        name, name, d_.workers[w].name, suggestion(name, names));
+  }
+
+  void node_unplaced(finding_text& t) const {
+    const auto n = f_.node;
+    if (!has_node(n)) return;
+    t.at = nentry(n);
+    t.fix = fmt::format("add '{}' to the nodes of a group, or delete node '{}'{}.", d_.nodes[n].name,
+                        d_.nodes[n].name, line_note(t.at));
+  }
+
+  void node_placed_twice(finding_text& t) const {
+    const auto n = f_.node;
+    const auto g = f_.group;
+    if (!has_node(n)) return;
+    const auto name = d_.nodes[n].name;
+    std::size_t first = d_.groups.size();
+    for (std::size_t k = 0; k < d_.groups.size() && first == d_.groups.size(); ++k)
+      if (k != g && d_.groups[k].nodes.contains(name)) first = k;
+    const std::size_t second = has_group(g) ? g : first;
+    if (first == d_.groups.size() || second >= d_.groups.size()) return;
+    auto entry_of = [&](std::size_t k) {
+      const auto i = detail::index_of(d_.groups[k].nodes, name);
+      return gmarks(k) && i != no_index ? mark_at(gmarks(k)->nodes, i) : gentry(k);
+    };
+    t.names = fmt::format("node '{}' in groups '{}' and '{}'", name, d_.groups[first].name, d_.groups[second].name);
+    t.at = entry_of(second);
+    t.fix =
+        fmt::format("remove '{}' from the nodes of group '{}'{} or of group '{}'{}.", name, d_.groups[second].name,
+                    line_note(entry_of(second)), d_.groups[first].name, line_note(entry_of(first)));
+  }
+
+  void group_placement(finding_text& t) const {
+    const auto g = f_.group;
+    if (!has_group(g)) return;
+    const auto name = d_.groups[g].name;
+    std::vector<std::string> on;
+    config_mark second{};
+    for (std::size_t k = 0; k < d_.workers.size(); ++k) {
+      const auto i = detail::index_of(d_.workers[k].groups, name);
+      if (i == no_index) continue;
+      on.push_back(fmt::format("'{}'", d_.workers[k].name));
+      if (on.size() == 2 && wmarks(k)) second = mark_at(wmarks(k)->groups, i);
+    }
+    t.names = on.empty() ? fmt::format("group '{}' (on no worker)", name)
+                         : fmt::format("group '{}' (on workers {})", name, fmt::join(on, " and "));
+    t.at = second.known() ? second : gentry(g);
+    t.fix = on.empty() ? fmt::format("list '{}' in the groups of one worker, or delete group '{}'{}.", name, name,
+                                     line_note(gentry(g)))
+                       : fmt::format("keep '{}' in the groups of one worker only.", name);
+  }
+
+  void bad_geometry(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    const auto* rm = rmarks(r);
+    bool zero_dim = res.state_shape.empty();
+    for (auto dim : res.state_shape)
+      zero_dim = zero_dim || dim == 0;
+    std::vector<std::uint32_t> dims(res.state_shape.begin(), res.state_shape.end());
+    t.names = fmt::format("resource '{}' (shape [{}], layers {}, slots {})", res.key, fmt::join(dims, ", "),
+                          res.layers, res.slots);
+    t.at = !rm ? config_mark{} : zero_dim ? rm->shape : res.layers == 0 ? rm->layers : rm->slots;
+    if (!t.at.known()) t.at = rentry(r);
+    t.fix = fmt::format("set {} of resource '{}'{} to the model's real size{}.",
+                        zero_dim          ? "shape"
+                        : res.layers == 0 ? "layers"
+                                          : "slots",
+                        res.key, line_note(t.at), !zero_dim && res.layers != 0 ? " (concurrent requests + 1)" : "");
+  }
+
+  void snapshots_not_pool(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    t.names = fmt::format("resource '{}' (a {})", d_.resources[r].key, name_of(d_.resources[r].kind));
+    t.at = rmarks(r) && rmarks(r)->kv_keyed_snapshots.known() ? rmarks(r)->kv_keyed_snapshots : rentry(r);
+    t.fix = fmt::format("delete kv_keyed_snapshots from resource '{}'{}.", d_.resources[r].key, line_note(t.at));
+  }
+
+  void bad_parallel(finding_text& t) const {
+    const auto w = f_.worker;
+    if (!has_worker(w)) return;
+    const auto& wk = d_.workers[w];
+    t.names = fmt::format("worker '{}' (tp {}, sp {})", wk.name, wk.tp, wk.sp);
+    t.at = wmarks(w) ? (wk.tp == 0 ? wmarks(w)->tp : wmarks(w)->sp) : config_mark{};
+    t.fix = fmt::format("set {}: 1 on worker '{}'{}.", wk.tp == 0 ? "tp" : "sp", wk.name, line_note(t.at));
+  }
+
+  // The first of a resource's or worker's fields that is over its limit, with its mark; `what` names it.
+  struct over {
+    std::string_view what;
+    std::uint64_t value = 0, limit = 0;
+    config_mark at;
+  };
+
+  void kv_geometry(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    const auto* rm = rmarks(r);
+    const bool no_blocks = res.blocks == 0;
+    t.names = fmt::format("resource '{}' (blocks {}, block_tokens {})", res.key, res.blocks, res.block_tokens);
+    t.at = !rm ? config_mark{} : no_blocks ? rm->blocks : rm->block_tokens;
+    if (!t.at.known()) t.at = rentry(r);
+    t.fix = fmt::format("set {} of resource '{}'{} to the cache's size.", no_blocks ? "blocks" : "block_tokens", res.key,
+                        line_note(t.at));
+  }
+
+  void kv_limits(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    const auto* rm = rmarks(r);
+    const over o = res.blocks > max_blocks ? over{"blocks", res.blocks, max_blocks, rm ? rm->blocks : config_mark{}}
+                                           : over{"block_tokens", res.block_tokens, max_block_tokens,
+                                                  rm ? rm->block_tokens : config_mark{}};
+    over_limit(t, o, res.key, "cache's");
+  }
+
+  void pool_limits(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    const auto* rm = rmarks(r);
+    over o{"layers", res.layers, max_layers, rm ? rm->layers : config_mark{}};
+    for (auto dim : res.state_shape)
+      if (dim > max_state_dim) o = {"a dimension of shape", dim, max_state_dim, rm ? rm->shape : config_mark{}};
+    if (res.slots > max_slots) o = {"slots", res.slots, max_slots, rm ? rm->slots : config_mark{}};
+    if (res.layers > max_layers) o = {"layers", res.layers, max_layers, rm ? rm->layers : config_mark{}};
+    over_limit(t, o, res.key, "model's");
+  }
+
+  void pool_bytes(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    std::vector<std::uint32_t> dims(res.state_shape.begin(), res.state_shape.end());
+    t.names = fmt::format("resource '{}' (shape [{}], layers {}, slots {}, {}: {:.3g} bytes)", res.key,
+                          fmt::join(dims, ", "), res.layers, res.slots, mstar::name_of(res.element),
+                          detail::pool_bytes(res));
+    t.at = rmarks(r) && rmarks(r)->shape.known() ? rmarks(r)->shape : rentry(r);
+    t.fix = fmt::format("set shape, layers and slots of resource '{}'{} to the model's real sizes.", res.key,
+                        line_note(t.at));
+  }
+
+  void worker_limits(finding_text& t) const {
+    const auto w = f_.worker;
+    if (!has_worker(w)) return;
+    const auto& wk = d_.workers[w];
+    const auto* wm = wmarks(w);
+    const over o = wk.tp > max_parallel   ? over{"tp", wk.tp, max_parallel, wm ? wm->tp : config_mark{}}
+                   : wk.sp > max_parallel ? over{"sp", wk.sp, max_parallel, wm ? wm->sp : config_mark{}}
+                                          : over{"streams", wk.streams, max_streams, wm ? wm->streams : config_mark{}};
+    t.names = fmt::format("worker '{}' ({} {}, over {})", wk.name, o.what, o.value, o.limit);
+    t.at = o.at.known() ? o.at : wentry(w);
+    t.fix = fmt::format("set {} of worker '{}'{} to the machine's real number.", o.what, wk.name, line_note(t.at));
+  }
+
+  void over_limit(finding_text& t, const over& o, std::string_view key, std::string_view whose) const {
+    t.names = fmt::format("resource '{}' ({} {}, over {})", key, o.what, o.value, o.limit);
+    t.at = o.at.known() ? o.at : rentry(f_.resource);
+    t.fix = fmt::format("set {} of resource '{}'{} to the {} real size.", o.what, key, line_note(t.at), whose);
+  }
+
+  void unknown_dependency(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r) || f_.other >= d_.resources[r].depends_on.size()) return;
+    const auto& res = d_.resources[r];
+    const auto key = res.depends_on[f_.other];
+    std::vector<std::string_view> keys;
+    for (const auto& other : d_.resources)
+      keys.push_back(other.key);
+    t.names = fmt::format("resource '{}', dependency '{}'", res.key, key);
+    t.at = rmarks(r) ? mark_at(rmarks(r)->depends_on, f_.other) : rentry(r);
+    t.fix = fmt::format("define '{}' under resources, or correct it in the depends_on of resource '{}'.{}", key,
+                        res.key, suggestion(key, keys));
+  }
+
+  void self_dependency(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    const auto i = detail::index_of(res.depends_on, res.key);
+    t.at = rmarks(r) && i != no_index ? mark_at(rmarks(r)->depends_on, i) : rentry(r);
+    t.fix = fmt::format("remove '{}' from the depends_on of resource '{}'{}.", res.key, res.key, line_note(t.at));
+  }
+
+  void dependency_cycle(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto cycle = cycle_through(r);
+    std::vector<std::string_view> keys;
+    std::vector<std::string> cuts;
+    for (std::size_t k = 0; k < cycle.size(); ++k) {
+      const auto from = cycle[k], to = cycle[(k + 1) % cycle.size()];
+      keys.push_back(d_.resources[from].key);
+      const auto i = detail::index_of(d_.resources[from].depends_on, d_.resources[to].key);
+      const auto at = rmarks(from) && i != no_index ? mark_at(rmarks(from)->depends_on, i) : rentry(from);
+      cuts.push_back(
+          fmt::format("'{}' from resource '{}'{}", d_.resources[to].key, d_.resources[from].key, line_note(at)));
+    }
+    if (!keys.empty()) keys.push_back(keys.front());
+    t.names = fmt::format("resource '{}' (cycle: {})", d_.resources[r].key, fmt::join(keys, " -> "));
+    t.at = rentry(r);
+    t.fix = fmt::format("remove one of these depends_on entries: {}.", fmt::join(cuts, ", "));
+  }
+
+  void preplan_dependency(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r) || !has_res(f_.other)) return;
+    const auto& res = d_.resources[r];
+    const auto& dep = d_.resources[f_.other];
+    const auto i = detail::index_of(res.depends_on, dep.key);
+    t.names = fmt::format("resource '{}' (pre-plans) depends on resource '{}' (preplan: false)", res.key, dep.key);
+    t.at = rmarks(r) && i != no_index ? mark_at(rmarks(r)->depends_on, i) : rentry(r);
+    const auto dep_at =
+        rmarks(f_.other) && rmarks(f_.other)->preplan.known() ? rmarks(f_.other)->preplan : rentry(f_.other);
+    t.fix = fmt::format("set preplan: false on resource '{}'{}, or delete preplan: false from resource '{}'{}.",
+                        res.key, line_note(rentry(r)), dep.key, line_note(dep_at));
+  }
+
+  void attention_positions(finding_text& t) const {
+    const auto r = f_.resource;
+    if (!has_res(r)) return;
+    const auto& res = d_.resources[r];
+    std::vector<std::string_view> positions;
+    for (const auto& other : d_.resources)
+      if (other.kind == resource_kind::positions) positions.push_back(other.key);
+    t.names = fmt::format("resource '{}' (attention), depends_on [{}]", res.key, fmt::join(res.depends_on, ", "));
+    t.at = rmarks(r) && !rmarks(r)->depends_on.empty() ? mark_at(rmarks(r)->depends_on, 0) : rentry(r);
+    t.fix = positions.empty()
+                ? fmt::format("define a resource of kind positions and add its key to the depends_on of resource "
+                              "'{}'{}.",
+                              res.key, line_note(rentry(r)))
+                : fmt::format("add '{}' to the depends_on of resource '{}'{}.", positions.front(), res.key,
+                              line_note(t.at));
   }
 
   // A list that names an entry twice: which list it is follows from the finding's indices (see
@@ -1552,6 +1633,18 @@ private:
       const auto* rm = rmarks(f_.resource);
       t.fix = fmt::format("delete kv_keyed_snapshots from resource '{}'{}, or {}.", res_key,
                           line_note(rm ? rm->kv_keyed_snapshots : config_mark{}), drop);
+      break;
+    }
+    case rule::lane_chain_dependency: {
+      t.at = node_resource_mark(n, res_key);
+      const auto* rm = rmarks(f_.resource);
+      const std::string dep = has_res(f_.other) ? std::string(d_.resources[f_.other].key) : std::string();
+      const auto i = has_res(f_.resource) ? detail::index_of(d_.resources[f_.resource].depends_on, std::string_view(dep))
+                                          : no_index;
+      const auto dep_at = rm && i != no_index ? mark_at(rm->depends_on, i) : config_mark{};
+      if (!dep.empty()) t.names += fmt::format(", depends on '{}'", dep);
+      t.fix = fmt::format("delete '{}' from the depends_on of resource '{}'{}, or {}.", dep, res_key,
+                          line_note(dep_at), drop);
       break;
     }
     case rule::lane_resident_walks:

@@ -95,7 +95,7 @@ struct config_mark {
 // Where each entry of the descriptor was written, by index into model_desc's lists.
 struct resource_marks {
   config_mark entry; // the resource's key under resources:
-  config_mark kind, preplan, kv_keyed_snapshots, shape, layers, slots;
+  config_mark kind, preplan, kv_keyed_snapshots, shape, layers, slots, blocks, block_tokens;
   std::vector<config_mark> depends_on; // one per depends_on entry
 };
 struct node_marks {

@@ -23,6 +23,34 @@ inline constexpr std::size_t max_group_nodes = 8;
 inline constexpr std::size_t max_worker_groups = 8;
 inline constexpr std::size_t max_state_rank = 4;
 
+// Limits on sizes, checked by the validator (rules kv_limits, pool_limits, pool_bytes,
+// worker_limits). Beyond them a value is a typo, not a model: the largest real models have a few
+// thousand layers, tens of thousands of slots and KV blocks.
+inline constexpr std::uint32_t max_state_dim = 1u << 24;
+inline constexpr std::uint32_t max_layers = 4096;
+inline constexpr std::uint32_t max_slots = 1u << 20;
+inline constexpr std::uint32_t max_blocks = 1u << 24;
+inline constexpr std::uint32_t max_block_tokens = 1u << 16;
+inline constexpr std::uint32_t max_parallel = 1024;
+inline constexpr std::uint32_t max_streams = 64;
+inline constexpr double max_pool_bytes = 1099511627776.0; // 1 TiB: no GPU holds more
+
+// A name (of a model, resource, node, group or worker): 1 to 64 characters among letters, digits,
+// '_', '.' and '-', so that it reads the same in a message, a trace and a file name. The C++ policies
+// refuse other names at compile time (their sentence: MSTAR_NAME_SENTENCE), the YAML loader at load.
+inline constexpr std::size_t max_name_length = 64;
+constexpr bool is_valid_name(std::string_view s) {
+  if (s.empty() || s.size() > max_name_length) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+          c == '-'))
+      return false;
+  return true;
+}
+#define MSTAR_NAME_SENTENCE                                                                                            \
+  "mstar: a name (of a model, resource, node, group or worker) has 1 to 64 characters among letters, digits, '_', " \
+  "'.' and '-', as in YAML. Way out: rename it."
+
 enum class resource_kind : std::uint8_t { kv_cache, attention, positions, sampler, recurrent_pool };
 
 constexpr std::string_view name_of(resource_kind k) {

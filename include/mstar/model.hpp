@@ -47,6 +47,10 @@ struct declares {
   static_assert((resource_policy<Resources> && ...),
                 "mstar::declares takes resource policies only (kv_cache, attention, positions, sampler, "
                 "recurrent_pool): pass the resource's type, not its key or an instance.");
+  static_assert(sizeof...(Resources) <= max_node_resources,
+                "mstar::declares: a node declares at most 8 resources (mstar::max_node_resources in "
+                "descriptor.hpp), as a node's resources list in YAML. Way out: declare fewer, or raise the limit "
+                "and rebuild.");
   // After a misuse, an empty list: the static_assert above stays the only error.
   static constexpr bool well_formed = (resource_policy<Resources> && ...);
   using list = std::conditional_t<well_formed, detail::type_list<Resources...>, detail::type_list<>>;
@@ -64,6 +68,7 @@ struct worker_identifier {};
 // template parameters.)
 template <fixed_string Name, class Declares = declares<>, walk Walks = walk::none>
 struct node {
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
   using identifier = node_identifier;
   using resources = typename Declares::list;
   static constexpr std::string_view name = Name.view();
@@ -117,6 +122,10 @@ template <fixed_string Name, class... Members>
 struct group {
   static_assert(((detail::is_node<Members>::value || std::is_same_v<Members, side_stream>) && ...),
                 "mstar::group takes mstar::node types and the mstar::side_stream flag only.");
+  static_assert(detail::filter_t<detail::is_node, Members...>::size <= max_group_nodes,
+                "mstar::group: a group holds at most 8 nodes (mstar::max_group_nodes in descriptor.hpp), as a "
+                "group's nodes list in YAML. Way out: split the group, or raise the limit and rebuild.");
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
   using identifier = group_identifier;
   using nodes = detail::filter_t<detail::is_node, Members...>;
   static constexpr std::string_view name = Name.view();
@@ -140,6 +149,10 @@ struct worker {
   static_assert(((detail::is_group<Members>::value || detail::is_worker_option<Members>::value) && ...),
                 "mstar::worker takes mstar::group types and the options mstar::tp<N>, mstar::sp<N>, "
                 "mstar::streams<N> only.");
+  static_assert(detail::filter_t<detail::is_group, Members...>::size <= max_worker_groups,
+                "mstar::worker: a worker runs at most 8 groups (mstar::max_worker_groups in descriptor.hpp), as a "
+                "worker's groups list in YAML. Way out: merge groups, or raise the limit and rebuild.");
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
   using identifier = worker_identifier;
   using groups = detail::filter_t<detail::is_group, Members...>;
   static constexpr std::string_view name = Name.view();
@@ -194,16 +207,19 @@ constexpr auto descriptors_of(type_list<Ts...>) {
 // depends_on<"k", "k"> list a name twice, and the validator refuses that (duplicate_entry), as it
 // does for the same list in YAML. A type placed in two places (a node in two groups, a group on two
 // workers) is one entry here, and node_placed_twice or group_placement refuses it.
+// Returns false when `out` is full: the model holds more than the descriptor does.
 template <class List, class Out, std::size_t N>
-constexpr void add_once(const List& all, Out& out, std::array<std::uint8_t, N>& type_of) {
+constexpr bool add_once(const List& all, Out& out, std::array<std::uint8_t, N>& type_of) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     bool repeat = false;
     for (std::size_t j = 0; j < i; ++j) repeat = repeat || all[j] == all[i];
     if (!repeat) {
+      if (out.size() == N) return false;
       type_of[out.size()] = static_cast<std::uint8_t>(i);
       out.push_back(all[i]);
     }
   }
+  return true;
 }
 
 // A model's descriptor, and for each of its resources, nodes and groups the index of the policy
@@ -220,80 +236,62 @@ struct built {
     std::array<std::uint8_t, max_resources> resource_type{};
     std::array<std::uint8_t, max_nodes> node_type{};
     std::array<std::uint8_t, max_groups> group_type{};
+    bool fits = true; // every resource, node, group and worker found room in the descriptor
   };
 
   static constexpr result make(std::string_view name) {
     result r{};
     r.desc.name = name;
-    if constexpr (resource_list::size > 0) add_once(descriptors_of(resource_list{}), r.desc.resources, r.resource_type);
-    if constexpr (node_list::size > 0) add_once(descriptors_of(node_list{}), r.desc.nodes, r.node_type);
-    if constexpr (group_list::size > 0) add_once(descriptors_of(group_list{}), r.desc.groups, r.group_type);
+    if constexpr (resource_list::size > 0)
+      r.fits = add_once(descriptors_of(resource_list{}), r.desc.resources, r.resource_type) && r.fits;
+    if constexpr (node_list::size > 0) r.fits = add_once(descriptors_of(node_list{}), r.desc.nodes, r.node_type) && r.fits;
+    if constexpr (group_list::size > 0)
+      r.fits = add_once(descriptors_of(group_list{}), r.desc.groups, r.group_type) && r.fits;
     if constexpr (Workers::size > 0)
-      for (const auto& d : descriptors_of(Workers{})) r.desc.workers.push_back(d);
+      for (const auto& d : descriptors_of(Workers{})) r.fits = r.desc.workers.push_back(d) && r.fits;
     return r;
   }
 };
 
-// One static_assert per rule: the failing one prints its sentence, and the compiler's instantiation
-// note names this template's arguments, the offending node, resource, group and worker types.
+// One static_assert per rule, one per row of rules.def: the failing one prints its sentence, and
+// the compiler's instantiation note names this template's arguments, the offending node, resource,
+// group and worker types.
 template <rule Rule, class Node, class Resource, class Group, class Worker>
 struct model_rule_broken {
-  static_assert(Rule != rule::duplicate_resource, MSTAR_SENTENCE_DUPLICATE_RESOURCE);
-  static_assert(Rule != rule::duplicate_node, MSTAR_SENTENCE_DUPLICATE_NODE);
-  static_assert(Rule != rule::duplicate_group, MSTAR_SENTENCE_DUPLICATE_GROUP);
-  static_assert(Rule != rule::duplicate_worker, MSTAR_SENTENCE_DUPLICATE_WORKER);
-  static_assert(Rule != rule::duplicate_entry, MSTAR_SENTENCE_DUPLICATE_ENTRY);
-  static_assert(Rule != rule::unknown_resource, MSTAR_SENTENCE_UNKNOWN_RESOURCE);
-  static_assert(Rule != rule::unknown_node, MSTAR_SENTENCE_UNKNOWN_NODE);
-  static_assert(Rule != rule::unknown_group, MSTAR_SENTENCE_UNKNOWN_GROUP);
-  static_assert(Rule != rule::node_unplaced, MSTAR_SENTENCE_NODE_UNPLACED);
-  static_assert(Rule != rule::node_placed_twice, MSTAR_SENTENCE_NODE_PLACED_TWICE);
-  static_assert(Rule != rule::group_placement, MSTAR_SENTENCE_GROUP_PLACED_TWICE);
-  static_assert(Rule != rule::bad_geometry, MSTAR_SENTENCE_BAD_GEOMETRY);
-  static_assert(Rule != rule::snapshots_not_pool, MSTAR_SENTENCE_SNAPSHOTS_NOT_POOL);
-  static_assert(Rule != rule::bad_parallel, MSTAR_SENTENCE_BAD_PARALLEL);
-  static_assert(Rule != rule::unknown_dependency, MSTAR_SENTENCE_UNKNOWN_DEPENDENCY);
-  static_assert(Rule != rule::self_dependency, MSTAR_SENTENCE_SELF_DEPENDENCY);
-  static_assert(Rule != rule::dependency_cycle, MSTAR_SENTENCE_DEPENDENCY_CYCLE);
-  static_assert(Rule != rule::preplan_dependency, MSTAR_SENTENCE_PREPLAN_DEPENDENCY);
-  static_assert(Rule != rule::attention_positions, MSTAR_SENTENCE_ATTENTION_POSITIONS);
-  static_assert(Rule != rule::lane_kv_cache, MSTAR_SENTENCE_LANE_KV_CACHE);
-  static_assert(Rule != rule::lane_attention, MSTAR_SENTENCE_LANE_ATTENTION);
-  static_assert(Rule != rule::lane_positions, MSTAR_SENTENCE_LANE_POSITIONS);
-  static_assert(Rule != rule::lane_sampler, MSTAR_SENTENCE_LANE_SAMPLER);
-  static_assert(Rule != rule::lane_shared_pool, MSTAR_SENTENCE_LANE_SHARED_POOL);
-  static_assert(Rule != rule::lane_kv_keyed_pool, MSTAR_SENTENCE_LANE_KV_KEYED_POOL);
-  static_assert(Rule != rule::lane_resident_walks, MSTAR_SENTENCE_LANE_RESIDENT_WALKS);
-  static_assert(Rule != rule::lane_parallel, MSTAR_SENTENCE_LANE_PARALLEL);
-  static_assert(Rule != rule::lane_alone_on_worker, MSTAR_SENTENCE_LANE_ALONE_ON_WORKER);
-  static_assert(Rule != rule::lane_no_streams, MSTAR_SENTENCE_LANE_NO_STREAMS);
-  static_assert(Rule != rule::lane_chain_walks, MSTAR_SENTENCE_LANE_CHAIN_WALKS);
-  static_assert(Rule != rule::lane_combined_walks, MSTAR_SENTENCE_LANE_COMBINED_WALKS);
-  static_assert(Rule != rule::lane_spans_or_stop_checks, MSTAR_SENTENCE_LANE_SPANS_OR_STOP_CHECKS);
-  static_assert(Rule != rule::lane_second_side_node, MSTAR_SENTENCE_LANE_SECOND_SIDE_NODE);
+#define MSTAR_RULE(kind, id, sentence) static_assert(Rule != rule::id, sentence);
+#include "mstar/rules.def"
+#undef MSTAR_RULE
   static constexpr bool value = true;
 };
 
-template <class Built, const auto& Result, const auto& Verdict, std::size_t I>
-constexpr bool enforce_one() {
-  if constexpr (I < Verdict.findings.size()) {
-    constexpr finding f = Verdict.findings[I];
-    using Node = nth_t<f.node == no_index ? no_index : Result.node_type[f.node], typename Built::node_list>;
-    using Resource = std::conditional_t<f.resource == no_index, none,
-                                        nth_t<Result.resource_type[f.resource == no_index ? 0 : f.resource],
-                                              typename Built::resource_list>>;
-    using Group = nth_t<f.group == no_index ? no_index : Result.group_type[f.group], typename Built::group_list>;
-    using Worker = nth_t<f.worker, typename Built::worker_list>;
-    return model_rule_broken<f.rule, Node, Resource, Group, Worker>::value;
-  } else {
-    return true;
-  }
-}
-
+// The findings as model_rule_broken types, one per finding. The list is sized to the findings and
+// its ::value is read by all_rules_kept alone, so a model with one mistake instantiates one
+// model_rule_broken, and its diagnostic prints the model's types once or twice, not once per index.
+template <class Built, const auto& Result, const auto& Verdict, class Indices>
+struct broken_rules;
 template <class Built, const auto& Result, const auto& Verdict, std::size_t... I>
-constexpr bool enforce_all(std::index_sequence<I...>) {
-  return (enforce_one<Built, Result, Verdict, I>() && ...);
-}
+struct broken_rules<Built, Result, Verdict, std::index_sequence<I...>> {
+  template <std::size_t J>
+  static constexpr finding f = Verdict.findings[J];
+  template <std::size_t J>
+  using node_at = nth_t<f<J>.node == no_index ? no_index : Result.node_type[f<J>.node], typename Built::node_list>;
+  template <std::size_t J>
+  using resource_at =
+      std::conditional_t<f<J>.resource == no_index, none,
+                         nth_t<Result.resource_type[f<J>.resource == no_index ? 0 : f<J>.resource],
+                               typename Built::resource_list>>;
+  template <std::size_t J>
+  using group_at = nth_t<f<J>.group == no_index ? no_index : Result.group_type[f<J>.group], typename Built::group_list>;
+  template <std::size_t J>
+  using worker_at = nth_t<f<J>.worker, typename Built::worker_list>;
+
+  using type = type_list<model_rule_broken<f<I>.rule, node_at<I>, resource_at<I>, group_at<I>, worker_at<I>>...>;
+};
+
+template <class Broken>
+struct all_rules_kept;
+template <class... Broken>
+struct all_rules_kept<type_list<Broken...>> : std::bool_constant<(Broken::value && ...)> {};
 
 } // namespace detail
 
@@ -303,6 +301,7 @@ template <fixed_string Name, class... Workers>
 struct model {
   static_assert((detail::is_worker<Workers>::value && ...), "mstar::model takes mstar::worker types only.");
   static_assert(sizeof...(Workers) >= 1, "mstar::model needs at least one worker.");
+  static_assert(is_valid_name(Name.view()), MSTAR_NAME_SENTENCE);
 
   using built = detail::built<detail::type_list<Workers...>>;
   using workers = detail::type_list<Workers...>;
@@ -314,9 +313,15 @@ private:
   static constexpr typename built::result built_ = built::make(Name.view());
 
 public:
+  static_assert(built_.fits,
+                "mstar::model: a model holds at most 16 resources, 16 nodes, 16 groups and 8 workers "
+                "(mstar::max_resources, max_nodes, max_groups and max_workers in descriptor.hpp), as a YAML "
+                "model does. Way out: describe fewer, or raise the limits and rebuild.");
   static constexpr model_desc descriptor = built_.desc;
-  static constexpr report verdict = validate(descriptor);
-  static_assert(detail::enforce_all<built, built_, verdict>(std::make_index_sequence<max_findings>{}));
+  // A model that does not fit is not judged: its descriptor lacks what did not fit.
+  static constexpr report verdict = built_.fits ? validate(descriptor) : report{};
+  static_assert(detail::all_rules_kept<typename detail::broken_rules<
+                    built, built_, verdict, std::make_index_sequence<verdict.findings.size()>>::type>::value);
   static_assert(!verdict.truncated, "mstar: the model breaks more rules than a report holds; fix the first ones.");
 
   // Node's index in the model's node order (descriptor.nodes: workers in order, each worker's groups
@@ -348,14 +353,29 @@ public:
 };
 
 // The descriptor of a model description without judging it (for tests and tools that want the
-// report rather than a compile error).
+// report rather than a compile error). It takes the model type apart by deduction, and nvcc 13
+// deduces no class-type template argument (the model's name), so under nvcc it is refused with a
+// sentence rather than with "no instance of function template".
 namespace detail {
 template <fixed_string Name, class... Workers>
 constexpr model_desc describe_unchecked(model<Name, Workers...>*) {
   return built<type_list<Workers...>>::make(Name.view()).desc;
 }
+template <class>
+inline constexpr bool host_compiler = false;
 } // namespace detail
+#if defined(__NVCC__)
+template <class Model>
+inline constexpr model_desc describe = [] {
+  static_assert(detail::host_compiler<Model>,
+                "mstar::describe<Model> needs a host compiler: nvcc cannot deduce a model's name (a class-type "
+                "template argument), so it cannot take a model apart without validating it. Way out: call "
+                "describe from a .cpp translation unit, or read Model::descriptor, which validates the model.");
+  return model_desc{};
+}();
+#else
 template <class Model>
 inline constexpr model_desc describe = detail::describe_unchecked(static_cast<Model*>(nullptr));
+#endif
 
 } // namespace mstar

@@ -30,6 +30,7 @@ inline constexpr std::size_t max_findings = 64;
 //   unknown_dependency                     the unknown key's position in the resource's depends_on
 //   preplan_dependency                     the dependency that does not pre-plan, in model_desc's resources
 //   lane_second_side_node                  the node that holds the worker's side lane, in model_desc's nodes
+//   lane_chain_dependency                  the dependency the node does not declare, in model_desc's resources
 // The YAML path uses it to point at the exact list entry and to name both sides in its fix.
 struct finding {
   mstar::rule rule{};
@@ -107,6 +108,50 @@ constexpr std::size_t count_keyed(const model_desc& m, std::string_view key) {
   return n;
 }
 
+// The bytes a recurrent pool holds, in double: four dimensions of up to 2^32 overflow any integer.
+constexpr double pool_bytes(const resource_desc& res) {
+  double bytes = static_cast<double>(size_of(res.element)) * res.layers * res.slots;
+  for (auto d : res.state_shape)
+    bytes *= d;
+  return res.state_shape.empty() ? 0.0 : bytes;
+}
+
+// Sizes and options: what a resource or worker holds, judged alone. A resource breaks at most one
+// of its kind's size rules: the lower bounds first, then the limits, then the pool's bytes.
+constexpr void check_values(const model_desc& m, report& r) {
+  for (std::size_t i = 0; i < m.resources.size(); ++i) {
+    const auto& res = m.resources[i];
+    if (res.kind == resource_kind::recurrent_pool) {
+      bool zero_dim = res.state_shape.empty(), huge_dim = false;
+      for (auto d : res.state_shape) {
+        zero_dim = zero_dim || d == 0;
+        huge_dim = huge_dim || d > max_state_dim;
+      }
+      if (zero_dim || res.layers == 0 || res.slots < 2)
+        r.add({.rule = rule::bad_geometry, .resource = u8(i)});
+      else if (huge_dim || res.layers > max_layers || res.slots > max_slots)
+        r.add({.rule = rule::pool_limits, .resource = u8(i)});
+      else if (pool_bytes(res) > max_pool_bytes)
+        r.add({.rule = rule::pool_bytes, .resource = u8(i)});
+    } else if (res.kv_keyed_snapshots) {
+      r.add({.rule = rule::snapshots_not_pool, .resource = u8(i)});
+    }
+    if (res.kind == resource_kind::kv_cache) {
+      if (res.blocks == 0 || res.block_tokens == 0)
+        r.add({.rule = rule::kv_geometry, .resource = u8(i)});
+      else if (res.blocks > max_blocks || res.block_tokens > max_block_tokens)
+        r.add({.rule = rule::kv_limits, .resource = u8(i)});
+    }
+  }
+  for (std::size_t w = 0; w < m.workers.size(); ++w) {
+    const auto& wk = m.workers[w];
+    if (wk.tp == 0 || wk.sp == 0)
+      r.add({.rule = rule::bad_parallel, .worker = u8(w)});
+    else if (wk.tp > max_parallel || wk.sp > max_parallel || wk.streams > max_streams)
+      r.add({.rule = rule::worker_limits, .worker = u8(w)});
+  }
+}
+
 constexpr void check_structure(const model_desc& m, report& r) {
   for (std::size_t i = 0; i < m.resources.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
@@ -156,17 +201,6 @@ constexpr void check_structure(const model_desc& m, report& r) {
       if (index_of(list, list[i]) != i) r.add({.rule = rule::duplicate_entry, .resource = u8(res), .other = u8(i)});
   }
 
-  for (std::size_t i = 0; i < m.resources.size(); ++i) {
-    const auto& res = m.resources[i];
-    if (res.kind == resource_kind::recurrent_pool) {
-      bool zero_dim = res.state_shape.empty();
-      for (auto d : res.state_shape)
-        zero_dim = zero_dim || d == 0;
-      if (zero_dim || res.layers == 0 || res.slots < 2) r.add({.rule = rule::bad_geometry, .resource = u8(i)});
-    } else if (res.kv_keyed_snapshots) {
-      r.add({.rule = rule::snapshots_not_pool, .resource = u8(i)});
-    }
-  }
 
   for (std::size_t n = 0; n < m.nodes.size(); ++n)
     for (auto key : m.nodes[n].resources)
@@ -180,7 +214,6 @@ constexpr void check_structure(const model_desc& m, report& r) {
         r.add({.rule = rule::unknown_node, .group = u8(g), .other = index_of(m.groups[g].nodes, name)});
   for (std::size_t w = 0; w < m.workers.size(); ++w) {
     const auto& wk = m.workers[w];
-    if (wk.tp == 0 || wk.sp == 0) r.add({.rule = rule::bad_parallel, .worker = u8(w)});
     for (auto name : wk.groups)
       if (named_index(m.groups, name) == no_index)
         r.add({.rule = rule::unknown_group, .worker = u8(w), .other = index_of(wk.groups, name)});
@@ -321,6 +354,13 @@ constexpr void check_side_lanes(const model_desc& m, report& r) {
               shared = shared || (o != n && m.nodes[o].resources.contains(key));
             if (shared) refuse(rule::lane_shared_pool, ri);
             if (res.kv_keyed_snapshots) refuse(rule::lane_kv_keyed_pool, ri);
+            // A side pool is planned beside the chain: reading a resource the node does not declare
+            // would read the chain's state while the plan thread stages the next chain step.
+            for (auto dep : res.depends_on)
+              if (!node.resources.contains(dep) && resource_index(m, dep) != no_index) {
+                refuse(rule::lane_chain_dependency, ri, resource_index(m, dep));
+                break;
+              }
             break;
           }
           }
@@ -341,11 +381,12 @@ constexpr void check_side_lanes(const model_desc& m, report& r) {
 
 } // namespace detail
 
-// Judges a model description: structure, dependency order, side-lane admission. The report lists
+// Judges a model description: structure, sizes, dependency order, side-lane admission. The report lists
 // every broken rule (up to max_findings), and for a sound model each node's lane and side-lane keys.
 constexpr report validate(const model_desc& m) {
   report r;
   detail::check_structure(m, r);
+  detail::check_values(m, r);
   if (!r.ok()) return r; // the later rules index by name and need a sound structure
   detail::check_dependencies(m, r);
   detail::check_side_lanes(m, r);

@@ -3,9 +3,9 @@
 
 A case is a small .cpp whose leading comment lines carry directives:
 
-  // expect-rule: lane_kv_cache           the rule that must fire; its sentence is read from
-                                          include/mstar/rules.hpp (sentence() maps the rule to its
-                                          MSTAR_SENTENCE_* macro), so the case cannot drift from it
+  // expect-rule: lane_kv_cache           the rule that must fire; its sentence is read from its
+                                          row of the rule table, include/mstar/rules.def, so the
+                                          case cannot drift from it
   // also-rule: duplicate_node            another rule that may fire with it (inherent to the shape)
   // expect-node: CodecChunk "codec_chunk"    the offending types, as the diagnostic names them:
   // expect-resource: qwen3_tts::KvCache "kv_cache"   nvcc prints the alias, g++ spells the type out
@@ -21,8 +21,8 @@ rule's instantiation does not name the expected types, or when an error other th
 static_asserts appears (the snippet failed for some other reason).
 
 Usage:
-  run_case.py --rules RULES_HPP [-I DIR ...] CASE -- COMPILER ARGS...
-  run_case.py --coverage --rules RULES_HPP --cases DIR --registered NAME... [--not-expressible RULE...]
+  run_case.py --rules RULES_DEF [-I DIR ...] CASE -- COMPILER ARGS...
+  run_case.py --coverage --rules RULES_DEF --cases DIR --registered NAME... [--not-expressible RULE...]
 """
 
 import argparse
@@ -54,25 +54,18 @@ def c_string_literals(text):
     return "".join(out)
 
 
-def read_rules(rules_hpp):
-    """Returns (rule ids in enum order, {rule id: sentence}) from rules.hpp."""
-    with open(rules_hpp, encoding="utf-8") as f:
-        src = f.read()
-    macros = {}
-    for m in re.finditer(r"^#define\s+(MSTAR_SENTENCE_\w+)((?:[^\n]*\\\n)*[^\n]*)", src, re.M):
-        macros[m.group(1)] = normalize(c_string_literals(m.group(2)))
-    enum = re.search(r"enum class rule\b[^{]*\{([^}]*)\}", src)
-    if not enum:
-        fail(f"{rules_hpp}: no 'enum class rule' found")
-    ids = [x.strip() for x in enum.group(1).split(",") if x.strip()]
-    sentences = {}
-    for rid, macro in re.findall(r"case rule::(\w+):\s*return (MSTAR_SENTENCE_\w+);", src):
-        if macro not in macros:
-            fail(f"{rules_hpp}: sentence() returns {macro}, which is not defined")
-        sentences[rid] = macros[macro]
-    missing = [r for r in ids if r not in sentences]
-    if missing:
-        fail(f"{rules_hpp}: sentence() has no case for {', '.join(missing)}")
+def read_rules(rules_def):
+    """Returns (rule ids in table order, {rule id: sentence}) from the rule table, rules.def."""
+    with open(rules_def, encoding="utf-8") as f:
+        src = "\n".join(line for line in f.read().splitlines() if not line.lstrip().startswith("//"))
+    ids, sentences = [], {}
+    for kind, rid, literals in re.findall(r'MSTAR_RULE\(\s*(\w+)\s*,\s*(\w+)\s*,((?:\s*"(?:[^"\\]|\\.)*")+)\s*\)', src):
+        if rid in sentences:
+            fail(f"{rules_def}: rule {rid} has two rows")
+        ids.append(rid)
+        sentences[rid] = normalize(c_string_literals(literals))
+    if not ids:
+        fail(f"{rules_def}: no MSTAR_RULE(kind, id, sentence) rows")
     return ids, sentences
 
 
@@ -222,7 +215,7 @@ def run_case(args, compiler_cmd):
     case = parse_case(args.case)
     for r in ([case["rule"]] if case["rule"] else []) + case["also"]:
         if r not in sentences:
-            fail(f"{args.case}: unknown rule '{r}' (rules.hpp has: {', '.join(ids)})")
+            fail(f"{args.case}: unknown rule '{r}' (rules.def has: {', '.join(ids)})")
 
     cmd = list(compiler_cmd) + [f"-I{d}" for d in args.include] + [args.case]
     env = dict(os.environ, LC_ALL="C", LANG="C")
@@ -314,10 +307,10 @@ def coverage(args):
                             "as not expressible in C++ (with the reason) in tests/compile_fail/meson.build")
     for r in args.not_expressible:
         if r not in ids:
-            problems.append(f"rule {r} is listed as not expressible, but rules.hpp has no such rule")
+            problems.append(f"rule {r} is listed as not expressible, but rules.def has no such rule")
     for r in by_rule:
         if r not in ids:
-            problems.append(f"cases {', '.join(by_rule[r])} expect rule {r}, which rules.hpp does not have")
+            problems.append(f"cases {', '.join(by_rule[r])} expect rule {r}, which rules.def does not have")
     if problems:
         for p in problems:
             print("FAIL: " + p)

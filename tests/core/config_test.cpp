@@ -116,6 +116,13 @@ std::vector<rule_case> rule_cases() {
       {rule::bad_geometry, "slots: 9", "slots: 1", true},
       {rule::snapshots_not_pool, "{kind: kv_cache,", "{kind: kv_cache, kv_keyed_snapshots: true,", true},
       {rule::bad_parallel, "    tp: 1\n", "    tp: 0\n", true},
+      {rule::kv_geometry, "blocks: 64", "blocks: 0", true},
+      {rule::kv_geometry, "block_tokens: 16", "block_tokens: 0", true},
+      {rule::kv_limits, "block_tokens: 16", "block_tokens: 65537", true},
+      {rule::pool_limits, "layers: 8", "layers: 5000", true},
+      {rule::pool_bytes, "shape: [16, 1024]", "shape: [16777216, 16777216]", true},
+      {rule::worker_limits, "    tp: 1\n", "    tp: 1025\n", true},
+      {rule::worker_limits, "    streams: 1\n", "    streams: 65\n", true},
       {rule::unknown_dependency, "[kv_cache, positions]", "[kv_cache, position]", true},
       {rule::self_dependency, "[kv_cache, positions]", "[kv_cache, positions, attention]", true},
       {rule::dependency_cycle, "{kind: kv_cache,", "{kind: kv_cache, depends_on: [attention],", true},
@@ -130,6 +137,7 @@ std::vector<rule_case> rule_cases() {
        "stop_checks",
        true},
       {rule::lane_kv_keyed_pool, "{kind: recurrent_pool,", "{kind: recurrent_pool, kv_keyed_snapshots: true,", true},
+      {rule::lane_chain_dependency, "slots: 9}", "slots: 9, depends_on: [kv_cache]}", true},
       {rule::lane_resident_walks, "[codec_state]}", "[codec_state], walks: [resident]}", true},
       {rule::lane_parallel, "    tp: 1\n", "    tp: 2\n", true},
       {rule::lane_alone_on_worker, talker_group, "", false},
@@ -246,6 +254,60 @@ TEST_CASE("Config.a_repeated_list_entry_is_refused_alike_by_the_cpp_and_the_yaml
   const auto w = mstar::parse_model(edit(base_yaml, "[codec_state]}", "[codec_state], walks: [chain, chain]}"));
   REQUIRE_FALSE(w.ok());
   CHECK(w.errors()[0].rule_id == "duplicate_walk");
+}
+
+namespace value_models {
+namespace q = qwen3_tts;
+// clang-format off
+template <class Kv>
+using with_kv = mstar::model<"m", mstar::worker<"gpu0", mstar::group<"Talker",
+                                  mstar::node<"talker_decode", mstar::declares<Kv>, mstar::walk::chain>>, q::Codec>>;
+template <class Pool>
+using with_pool = mstar::model<"m", mstar::worker<"gpu0", q::Talker,
+                                    mstar::group<"Codec", mstar::side_stream, mstar::node<"codec_chunk", mstar::declares<Pool>>>>>;
+using ZeroBlocks = with_kv<mstar::kv_cache<"kv_cache", mstar::blocks<0>, mstar::block_tokens<16>>>;
+using WideBlocks = with_kv<mstar::kv_cache<"kv_cache", mstar::blocks<64>, mstar::block_tokens<65537>>>;
+using DeepPool   = with_pool<mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 1024>, 5000, 9>>;
+using HugePool   = with_pool<mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16777216, 16777216>, 8, 9>>;
+using ChainPool  = with_pool<mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 1024>, 8, 9,
+                                                   mstar::depends_on<"kv_cache">>>;
+using ManyStreams = mstar::model<"m", mstar::worker<"gpu0", mstar::streams<65>, q::Talker, q::Codec>>;
+// clang-format on
+template <class M>
+mstar::report judge() {
+  return mstar::validate(mstar::describe<M>);
+}
+} // namespace value_models
+
+TEST_CASE("Config.every_value_rule_refuses_a_cpp_model_and_the_same_yaml_alike") {
+  // Each C++ description (judged without its static_asserts; tests/compile_fail checks that they
+  // fire) and its YAML twin break one value rule, found on the same resource or worker.
+  struct twin {
+    mstar::report (*cpp)();
+    std::string from, to;
+    std::string names; // what both name
+  };
+  using namespace value_models;
+  const std::vector<twin> twins{
+      {judge<ZeroBlocks>, "blocks: 64", "blocks: 0", "resource 'kv_cache'"},
+      {judge<WideBlocks>, "block_tokens: 16", "block_tokens: 65537", "resource 'kv_cache'"},
+      {judge<DeepPool>, "layers: 8", "layers: 5000", "resource 'codec_state'"},
+      {judge<HugePool>, "shape: [16, 1024]", "shape: [16777216, 16777216]", "resource 'codec_state'"},
+      {judge<ManyStreams>, "    streams: 1\n", "    streams: 65\n", "worker 'gpu0'"},
+      {judge<ChainPool>, "slots: 9}", "slots: 9, depends_on: [kv_cache]}", "resource 'codec_state'"},
+  };
+  for (const auto& t : twins) {
+    const auto verdict = t.cpp();
+    REQUIRE(verdict.findings.size() == 1);
+    const auto rule = verdict.findings[0].rule;
+    CAPTURE(mstar::id_of(rule));
+    CHECK((mstar::kind_of(rule) == mstar::rule_kind::value || rule == mstar::rule::lane_chain_dependency));
+    const auto r = mstar::parse_model(edit(base_yaml, t.from, t.to), "twin.yaml");
+    REQUIRE_MESSAGE(r.errors().size() == 1, all_messages(r));
+    CHECK(r.errors()[0].rule_id == mstar::id_of(rule));
+    CHECK(r.errors()[0].message.find(std::string(mstar::sentence(rule))) != std::string::npos);
+    CHECK(r.errors()[0].message.find(t.names) != std::string::npos);
+  }
 }
 
 TEST_CASE("Config.a_side_node_refused_for_its_own_reason_leaves_the_lane_to_the_next_one") {

@@ -258,13 +258,19 @@ using CodecStateF32 = mstar::recurrent_pool<"codec_state", float, mstar::shape<1
 using OneSlot       = mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 1024>, 8, 1>;
 using ZeroDim       = mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 0>, 8, 257>;
 using NoLayers      = mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 1024>, 0, 257>;
-using KeyedKv       = mstar::kv_cache<"kv_cache", mstar::kv_keyed_snapshots>;
+using KeyedKv       = mstar::kv_cache<"kv_cache", mstar::blocks<64>, mstar::block_tokens<16>, mstar::kv_keyed_snapshots>;
 using TypoAttention = mstar::attention<"attention", mstar::depends_on<"kv_cache", "position">>;
 using SelfPositions = mstar::positions<"positions", mstar::depends_on<"positions">>;
-using CycleKv       = mstar::kv_cache<"kv_cache", mstar::depends_on<"attention">>;
+using CycleKv       = mstar::kv_cache<"kv_cache", mstar::blocks<64>, mstar::block_tokens<16>, mstar::depends_on<"attention">>;
 using CycleAttn     = mstar::attention<"attention", mstar::depends_on<"kv_cache">>;
 using LatePositions = mstar::positions<"positions", mstar::no_preplan>;
 using BlindAttention = mstar::attention<"attention", mstar::depends_on<"kv_cache">>;
+using NoBlocks      = mstar::kv_cache<"kv_cache", mstar::block_tokens<16>>;
+using HugeBlocks    = mstar::kv_cache<"kv_cache", mstar::blocks<(1u << 24) + 1>, mstar::block_tokens<16>>;
+using DeepState     = mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 1024>, 5000, 257>;
+using HugeState     = mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<1u << 24, 1u << 24>, 8, 257>;
+using ChainState    = mstar::recurrent_pool<"codec_state", mstar::bf16, mstar::shape<16, 1024>, 8, 257,
+                                            mstar::depends_on<"kv_cache">>;
 template <class... Resources>
 using talker_declaring = mstar::group<"Talker", mstar::node<"talker_decode", mstar::declares<Resources...>, mstar::walk::chain>>;
 template <class TalkerGroup>
@@ -327,6 +333,25 @@ struct snapshots_on_kv : refusal<with_talker<talker_declaring<KeyedKv>>, rule::s
 struct zero_tp : refusal<colocated<q::CodecChunk, mstar::tp<0>>, rule::bad_parallel> {
   static constexpr std::string_view node = "", resource = "";
 };
+struct no_blocks : refusal<with_talker<talker_declaring<NoBlocks>>, rule::kv_geometry> {
+  static constexpr std::string_view node = "", resource = "kv_cache";
+};
+struct huge_kv : refusal<with_talker<talker_declaring<HugeBlocks>>, rule::kv_limits> {
+  static constexpr std::string_view node = "", resource = "kv_cache";
+};
+struct deep_state : refusal<colocated<mstar::node<"codec_chunk", mstar::declares<DeepState>>>, rule::pool_limits> {
+  static constexpr std::string_view node = "", resource = "codec_state";
+};
+struct huge_state : refusal<colocated<mstar::node<"codec_chunk", mstar::declares<HugeState>>>, rule::pool_bytes> {
+  static constexpr std::string_view node = "", resource = "codec_state";
+};
+struct many_streams : refusal<colocated<q::CodecChunk, mstar::streams<65>>, rule::worker_limits> {
+  static constexpr std::string_view node = "", resource = "";
+};
+struct chain_dependency_on_lane
+    : refusal<colocated<mstar::node<"codec_chunk", mstar::declares<ChainState>>>, rule::lane_chain_dependency> {
+  static constexpr std::string_view node = "codec_chunk", resource = "codec_state";
+};
 struct unknown_dependency
     : refusal<with_talker<talker_declaring<q::KvCache, TypoAttention, q::Positions>>, rule::unknown_dependency> {
   static constexpr std::string_view node = "", resource = "attention";
@@ -352,7 +377,8 @@ struct attention_positions
       spans_on_lane, stop_checks_on_lane, second_side_node, second_side_group, duplicate_resource, duplicate_node,     \
       duplicate_group, duplicate_worker, node_twice_in_group, resource_twice_in_node, group_twice_in_worker,           \
       dependency_twice, one_slot, zero_dimension, no_layers, snapshots_on_kv, zero_tp, unknown_dependency,             \
-      self_dependency, dependency_cycle, preplan_dependency, attention_positions
+      self_dependency, dependency_cycle, preplan_dependency, attention_positions, no_blocks, huge_kv, deep_state,     \
+      huge_state, many_streams, chain_dependency_on_lane
 
 // Compile-time proof, per refusal, that the one change breaks exactly its rule.
 template <class... R>
@@ -481,7 +507,7 @@ TEST_CASE("resources come in dependency order: every resource after the resource
   // Declared in the reverse of dependency order, so a validator that kept declaration order fails.
   using A = mstar::sampler<"a", mstar::depends_on<"b">>;
   using B = mstar::positions<"b", mstar::depends_on<"c", "d">>;
-  using C = mstar::kv_cache<"c", mstar::depends_on<"d">>;
+  using C = mstar::kv_cache<"c", mstar::blocks<64>, mstar::block_tokens<16>, mstar::depends_on<"d">>;
   using D = mstar::attention<"d", mstar::depends_on<"e">>;
   using E = mstar::positions<"e">;
   using M =
@@ -624,6 +650,21 @@ std::vector<broken> broken_models() {
       {"kv_cache with KV-keyed snapshots", rule::snapshots_not_pool,
        [](M m) { m.resources[0].kv_keyed_snapshots = true; }, "", "kv_cache", "", ""},
       {"gpu0 with sp 0", rule::bad_parallel, [](M m) { m.workers[0].sp = 0; }, "", "", "", "gpu0"},
+      {"kv_cache with no blocks", rule::kv_geometry, [](M m) { m.resources[0].blocks = 0; }, "", "kv_cache", "", ""},
+      {"kv_cache with no tokens per block", rule::kv_geometry, [](M m) { m.resources[0].block_tokens = 0; }, "",
+       "kv_cache", "", ""},
+      {"kv_cache with 65537 tokens per block", rule::kv_limits, [](M m) { m.resources[0].block_tokens = 65537; }, "",
+       "kv_cache", "", ""},
+      {"codec_state with 2^20 + 1 slots", rule::pool_limits, [](M m) { m.resources[4].slots = (1u << 20) + 1; }, "",
+       "codec_state", "", ""},
+      {"codec_state with a dimension of 2^24 + 1", rule::pool_limits,
+       [](M m) { m.resources[4].state_shape[0] = (1u << 24) + 1; }, "", "codec_state", "", ""},
+      {"codec_state of 2^24 x 2^24 elements", rule::pool_bytes,
+       [](M m) { m.resources[4].state_shape = {1u << 24, 1u << 24}; }, "", "codec_state", "", ""},
+      {"gpu0 with tp 1025", rule::worker_limits, [](M m) { m.workers[0].tp = 1025; }, "", "", "", "gpu0"},
+      {"gpu0 with 65 streams", rule::worker_limits, [](M m) { m.workers[0].streams = 65; }, "", "", "", "gpu0"},
+      {"codec_state depends on the KV cache, which codec_chunk does not declare", rule::lane_chain_dependency,
+       [](M m) { m.resources[4].depends_on.push_back("kv_cache"); }, "codec_chunk", "codec_state", "Codec", "gpu0"},
       {"attention depends on a misspelt key", rule::unknown_dependency,
        [](M m) { m.resources[1].depends_on.push_back("position"); }, "", "attention", "", ""},
       {"positions depend on themselves", rule::self_dependency,

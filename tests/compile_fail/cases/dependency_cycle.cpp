@@ -4,7 +4,7 @@
 #include "qwen3_tts/model.hpp"
 
 // clang-format off
-using KvCache      = mstar::kv_cache<"kv_cache", mstar::depends_on<"attention">>;
+using KvCache      = mstar::kv_cache<"kv_cache", mstar::blocks<64>, mstar::block_tokens<16>, mstar::depends_on<"attention">>;
 using Attention    = mstar::attention<"attention", mstar::depends_on<"kv_cache">>;
 using TalkerDecode = mstar::node<"talker_decode", mstar::declares<KvCache, Attention>, mstar::walk::chain>;
 using Talker       = mstar::group<"Talker", TalkerDecode>;
