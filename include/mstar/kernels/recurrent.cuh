@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
