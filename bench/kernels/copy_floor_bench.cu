@@ -20,6 +20,8 @@
 
 #include <cuda_runtime.h>
 
+#include "../common/graph_timing.cuh"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -38,46 +40,7 @@ namespace {
 namespace mk = mstar::kernels;
 using elem = mstar::bf16;
 
-#define CUDA_OK(call)                                                                                   \
-  do {                                                                                                  \
-    const cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-// The same timing as recurrent_bench.cu: graph of `calls` calls, 2 warm-up replays, median of 7.
-template <class F>
-double time_per_call_us(cudaStream_t stream, int calls, F&& f) {
-  cudaGraph_t graph = nullptr;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) f(i);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  CUDA_OK(cudaEventCreate(&a));
-  CUDA_OK(cudaEventCreate(&b));
-  for (int w = 0; w < 2; ++w) CUDA_OK(cudaGraphLaunch(exec, stream));
-  std::vector<double> us;
-  for (int r = 0; r < 7; ++r) {
-    CUDA_OK(cudaEventRecord(a, stream));
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    CUDA_OK(cudaEventRecord(b, stream));
-    CUDA_OK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_OK(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(double(ms) * 1000.0 / calls);
-  }
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventDestroy(a));
-  CUDA_OK(cudaEventDestroy(b));
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
+using mstar_bench::time_per_call_us;
 
 int calls_for(std::size_t moved) {
   return int(std::clamp<std::size_t>((std::size_t(256) << 20) / std::max<std::size_t>(moved, 1), 5, 200));

@@ -13,10 +13,13 @@
 // as in a real step, for the kernels and for memcpy alike (both read and write the same number of
 // bytes per call; the kernels also read the slot table, which they keep in L2); the small-step table
 // runs on one copy (L2-hot). Element type bf16.
-#include <mstar/kernels/recurrent.cuh>  // for detail::tuning() and detail::swept_policies, the sweep
+#include <mstar/kernels/recurrent.cuh>
 
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
+
+#include "../common/graph_timing.cuh"
+#include "recurrent_sweep.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -35,53 +38,7 @@ namespace {
 namespace mk = mstar::kernels;
 using elem = mstar::bf16;
 
-#define CUDA_OK(call)                                                                                   \
-  do {                                                                                                  \
-    const cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-template <class F>
-double time_per_call_us(cudaStream_t stream, int calls, F&& f, std::size_t* nodes_per_call = nullptr) {
-  if (nodes_per_call != nullptr) {  // one call alone: how many graph nodes (kernel launches) it makes
-    cudaGraph_t g = nullptr;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    f(0);
-    CUDA_OK(cudaStreamEndCapture(stream, &g));
-    CUDA_OK(cudaGraphGetNodes(g, nullptr, nodes_per_call));
-    CUDA_OK(cudaGraphDestroy(g));
-  }
-  cudaGraph_t graph = nullptr;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) f(i);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  CUDA_OK(cudaEventCreate(&a));
-  CUDA_OK(cudaEventCreate(&b));
-  for (int w = 0; w < 2; ++w) CUDA_OK(cudaGraphLaunch(exec, stream));
-  std::vector<double> us;
-  for (int r = 0; r < 7; ++r) {
-    CUDA_OK(cudaEventRecord(a, stream));
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    CUDA_OK(cudaEventRecord(b, stream));
-    CUDA_OK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_OK(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(double(ms) * 1000.0 / calls);
-  }
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventDestroy(a));
-  CUDA_OK(cudaEventDestroy(b));
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
+using mstar_bench::time_per_call_us;
 
 __global__ void fill_kernel(std::uint8_t* p, std::size_t bytes, std::uint64_t seed) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < bytes; i += std::size_t(gridDim.x) * blockDim.x) {
@@ -204,11 +161,13 @@ std::vector<multi_case> multi_cases() {
 // The general kernels the several-pools section also forces, and their names.
 struct forced {
   mk::detail::general_kernel kind;
-  int units;  // a thread, below launch_policy::unroll_from_waves
+  bool search;  // the per-thread search kernel (recurrent_sweep.cuh) instead of kind
+  int units;    // a thread, below launch_policy::unroll_from_waves
 };
-constexpr forced forced_kernels[] = {{mk::detail::general_kernel::grid, 1},   {mk::detail::general_kernel::tiles, 1},
-                                     {mk::detail::general_kernel::search, 1}, {mk::detail::general_kernel::map, 1},
-                                     {mk::detail::general_kernel::grid, 2},   {mk::detail::general_kernel::map, 2}};
+constexpr forced forced_kernels[] = {
+    {mk::detail::general_kernel::grid, false, 1},     {mk::detail::general_kernel::tiles, false, 1},
+    {mk::detail::general_kernel::automatic, true, 1}, {mk::detail::general_kernel::map, false, 1},
+    {mk::detail::general_kernel::grid, false, 2},     {mk::detail::general_kernel::map, false, 2}};
 constexpr const char* forced_names[] = {"grid", "tiles", "srch", "map", "grid2", "map2"};
 
 // MSTAR_BENCH_PROFILE (see main).
@@ -225,15 +184,15 @@ int profile_tables(cudaStream_t stream, std::mt19937_64& rng, std::size_t l2, co
     const auto wanted_here = [&](const std::string& n) { return label.find(n) != std::string::npos; };
     if (std::none_of(names.begin(), names.end(), wanted_here)) continue;
     auto sets = sets_of(mc.shapes, mc.rows, l2, rng);
-    const auto once = [&](const char* variant, mk::detail::launch_policy policy) {
-      const mk::detail::launch_policy saved = mk::detail::tuning();
-      mk::detail::tuning() = policy;
+    const auto once = [&](const char* variant, mstar_bench::swept_policy policy) {
+      const mstar_bench::swept_policy saved = mstar_bench::tuning();
+      mstar_bench::tuning() = policy;
       for (int dir = 0; dir < 2; ++dir) {
         const auto call = [&](step& s) {
           if (dir == 0)
-            mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+            mstar_bench::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
           else
-            mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+            mstar_bench::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
         };
         for (int pass = 0; pass < 2; ++pass)  // warm-up: every copy, twice; copy 0 was touched k - 1 calls ago
           for (auto& s : sets) call(*s);
@@ -244,13 +203,14 @@ int profile_tables(cudaStream_t stream, std::mt19937_64& rng, std::size_t l2, co
         CUDA_OK(cudaProfilerStop());
         std::printf("profiled %d: %s | %s %s\n", profiled++, label.c_str(), variant, dir == 0 ? "gather" : "scatter");
       }
-      mk::detail::tuning() = saved;
+      mstar_bench::tuning() = saved;
     };
-    once("default", mk::detail::launch_policy{});
+    once("default", mstar_bench::swept_policy{});
     if (mc.shapes.size() < 2) continue;  // one pool: the strided kernel only
     for (std::size_t f = 0; f < std::size(forced_kernels); ++f) {
-      mk::detail::launch_policy p{};
+      mstar_bench::swept_policy p{};
       p.general = forced_kernels[f].kind;
+      p.search = forced_kernels[f].search;
       p.small_unroll = forced_kernels[f].units;
       once(forced_names[f], p);
     }
@@ -280,7 +240,7 @@ int main() {
   };
   const auto round_calls = [](int calls, std::size_t k) { return int((std::size_t(calls) + k - 1) / k * k); };
 
-  // Launch-policy sweep: every variant of detail::swept_policies, gather and scatter, HBM-resident.
+  // Launch-policy sweep: every variant of mstar_bench::swept_policies, gather and scatter, HBM-resident.
   // MSTAR_BENCH_SWEEP=0 skips it; MSTAR_BENCH_POLICY=<index> runs the tables below under that variant,
   // =auto under the sweep's best (highest worst ratio to memcpy from 8 MiB moved, with one 1 MiB row
   // >= 0.6 and 1 x 4 KiB <= 3 us); unset, under the launcher's default.
@@ -293,11 +253,11 @@ int main() {
   if (profile_env != nullptr && profile_env[0] != 0) return profile_tables(stream, rng, l2, profile_env);
   const char* policy_env = std::getenv("MSTAR_BENCH_POLICY");
   const bool sweep = sweep_env == nullptr || sweep_env[0] != '0';
-  constexpr std::size_t nvar = std::size(mk::detail::swept_policies);
+  constexpr std::size_t nvar = std::size(mstar_bench::swept_policies);
   if (sweep) {
     std::printf("\n== launch-policy sweep, HBM-resident (us per call; g = gather, s = scatter; memcpy same bytes) ==\n");
     std::printf("%6s %8s %8s   ", "rows", "row", "moved");
-    for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7s", mk::detail::swept_policy_names[v]);
+    for (std::size_t v = 0; v < nvar; ++v) std::printf(" %7s", mstar_bench::swept_policy_names[v]);
     std::printf(" | %7s\n", "memcpy");
     struct policy_case {
       std::int32_t rows;
@@ -314,17 +274,17 @@ int main() {
       const int calls = round_calls(calls_for(moved), k);
       std::vector<double> tg(nvar), ts(nvar);
       for (std::size_t v = 0; v < nvar; ++v) {
-        mk::detail::tuning() = mk::detail::swept_policies[v];
+        mstar_bench::tuning() = mstar_bench::swept_policies[v];
         tg[v] = time_per_call_us(stream, calls, [&](int i) {
           step& s = *sets[std::size_t(i) % k];
-          mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+          mstar_bench::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
         });
         ts[v] = time_per_call_us(stream, calls, [&](int i) {
           step& s = *sets[std::size_t(i) % k];
-          mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+          mstar_bench::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
         });
       }
-      mk::detail::tuning() = mk::detail::launch_policy{};
+      mstar_bench::tuning() = mstar_bench::swept_policy{};
       const double m = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
         s.memcpy_baseline(stream);
@@ -353,16 +313,16 @@ int main() {
       for (std::size_t v = 0; v < nvar; ++v)
         if (one_row[v] >= 0.6 && tiny[v] <= 3.0 && (best == nvar || worst_big[v] > worst_big[best])) best = v;
       if (best < nvar) {
-        mk::detail::tuning() = mk::detail::swept_policies[best];
-        std::printf("tables below run under the sweep's best: %s\n", mk::detail::swept_policy_names[best]);
+        mstar_bench::tuning() = mstar_bench::swept_policies[best];
+        std::printf("tables below run under the sweep's best: %s\n", mstar_bench::swept_policy_names[best]);
       }
     }
   }
   if (policy_env != nullptr && std::string(policy_env) != "auto") {
     const std::size_t v = std::size_t(std::atoi(policy_env));
     if (v < nvar) {
-      mk::detail::tuning() = mk::detail::swept_policies[v];
-      std::printf("tables below run under policy %s\n", mk::detail::swept_policy_names[v]);
+      mstar_bench::tuning() = mstar_bench::swept_policies[v];
+      std::printf("tables below run under policy %s\n", mstar_bench::swept_policy_names[v]);
     }
   }
 
@@ -379,11 +339,11 @@ int main() {
       std::size_t gnodes = 0, snodes = 0;
       const double g = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
-        mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        mstar_bench::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
       }, &gnodes);
       const double sc = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
-        mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        mstar_bench::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
       }, &snodes);
       const double m = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
@@ -420,11 +380,11 @@ int main() {
     std::size_t gnodes = 0, snodes = 0;
     const double g = time_per_call_us(stream, calls, [&](int i) {
       step& s = *sets[std::size_t(i) % k];
-      mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+      mstar_bench::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
     }, &gnodes);
     const double sc = time_per_call_us(stream, calls, [&](int i) {
       step& s = *sets[std::size_t(i) % k];
-      mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+      mstar_bench::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
     }, &snodes);
     const double m = time_per_call_us(stream, calls, [&](int i) { sets[std::size_t(i) % k]->memcpy_baseline(stream); });
     const double rg = m / g, rs = m / sc;
@@ -432,20 +392,21 @@ int main() {
     fails += ok ? 0 : 1;
     std::printf("%-34s %5d %8.2fMiB | %9.2f %9.2f %9.2f | %6.2f %6.2f %2zu/%zu", mc.name, mc.rows,
                 double(moved) / (1 << 20), g, sc, m, rg, rs, gnodes, snodes);
-    for (const auto [kind, units] : forced_kernels) {
+    for (const auto [kind, search, units] : forced_kernels) {
       if (mc.shapes.size() < 2) break;  // one pool: the strided kernel
-      const mk::detail::launch_policy saved = mk::detail::tuning();
-      mk::detail::tuning().general = kind;
-      mk::detail::tuning().small_unroll = units;
+      const mstar_bench::swept_policy saved = mstar_bench::tuning();
+      mstar_bench::tuning().general = kind;
+      mstar_bench::tuning().search = search;
+      mstar_bench::tuning().small_unroll = units;
       const double og = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
-        mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        mstar_bench::gather<elem>(s.table, s.slots, s.rows, s.batch, stream);
       });
       const double os = time_per_call_us(stream, calls, [&](int i) {
         step& s = *sets[std::size_t(i) % k];
-        mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
+        mstar_bench::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream);
       });
-      mk::detail::tuning() = saved;
+      mstar_bench::tuning() = saved;
       std::printf(" | %5.2f %5.2f %5.2f %5.2f", og, os, m / og, m / os);
     }
     std::printf(" %s\n", ok ? "" : "<- below target");
@@ -463,9 +424,9 @@ int main() {
   const auto time_step = [&](step& s) {
     const std::size_t moved = 2 * s.moved_one_way;
     std::size_t gn = 0, sn = 0, zn = 0;
-    const double g = time_per_call_us(stream, 200, [&](int) { mk::gather<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &gn);
-    const double sc = time_per_call_us(stream, 200, [&](int) { mk::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &sn);
-    const double z = time_per_call_us(stream, 200, [&](int) { mk::zero_slots<elem>(s.table, s.slots, s.rows, stream); }, &zn);
+    const double g = time_per_call_us(stream, 200, [&](int) { mstar_bench::gather<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &gn);
+    const double sc = time_per_call_us(stream, 200, [&](int) { mstar_bench::scatter<elem>(s.table, s.slots, s.rows, s.batch, stream); }, &sn);
+    const double z = time_per_call_us(stream, 200, [&](int) { mstar_bench::zero_slots<elem>(s.table, s.slots, s.rows, stream); }, &zn);
     const bool ok = (moved > (std::size_t(64) << 10) || std::max({g, sc, z}) <= 3.0) && gn == 1 && sn == 1 && zn == 1;
     fails += ok ? 0 : 1;
     std::printf("%7.1fKiB | %9.2f %9.2f %9.2f | %5zu %5zu %5zu %s\n", double(moved) / 1024, g, sc, z, gn, sn, zn,

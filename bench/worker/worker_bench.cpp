@@ -24,6 +24,7 @@
 #include <mstar/engine.hpp>
 #include <mstar/worker.hpp>
 
+#include "../common/tts_shape_flow.hpp"
 #include "qwen3_tts/model.hpp"
 
 #include <algorithm>
@@ -39,49 +40,8 @@
 namespace {
 
 using Model = qwen3_tts::Model;
-constexpr std::uint8_t prefill = mstar::detail::named_index(Model::descriptor.nodes, "talker_prefill");
-constexpr std::uint8_t decode = mstar::detail::named_index(Model::descriptor.nodes, "talker_decode");
-constexpr std::uint8_t codec = mstar::detail::named_index(Model::descriptor.nodes, "codec_chunk");
-
-constexpr std::uint32_t prompt_tokens = 16; // a prefill's tokens
-
-// Prefill, `frames` decode steps, a codec window every 8 frames; nothing is computed.
-struct bench_flow {
-  struct request_state {
-    std::uint32_t frames = 0, decoded = 0, coded = 0;
-    bool prefilled = false;
-  };
-  using request_input = std::uint32_t; // frames
-  struct payload {
-    std::uint32_t width = 0;
-  };
-  void start(request_state& s, mstar::request_id, std::uint32_t frames) { s.frames = frames; }
-  bool ready(request_state& s, std::uint8_t node, mstar::row& r, payload& p) {
-    if (node == prefill) {
-      r.tokens = prompt_tokens;
-      return !s.prefilled;
-    }
-    if (node == decode) return s.prefilled && s.decoded < s.frames;
-    if (node == codec) {
-      p.width = std::min(8u, s.frames - s.coded);
-      return p.width > 0 && s.decoded - s.coded >= p.width;
-    }
-    return false;
-  }
-  bool landed(request_state& s, std::uint8_t node, const payload& p) {
-    if (node == prefill) s.prefilled = true;
-    if (node == decode) ++s.decoded;
-    if (node == codec) s.coded += p.width;
-    return node == codec;
-  }
-  bool finished(const request_state& s) const { return s.prefilled && s.coded == s.frames; }
-  // A decode row is followed by another unless it is the request's last frame.
-  bool continues(const request_state& s, std::uint8_t node, const payload&) const {
-    return node == decode && s.decoded + 1 < s.frames;
-  }
-  void end(request_state&, mstar::request_id, mstar::request_end) {}
-  std::uint32_t batch_key(std::uint8_t, const payload& p) const { return p.width; }
-};
+using bench_flow = mstar_bench::tts_shape_flow;
+constexpr std::uint32_t prompt_tokens = bench_flow::prompt_tokens;
 
 using Worker = mstar::threaded_worker<Model, mstar::host_backend, bench_flow>;
 

@@ -5,7 +5,7 @@
 #include "../kernels/recurrent_cases.hpp"
 #include "gpu_test.hpp"
 
-#include <mstar/kernels/recurrent.cuh>  // detail::tuning() and detail::swept_policies
+#include "../../bench/kernels/recurrent_sweep.cuh"  // the benchmark's policies, and launchers that honour them
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,6 +16,7 @@
 #include <random>
 #include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 // The launchers come from the Qwen3-TTS library and recurrent_instantiate.cu; this file only needs
@@ -107,7 +108,7 @@ void check_case(std::mt19937_64& rng, const mt::recurrent_case& c, cudaStream_t 
   mt::poison<T>(host_batch);
   dev_batch.poison();
   mk::host::gather<T>(host_table, c.slots.data(), c.rows, host_batch.data() + c.misalign, nullptr);
-  mk::gather<T>(dev_table, dev_slots.ptr, c.rows, dev_batch.ptr + c.misalign, stream);
+  mstar_bench::gather<T>(dev_table, dev_slots.ptr, c.rows, dev_batch.ptr + c.misalign, stream);
   CHECK(pools_match());
   CHECK(mt::same_bytes<T>(dev_batch.download(), host_batch));
 
@@ -115,12 +116,12 @@ void check_case(std::mt19937_64& rng, const mt::recurrent_case& c, cudaStream_t 
   mt::fill_random<T>(host_batch, rng);
   dev_batch.upload(host_batch);
   mk::host::scatter<T>(host_table, c.slots.data(), c.rows, host_batch.data() + c.misalign, nullptr);
-  mk::scatter<T>(dev_table, dev_slots.ptr, c.rows, dev_batch.ptr + c.misalign, stream);
+  mstar_bench::scatter<T>(dev_table, dev_slots.ptr, c.rows, dev_batch.ptr + c.misalign, stream);
   CHECK(pools_match());
 
   // zero_slots: the pools again
   mk::host::zero_slots<T>(host_table, c.freed.data(), std::int32_t(c.freed.size()), nullptr);
-  mk::zero_slots<T>(dev_table, dev_freed.ptr, std::int32_t(c.freed.size()), stream);
+  mstar_bench::zero_slots<T>(dev_table, dev_freed.ptr, std::int32_t(c.freed.size()), stream);
   CHECK(pools_match());
 }
 
@@ -179,12 +180,18 @@ TEST_CASE("tables of many segments of mixed sizes on every general kernel match 
           doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(91);
   stream_guard stream;
-  const mk::detail::launch_policy saved = mk::detail::tuning();
-  for (const auto kind : {mk::detail::general_kernel::automatic, mk::detail::general_kernel::grid,
-                          mk::detail::general_kernel::tiles, mk::detail::general_kernel::search,
-                          mk::detail::general_kernel::map}) {
+  const mstar_bench::swept_policy saved = mstar_bench::tuning();
+  using mk::detail::general_kernel;
+  // search: the per-thread search kernel the others replaced (bench/kernels/recurrent_sweep.cuh)
+  for (const auto& forced : {std::pair{general_kernel::automatic, false}, std::pair{general_kernel::grid, false},
+                             std::pair{general_kernel::tiles, false}, std::pair{general_kernel::automatic, true},
+                             std::pair{general_kernel::map, false}}) {
+    const general_kernel kind = forced.first;
+    const bool search = forced.second;
     CAPTURE(int(kind));
-    mk::detail::tuning().general = kind;
+    CAPTURE(search);
+    mstar_bench::tuning().general = kind;
+    mstar_bench::tuning().search = search;
     for (const std::int32_t rows : quick() ? std::vector<std::int32_t>{1, 33} : std::vector<std::int32_t>{1, 33, 300}) {
       // one large group and two small ones: the large one is cut into many entries, the last one partial
       check_case<float>(rng, mt::make_case(rng, rows, {{1, 8192}, {1, 4}, {1, 5}}, 0), stream.s);
@@ -209,7 +216,7 @@ TEST_CASE("tables of many segments of mixed sizes on every general kernel match 
       check_case<float>(rng, mt::make_case(rng, 256, {{2, 4}, {3, 1024}, {1, 8}}, 0), stream.s);
     }
   }
-  mk::detail::tuning() = saved;
+  mstar_bench::tuning() = saved;
 }
 
 // The map kernel's capacities at their edges (16-byte units, 256 a tile): up to 64 groups, the 256-tile
@@ -219,13 +226,13 @@ TEST_CASE("tables of many segments of mixed sizes on every general kernel match 
 TEST_CASE("the map kernel at the edges of its map sizes matches the host reference" * doctest::skip(!mt::has_gpu())) {
   std::mt19937_64 rng(113);
   stream_guard stream;
-  const mk::detail::launch_policy saved = mk::detail::tuning();
+  const mstar_bench::swept_policy saved = mstar_bench::tuning();
   std::vector<mt::pool_shape> many;
   for (int p = 0; p < 65; ++p) many.push_back({1, p % 2 == 0 ? 64 : 68});
   for (const auto kind : {mk::detail::general_kernel::map, mk::detail::general_kernel::automatic}) {
     CAPTURE(int(kind));
-    mk::detail::tuning() = mk::detail::launch_policy{};
-    mk::detail::tuning().general = kind;
+    mstar_bench::tuning() = mstar_bench::swept_policy{};
+    mstar_bench::tuning().general = kind;
     for (const std::int32_t rows : {63, 64, 65}) // 252, 256, 260 tiles: the 256-tile map, then 4096
       check_case<float>(rng, mt::make_case(rng, rows, {{1, 1024}, {1, 3072}}, 0), stream.s);
     if (!quick()) {
@@ -237,7 +244,7 @@ TEST_CASE("the map kernel at the edges of its map sizes matches the host referen
     check_case<float>(rng, mt::make_case(rng, 600, many, 0), stream.s);  // 2534 tiles: 2560-tile map
     check_case<float>(rng, mt::make_case(rng, 620, many, 0), stream.s);  // 2631 tiles: tiles kernel
   }
-  mk::detail::tuning() = saved;
+  mstar_bench::tuning() = saved;
 }
 
 TEST_CASE("rows of a MiB and more, aligned or not, match the host reference" * doctest::skip(!mt::has_gpu())) {
@@ -257,19 +264,19 @@ TEST_CASE("every launch policy the benchmark sweeps matches the host reference, 
   std::mt19937_64 rng(55);
   stream_guard stream;
   // The swept variants, plus two units a thread from the first item through every kernel.
-  std::vector<mk::detail::launch_policy> policies(std::begin(mk::detail::swept_policies),
-                                                  std::end(mk::detail::swept_policies));
-  policies.push_back({0, 1, 2, true});
-  policies.push_back({0, 1, 2, true, mk::detail::general_kernel::automatic, 2});
-  policies.push_back({0, 1, 2, false});
-  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::grid});
-  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::tiles});
-  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::search});
-  policies.push_back({0, 1, 2, false, mk::detail::general_kernel::map});
-  const mk::detail::launch_policy saved = mk::detail::tuning();
+  std::vector<mstar_bench::swept_policy> policies(std::begin(mstar_bench::swept_policies),
+                                                  std::end(mstar_bench::swept_policies));
+  policies.push_back({{0, 1, 2, true}});
+  policies.push_back({{0, 1, 2, true, mk::detail::general_kernel::automatic, 2}});
+  policies.push_back({{0, 1, 2, false}});
+  policies.push_back({{0, 1, 2, false, mk::detail::general_kernel::grid}});
+  policies.push_back({{0, 1, 2, false, mk::detail::general_kernel::tiles}});
+  policies.push_back(mstar_bench::search_policy({0, 1, 2, false}));
+  policies.push_back({{0, 1, 2, false, mk::detail::general_kernel::map}});
+  const mstar_bench::swept_policy saved = mstar_bench::tuning();
   for (std::size_t v = 0; v < policies.size(); ++v) {
     CAPTURE(v);
-    mk::detail::tuning() = policies[v];
+    mstar_bench::tuning() = policies[v];
     // pools of different row sizes: the general table (16-byte units, then every width in one launch)
     check_case<float>(rng, mt::make_case(rng, quick() ? 100 : 1000, {{2, 1024}, {1, 4}}, 0), stream.s);
     check_case<float>(rng, mt::make_case(rng, quick() ? 40 : 300, {{3, 1028}, {2, 1024}}, 0), stream.s);
@@ -280,7 +287,7 @@ TEST_CASE("every launch policy the benchmark sweeps matches the host reference, 
     check_case<mstar::bf16>(rng, mt::make_case(rng, quick() ? 30 : 257, {{1, 333}}, 1), stream.s);
     if (!quick()) check_case<float>(rng, mt::make_case(rng, 256, {{1, 16384}}, 0), stream.s);  // 16 MiB, unroll 2
   }
-  mk::detail::tuning() = saved;
+  mstar_bench::tuning() = saved;
 }
 
 TEST_CASE("each direction of a node step is one kernel launch whatever the number of pools and layers" *

@@ -24,6 +24,7 @@
 #include <mstar/engine.hpp>
 #include <mstar/worker.hpp>
 
+#include "../../bench/common/tts_shape_flow.hpp"
 #include "qwen3_tts/model.hpp"
 
 #include <algorithm>
@@ -37,8 +38,9 @@
 #include <thread>
 
 // ---- allocation counting, per thread ----
-// g++ cannot tell that these replace the global operators, and warns that free() meets operator new.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// The counting operators are shared with the planner benchmark (bench/common: the measuring tools live
+// with the benchmarks; this test is the one measuring tool outside them).
+#include "../../bench/common/counting_new.hpp"
 namespace {
 
 enum class role : int { other, client, main, gpu, stream, count };
@@ -75,75 +77,18 @@ void count_one() noexcept {
 
 } // namespace
 
-void* operator new(std::size_t n) {
-  count_one();
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return ::operator new(n); }
-void* operator new(std::size_t n, std::align_val_t a) {
-  count_one();
-  const std::size_t al = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void mstar_bench::count_allocation() noexcept { count_one(); }
 
 namespace {
 
 using Model = qwen3_tts::Model;
-constexpr std::uint8_t prefill = mstar::detail::named_index(Model::descriptor.nodes, "talker_prefill");
-constexpr std::uint8_t decode = mstar::detail::named_index(Model::descriptor.nodes, "talker_decode");
-constexpr std::uint8_t codec = mstar::detail::named_index(Model::descriptor.nodes, "codec_chunk");
-
-// Prefill of 16 tokens, `frames` decode steps, a codec window every 8 frames (the last one shorter);
-// nothing is computed. The hooks run on the main thread, which they mark.
-struct steady_flow {
-  struct request_state {
-    std::uint32_t frames = 0, decoded = 0, coded = 0;
-    bool prefilled = false;
-  };
-  using request_input = std::uint32_t; // frames
-  struct payload {
-    std::uint32_t width = 0;
-  };
-  std::atomic<std::uint64_t> ended{0};
-  void start(request_state& s, mstar::request_id, std::uint32_t frames) {
+// The benchmarks' flow (prefill of 16 tokens, `frames` decode steps, a codec window every 8 frames;
+// nothing computed), whose hooks run on the main thread: start marks it.
+struct steady_flow : mstar_bench::tts_shape_flow {
+  void start(request_state& s, mstar::request_id id, std::uint32_t frames) {
     this_thread_is(role::main);
-    s.frames = frames;
+    tts_shape_flow::start(s, id, frames);
   }
-  bool ready(request_state& s, std::uint8_t node, mstar::row& r, payload& p) {
-    if (node == prefill) {
-      r.tokens = 16;
-      return !s.prefilled;
-    }
-    if (node == decode) return s.prefilled && s.decoded < s.frames;
-    if (node == codec) {
-      p.width = std::min(8u, s.frames - s.coded);
-      return p.width > 0 && s.decoded - s.coded >= p.width;
-    }
-    return false;
-  }
-  bool landed(request_state& s, std::uint8_t node, const payload& p) {
-    if (node == prefill) s.prefilled = true;
-    if (node == decode) ++s.decoded;
-    if (node == codec) s.coded += p.width;
-    return node == codec;
-  }
-  bool finished(const request_state& s) const { return s.prefilled && s.coded == s.frames; }
-  bool continues(const request_state& s, std::uint8_t node, const payload&) const {
-    return node == decode && s.decoded + 1 < s.frames;
-  }
-  void end(request_state&, mstar::request_id, mstar::request_end) { ended.fetch_add(1, std::memory_order_release); }
-  std::uint32_t batch_key(std::uint8_t, const payload& p) const { return p.width; }
 };
 
 using Worker = mstar::threaded_worker<Model, mstar::host_backend, steady_flow>;
@@ -232,9 +177,9 @@ int main(int argc, char** argv) {
   mstar::worker_options wo;
   wo.lane = lane;
   wo.nodes.resize(Model::descriptor.nodes.size());
-  wo.nodes[prefill].min_batch = min_batch;
-  wo.nodes[prefill].max_wait = std::chrono::microseconds(min_batch > 1 ? 200 : 0);
-  if (per_key) wo.nodes[codec].batch = mstar::batching::per_key;
+  wo.nodes[steady_flow::prefill].min_batch = min_batch;
+  wo.nodes[steady_flow::prefill].max_wait = std::chrono::microseconds(min_batch > 1 ? 200 : 0);
+  if (per_key) wo.nodes[steady_flow::codec].batch = mstar::batching::per_key;
   Worker w(engine, flow, wo);
   auto task = [&backend](auto stream) { backend.enqueue(stream, [] { this_thread_is(role::stream); }); };
   w.forward<qwen3_tts::TalkerPrefill>([&](const auto& ctx) {

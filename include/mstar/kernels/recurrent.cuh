@@ -13,8 +13,8 @@
 // recurrent_grid_kernel (2-D grid, blockIdx.y = group: groups of about one size, or a few groups),
 // recurrent_map_kernel (1-D grid, each group on whole tiles, a per-tile group map) or, when the tiles
 // overflow the map, recurrent_tiles_kernel (the same grid, block-uniform search) moves them (by value,
-// __grid_constant__, up to max_segments = 512 groups); recurrent_table_kernel, the per-thread search
-// over segments they replaced, stays for the benchmark's comparison.
+// __grid_constant__, up to max_segments = 512 groups). recurrent_table_kernel, the per-thread search
+// over segments they replaced, lives on in bench/kernels/recurrent_sweep.cuh for the benchmark's comparison.
 //
 // What the time of a call is made of (bench/kernels/copy_floor_bench.cu measures each part): a call is
 // one round of loads and stores, so its length is the chain of dependent accesses in a thread. A
@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -69,30 +68,6 @@ inline fast_divisor make_fast_divisor(std::uint32_t d) {
 __device__ __forceinline__ std::uint32_t fast_div(std::uint32_t n, const fast_divisor& d) {
   return (__umulhi(n, d.multiplier) >> d.shift) + (d.multiplier == 0 ? n : 0u);
 }
-
-// The general table (pools of different row sizes or layouts): one entry a segment, by value.
-struct packed_segment {
-  char* pool;                  // the (pool, layer) block
-  std::int64_t batch_offset;   // bytes from the batch start to this segment's block
-  fast_divisor units_per_row;  // row bytes >> log2_unit
-  std::uint32_t log2_unit;     // 4: 16-byte accesses ... 0: bytes
-};
-static_assert(sizeof(packed_segment) == 32, "packed_segment is sized for the kernel parameter budget");
-
-// Scalars first, then the first items (the search reads one contiguous array), then the segments.
-template <int Cap>
-struct table_params {
-  char* batch;
-  const std::int32_t* slots;
-  std::uint64_t total_items;
-  std::int32_t nseg;
-  std::int32_t unused;
-  std::uint64_t item_begin[Cap + 1];  // each segment's first item; item_begin[0] == 0, item_begin[nseg] == total
-  packed_segment seg[Cap];
-};
-// Kernel parameters larger than 4 KiB need CUDA 12.1 and sm_70 or newer (the limit is 32764 bytes).
-static_assert(sizeof(table_params<max_segments>) <= 32764,
-              "the segment table no longer fits a kernel parameter; lower max_segments in recurrent.hpp");
 
 // A strided table: every segment has the same row size and unit, and segment s sits at
 // pool + s * pool_stride and at batch + s * batch_stride (one segment; or one pool's layers, which
@@ -346,35 +321,6 @@ __global__ void __launch_bounds__(Threads) recurrent_strided_kernel(const __grid
   });
 }
 
-// General table: a thread finds its first item's segment by binary search over item_begin, then
-// walks forward for its other items.
-template <copy_op Op, int Threads, int Unroll, int Cap, bool Wide>
-__global__ void __launch_bounds__(Threads) recurrent_table_kernel(const __grid_constant__ table_params<Cap> p) {
-  const std::uint64_t first = std::uint64_t(blockIdx.x) * (Threads * Unroll) + threadIdx.x;
-  if (first >= p.total_items) return;
-  int s = 0;
-  for (int hi = p.nseg - 1; s < hi;) {  // last segment whose first item is <= first
-    const int mid = (s + hi + 1) >> 1;
-    if (p.item_begin[mid] <= first)
-      s = mid;
-    else
-      hi = mid - 1;
-  }
-  copy_items<Op, Threads, Unroll, Wide>(first, p.total_items, p.slots, [&](std::uint64_t i, located_unit& u) {
-    while (p.item_begin[s + 1] <= i) ++s;
-    const packed_segment& g = p.seg[s];
-    const std::uint32_t local = std::uint32_t(i - p.item_begin[s]);
-    const std::uint32_t row = fast_div(local, g.units_per_row);
-    const std::uint32_t in_row = local - row * g.units_per_row.divisor;
-    u.log2_unit = Wide ? 4u : g.log2_unit;
-    u.row_bytes = std::uint64_t(g.units_per_row.divisor) << u.log2_unit;
-    const std::uint64_t at = std::uint64_t(in_row) << u.log2_unit;
-    u.batch_at = p.batch + g.batch_offset + row * u.row_bytes + at;
-    u.pool_at = g.pool + at;
-    return row;
-  });
-}
-
 // One group of a grid_entry table: the items of block tile `tile` of it (the block's threads).
 template <copy_op Op, int Threads, int Unroll, bool Wide>
 __device__ __forceinline__ void copy_entry(const grid_entry& e, std::uint32_t tile, char* batch,
@@ -454,12 +400,12 @@ inline int sm_count() {
 // Up to 64 MiB a call is one round of accesses: two units a thread lengthen each thread's chain
 // (scatter 9-22% slower from 2 to 8 MiB, gather within 3% either way); beyond, they were 1-4% slower. Capped
 // grids walking the tiles, 4 units a thread, evicting the state from L2 first and bulk copies through
-// shared memory (cp.async.bulk) were all measured slower. The benchmark changes the policy through
-// tuning() to run its sweep.
-// The kernel of tables that are not strided: automatic (launch_grouped says which), or one of four
-// forced (the benchmark and the tests): grid, tiles, search (recurrent_table_kernel, the per-thread
-// search the others replaced), map (recurrent_map_kernel where the tiles fit its map, else tiles).
-enum class general_kernel : std::int32_t { automatic, grid, tiles, search, map };
+// shared memory (cp.async.bulk) were all measured slower. The launchers run under the default policy;
+// bench/kernels/recurrent_sweep.cuh runs them under others for its sweep (and tests/gpu for its checks).
+// The kernel of tables that are not strided: automatic (launch_grouped says which), or one of three
+// forced (the benchmark and the tests): grid, tiles, map (recurrent_map_kernel where the tiles fit its
+// map, else tiles).
+enum class general_kernel : std::int32_t { automatic, grid, tiles, map };
 struct launch_policy {
   int unroll_from_waves = 8;
   int small_unroll = 1;
@@ -472,29 +418,11 @@ struct launch_policy {
   // units a thread in the grid and tiles kernels lost 0.02-0.03 (2 pools 0.87 to 0.85, 3 x 100 x 512 B
   // 0.90 to 0.88): so only the strided kernel takes it.
   int gather_small_unroll = 2;
+  friend constexpr bool operator==(const launch_policy&, const launch_policy&) = default;
 };
-// The variants bench/kernels sweeps (and tests/gpu checks byte for byte), in the order it prints them:
-//   dflt   the launcher's default (strided gather 2 units   g1    one unit a thread everywhere (the
-//          a thread up to 8 waves, else one unit a thread)        default before 2026-12-04)
-//   u2     2 units a thread throughout                      grid  dflt, every table through recurrent_grid_kernel
-//   tiles  dflt, every table through recurrent_tiles_kernel srch  dflt, every table through recurrent_table_kernel
-inline constexpr launch_policy swept_policies[] = {
-    {8, 1, 1, true, general_kernel::automatic, 2}, {8, 1, 1, true, general_kernel::automatic, 1},
-    {8, 2, 2, true, general_kernel::automatic, 2}, {8, 1, 1, false, general_kernel::grid, 1},
-    {8, 1, 1, false, general_kernel::tiles, 1},    {8, 1, 1, false, general_kernel::search, 1},
-    {8, 1, 1, false, general_kernel::map, 1}};
-inline constexpr const char* swept_policy_names[] = {"dflt", "g1", "u2", "grid", "tiles", "srch", "map"};
-static_assert(std::size(swept_policies) == std::size(swept_policy_names));
-
-inline launch_policy& tuning() {
-  static launch_policy policy;
-  return policy;
-}
-
 constexpr int copy_threads = 256;
 
-inline int unroll_for(std::uint64_t total_items, copy_op op, bool strided_kernel = false) {
-  const launch_policy policy = tuning();
+inline int unroll_for(std::uint64_t total_items, copy_op op, const launch_policy& policy, bool strided_kernel = false) {
   const int small = op == copy_op::gather && strided_kernel ? policy.gather_small_unroll : policy.small_unroll;
   return total_items <= std::uint64_t(policy.unroll_from_waves) * std::uint64_t(sm_count()) * 2048 ? small
                                                                                                  : policy.unroll;
@@ -508,11 +436,6 @@ inline dim3 grid_for(std::uint64_t total_items, int unroll) {
 template <copy_op Op, int Unroll, bool Wide>
 void launch_strided(const strided_params& p, cudaStream_t stream) {
   recurrent_strided_kernel<Op, copy_threads, Unroll, Wide><<<grid_for(p.total_items, Unroll), copy_threads, 0, stream>>>(p);
-}
-
-template <copy_op Op, int Unroll, int Cap, bool Wide>
-void launch_table(const table_params<Cap>& p, cudaStream_t stream) {
-  recurrent_table_kernel<Op, copy_threads, Unroll, Cap, Wide><<<grid_for(p.total_items, Unroll), copy_threads, 0, stream>>>(p);
 }
 
 // Runtime direction, unroll and width to template arguments, at one place.
@@ -586,27 +509,6 @@ inline bool fill_strided(const resolved_segment* seg, std::size_t n, std::int32_
   p.units_per_row = make_fast_divisor(std::uint32_t(seg[0].units_per_row));
   p.log2_unit = seg[0].log2_unit;
   return true;
-}
-
-template <int Cap>
-void launch_general(copy_op op, const resolved_segment* seg, std::size_t n, char* batch, const std::int32_t* slots,
-                    std::int32_t rows, bool wide, cudaStream_t stream) {
-  table_params<Cap> p;
-  p.batch = batch;
-  p.slots = slots;
-  p.nseg = std::int32_t(n);
-  p.unused = 0;
-  std::uint64_t items = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    p.item_begin[i] = items;
-    p.seg[i] = {seg[i].pool, seg[i].batch_offset, make_fast_divisor(std::uint32_t(seg[i].units_per_row)), seg[i].log2_unit};
-    items += seg[i].units_per_row * std::uint64_t(rows);
-  }
-  p.item_begin[n] = items;
-  p.total_items = items;
-  dispatch(op, unroll_for(items, op), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
-    launch_table<decltype(op_tag)::value, decltype(unroll_tag)::value, Cap, decltype(wide_tag)::value>(p, stream);
-  });
 }
 
 // A group (see grid_entry): segments [first, first + count) of one shape, evenly spaced.
@@ -739,12 +641,13 @@ void launch_map(copy_op op, const resolved_segment* seg, const segment_group* gr
 
 // A table that is not strided: merged into groups, then the 2-D grid, the map kernel or the tiles
 // kernel (see grid_entry, map_params; the automatic choice is explained inside).
-inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segment* seg, std::size_t n, char* batch,
-                           const std::int32_t* slots, std::int32_t rows, bool wide, cudaStream_t stream) {
+inline void launch_grouped(copy_op op, const launch_policy& policy, const resolved_segment* seg, std::size_t n,
+                           char* batch, const std::int32_t* slots, std::int32_t rows, bool wide, cudaStream_t stream) {
+  const general_kernel kind = policy.general;
   thread_local segment_group grp[max_segments];
   std::uint64_t total_units = 0;
   for (std::size_t i = 0; i < n; ++i) total_units += seg[i].units_per_row * std::uint64_t(rows);
-  const int unroll = unroll_for(total_units, op);
+  const int unroll = unroll_for(total_units, op, policy);
   const std::uint64_t tile = std::uint64_t(copy_threads) * std::uint64_t(unroll);
   const std::size_t ng = group_segments(seg, n, rows, tile, grp);
   std::uint64_t tiles = 0, most = 1;
@@ -789,31 +692,34 @@ inline void launch_grouped(copy_op op, general_kernel kind, const resolved_segme
   }
 }
 
+// Resolves every segment of the table into seg; true when all of them move 16-byte units.
 template <class T>
-void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slots, std::int32_t rows, char* batch,
-                     cudaStream_t stream, const char* where) {
-  thread_local resolved_segment seg[max_segments];  // host scratch, 16 KiB: static, not on the stack
+bool resolve_table(copy_op op, segment_table<T> table, const char* batch, std::int32_t rows, resolved_segment* seg,
+                   const char* where) {
   bool wide = true;
   for (std::size_t i = 0; i < table.size(); ++i) {
     seg[i] = resolve(op, table[i], batch, rows, i, where);
     wide = wide && seg[i].log2_unit == 4;
   }
+  return wide;
+}
+
+// Launches the table through recurrent_strided_kernel when it is strided and the policy lets strided
+// tables take it; false (nothing launched) otherwise.
+inline bool launch_if_strided(copy_op op, const launch_policy& policy, const resolved_segment* seg, std::size_t n,
+                              char* batch, const std::int32_t* slots, std::int32_t rows, bool wide,
+                              cudaStream_t stream) {
   strided_params sp{};
   sp.batch = batch;
   sp.slots = slots;
-  if (tuning().strided && fill_strided(seg, table.size(), rows, sp)) {
-    dispatch(op, unroll_for(sp.total_items, op, true), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
-      launch_strided<decltype(op_tag)::value, decltype(unroll_tag)::value, decltype(wide_tag)::value>(sp, stream);
-    });
-  } else if (tuning().general != general_kernel::search) {
-    launch_grouped(op, tuning().general, seg, table.size(), batch, slots, rows, wide, stream);
-  } else if (table.size() <= 8) {
-    launch_general<8>(op, seg, table.size(), batch, slots, rows, wide, stream);
-  } else if (table.size() <= 64) {
-    launch_general<64>(op, seg, table.size(), batch, slots, rows, wide, stream);
-  } else {
-    launch_general<int(max_segments)>(op, seg, table.size(), batch, slots, rows, wide, stream);
-  }
+  if (!policy.strided || !fill_strided(seg, n, rows, sp)) return false;
+  dispatch(op, unroll_for(sp.total_items, op, policy, true), wide, [&](auto op_tag, auto unroll_tag, auto wide_tag) {
+    launch_strided<decltype(op_tag)::value, decltype(unroll_tag)::value, decltype(wide_tag)::value>(sp, stream);
+  });
+  return true;
+}
+
+inline void check_launched(const char* where) {
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw std::runtime_error(std::string("mstar::kernels::") + where + ": kernel launch failed: " +
                              cudaGetErrorString(e));
@@ -821,10 +727,15 @@ void fill_and_launch(copy_op op, segment_table<T> table, const std::int32_t* slo
 
 template <class T>
 void launch_copy(copy_op op, segment_table<T> table, const std::int32_t* slots, std::int32_t rows, char* batch,
-                 void* stream, const char* where) {
+                 void* stream, const char* where, const launch_policy& policy = {}) {
   check_pointers(table, slots, rows, batch, op != copy_op::zero, where);
   if (rows == 0 || table.empty()) return;
-  fill_and_launch(op, table, slots, rows, batch, static_cast<cudaStream_t>(stream), where);
+  thread_local resolved_segment seg[max_segments];  // host scratch, 16 KiB: static, not on the stack
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool wide = resolve_table(op, table, batch, rows, seg, where);
+  if (!launch_if_strided(op, policy, seg, table.size(), batch, slots, rows, wide, s))
+    launch_grouped(op, policy, seg, table.size(), batch, slots, rows, wide, s);
+  check_launched(where);
 }
 
 } // namespace detail
@@ -861,7 +772,7 @@ void zero_slots(segment_table<T> table, const std::int32_t* slots, std::int32_t 
                                               void*)
 
 // Declares that a launcher instantiation lives in a model's library (for a .cu that includes this
-// header only for detail::tuning(), such as the benchmark).
+// header for its detail pieces but calls the library's launchers, such as the benchmarks).
 #define MSTAR_EXTERN_RECURRENT(T)                                                                               \
   extern template void mstar::kernels::gather<T>(mstar::kernels::segment_table<T>, const std::int32_t*,          \
                                                  std::int32_t, T*, void*);                                      \

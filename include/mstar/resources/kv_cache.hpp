@@ -29,29 +29,36 @@
 #include <vector>
 
 #include "mstar/backend/backend.hpp"
-#include "mstar/detail/spin_lock.hpp"
 #include "mstar/resources/resource.hpp"
 
 namespace mstar {
 
+struct kv_cache_plan {
+  const std::int32_t* page_indptr = nullptr;   // device [bucket + 1]
+  const std::int32_t* page_indices = nullptr;  // device [pages]
+  const std::int32_t* last_page_len = nullptr; // device [bucket]
+  std::span<const std::int32_t> host_page_indptr;
+  std::span<const std::int32_t> host_page_indices;
+  std::span<const std::int32_t> host_last_page_len;
+  std::uint32_t rows = 0, bucket = 0, pages = 0, block_tokens = 0;
+};
+
 template <device_backend Backend>
-class paged_kv_cache {
+class paged_kv_cache
+    : public detail::locked_resource<paged_kv_cache<Backend>, Backend, kv_cache_plan, resource_kind::kv_cache> {
+  using base = typename paged_kv_cache::locked_resource;
+  friend base;
+  using base::key_;
+  using base::lock_;
+  using base::locked;
+
 public:
   using backend_type = Backend;
-  using stream_type = typename Backend::stream_type;
-
-  struct plan_type {
-    const std::int32_t* page_indptr = nullptr;   // device [bucket + 1]
-    const std::int32_t* page_indices = nullptr;  // device [pages]
-    const std::int32_t* last_page_len = nullptr; // device [bucket]
-    std::span<const std::int32_t> host_page_indptr;
-    std::span<const std::int32_t> host_page_indices;
-    std::span<const std::int32_t> host_last_page_len;
-    std::uint32_t rows = 0, bucket = 0, pages = 0, block_tokens = 0;
-  };
+  using typename base::plan_type;
+  using typename base::stream_type;
 
   explicit paged_kv_cache(const resource_context<Backend>& ctx)
-      : backend_(ctx.backend), key_(ctx.desc->key), blocks_(ctx.desc->blocks), block_tokens_(ctx.desc->block_tokens),
+      : base(ctx.desc->key), backend_(ctx.backend), blocks_(ctx.desc->blocks), block_tokens_(ctx.desc->block_tokens),
         max_per_request_(ctx.options->blocks_per_request(blocks_)),
         tokens_(ctx.options->max_requests, 0), held_(ctx.options->max_requests, 0),
         reserved_(ctx.options->max_requests, 0),
@@ -71,93 +78,12 @@ public:
     top_ = blocks_;
     region_ = backend_->track_region(key_, blocks_);
   }
-  paged_kv_cache(const paged_kv_cache&) = delete;
-  paged_kv_cache& operator=(const paged_kv_cache&) = delete;
 
-  std::string_view key() const { return key_; }
-  void declare(std::uint8_t) {}
-
-  std::optional<refusal> admit(const step_view& s) {
-    std::lock_guard g(lock_);
-    auto r = admit_locked(s);
-    ++(r ? counters_.refusals : counters_.admits);
-    return r;
-  }
-  void plan(const step_view& s, plan_arena& arena, stream_type stream) {
-    std::lock_guard g(lock_);
-    plans_.live = fill(s, arena, nullptr);
-    planned_stream_ = stream;
-    ++counters_.plans;
-  }
-  void commit(const step_view& s) {
-    std::lock_guard g(lock_);
-    const bool note = backend_->checking();
-    std::size_t n = 0;
-    for (const auto& r : s.rows) {
-      const auto i = r.request.index;
-      const std::uint32_t before = tokens_[i];
-      tokens_[i] += r.tokens;
-      if (!note || r.tokens == 0) continue;
-      // The blocks this step wrote (the checker treats them as accessed; older blocks were only read).
-      for (std::uint32_t b = blocks_for(before + 1) - 1; b < blocks_for(tokens_[i]) && n < written_.size(); ++b)
-        written_[n++] = table_[std::size_t(i) * max_per_request_ + b];
-    }
-    if (note) backend_->note_accesses(planned_stream_, region_, std::span<const std::int32_t>(written_.data(), n));
-    ++counters_.commits;
-  }
-  std::optional<refusal> pre_admit(const step_view& s) {
-    std::lock_guard g(lock_);
-    auto r = admit_locked(s);
-    ++(r ? counters_.refusals : counters_.pre_admits);
-    return r;
-  }
-  void pre_plan(const step_view& s, plan_arena& arena) {
-    std::lock_guard g(lock_);
-    plans_.stage(fill(s, arena, staged_base_.data()), counters_);
-  }
-  bool promote(const step_view& s, stream_type stream) {
-    std::lock_guard g(lock_);
-    const bool ok = plans_.promote(s.rows.size(), counters_, [&](std::size_t i) {
-      const auto idx = s.rows[i].request.index;
-      return tokens_[idx] == staged_base_[i] && held_[idx] >= blocks_for(tokens_[idx] + s.rows[i].tokens);
-    });
-    if (ok) planned_stream_ = stream;
-    return ok;
-  }
-  void clear_preplan() {
-    std::lock_guard g(lock_);
-    plans_.clear(counters_);
-  }
-  void remove_request(request_ref r, stream_type) {
-    std::lock_guard g(lock_);
-    if (r.index >= held_.size()) return;
-    release_reservation(r.index);
-    if (held_[r.index] == 0 && tokens_[r.index] == 0) return;
-    for (std::uint32_t b = held_[r.index]; b-- > 0;)
-      free_[top_++] = table_[std::size_t(r.index) * max_per_request_ + b];
-    held_[r.index] = 0;
-    tokens_[r.index] = 0;
-    ++counters_.removes;
-  }
-  resource_stats stats() const {
-    std::lock_guard g(lock_);
-    resource_stats st;
-    st.key = key_;
-    st.kind = resource_kind::kv_cache;
-    st.capacity = blocks_;
-    st.free = top_;
-    for (auto h : held_)
-      st.requests += h != 0 ? 1 : 0;
-    counters_.fill(st);
-    st.staged = plans_.has_staged;
-    return st;
-  }
   std::size_t staging_bytes(std::uint32_t max_rows, std::uint32_t) const {
     const std::size_t pages = std::min<std::size_t>(blocks_, std::size_t(max_rows) * max_per_request_);
     return plan_arena::padded((max_rows + 1) * 4u) + plan_arena::padded(pages * 4) + plan_arena::padded(max_rows * 4u) +
            plan_arena::alignment;
   }
-  const plan_type& current_plan() const { return plans_.live; }
 
   // ---- direct use ----
   std::uint32_t free_blocks() const {
@@ -215,10 +141,40 @@ public:
   std::uint32_t max_blocks_per_request() const { return max_per_request_; }
 
 private:
-  template <class F>
-  auto locked(F&& f) const {
-    std::lock_guard g(lock_);
-    return f();
+  void commit_rows(const step_view& s) {
+    const bool note = backend_->checking();
+    std::size_t n = 0;
+    for (const auto& r : s.rows) {
+      const auto i = r.request.index;
+      const std::uint32_t before = tokens_[i];
+      tokens_[i] += r.tokens;
+      if (!note || r.tokens == 0) continue;
+      // The blocks this step wrote (the checker treats them as accessed; older blocks were only read).
+      for (std::uint32_t b = blocks_for(before + 1) - 1; b < blocks_for(tokens_[i]) && n < written_.size(); ++b)
+        written_[n++] = table_[std::size_t(i) * max_per_request_ + b];
+    }
+    if (note) backend_->note_accesses(planned_stream_, region_, std::span<const std::int32_t>(written_.data(), n));
+  }
+  bool row_current(const step_view& s, std::size_t i) const {
+    const auto idx = s.rows[i].request.index;
+    return tokens_[idx] == staged_base_[i] && held_[idx] >= blocks_for(tokens_[idx] + s.rows[i].tokens);
+  }
+  void planned_on(stream_type stream) { planned_stream_ = stream; }
+  bool release(request_ref r) {
+    if (r.index >= held_.size()) return false;
+    release_reservation(r.index);
+    if (held_[r.index] == 0 && tokens_[r.index] == 0) return false;
+    for (std::uint32_t b = held_[r.index]; b-- > 0;)
+      free_[top_++] = table_[std::size_t(r.index) * max_per_request_ + b];
+    held_[r.index] = 0;
+    tokens_[r.index] = 0;
+    return true;
+  }
+  void fill_stats(resource_stats& st) const {
+    st.capacity = blocks_;
+    st.free = top_;
+    for (auto h : held_)
+      st.requests += h != 0 ? 1 : 0;
   }
 
   // A shift when block_tokens is a power of two (the usual 16): this runs several times per row.
@@ -239,7 +195,7 @@ private:
     reserved_[i] = 0;
   }
 
-  std::optional<refusal> admit_locked(const step_view& s) {
+  std::optional<refusal> admit_rows(const step_view& s) {
     std::uint32_t need = 0, own = 0; // own: the step's rows' reservations, theirs to take
     for (const auto& r : s.rows) {
       const auto i = r.request.index;
@@ -265,7 +221,7 @@ private:
     return std::nullopt;
   }
 
-  plan_type fill(const step_view& s, plan_arena& arena, std::uint32_t* base) {
+  plan_type fill(const step_view& s, plan_arena& arena, bool staging) {
     const auto rows = static_cast<std::uint32_t>(s.rows.size());
     std::uint32_t pages = 0;
     for (const auto& r : s.rows) {
@@ -290,7 +246,7 @@ private:
       at += want;
       indptr.host[k + 1] = static_cast<std::int32_t>(at);
       last.host[k] = want == 0 ? 0 : static_cast<std::int32_t>(total - (want - 1) * block_tokens_);
-      if (base) base[k] = tokens_[i];
+      if (staging) staged_base_[k] = tokens_[i];
     }
     for (std::uint32_t k = rows; k < s.bucket; ++k) {
       indptr.host[k + 1] = static_cast<std::int32_t>(at);
@@ -301,12 +257,10 @@ private:
   }
 
   Backend* backend_;
-  std::string_view key_;
   std::uint32_t blocks_;
   std::uint32_t block_tokens_;
   int shift_ = 0; // log2(block_tokens_), or -1 when it is not a power of two
   std::uint32_t max_per_request_;
-  mutable detail::spin_lock lock_;
   std::vector<std::uint32_t> tokens_; // per request index: tokens committed
   std::vector<std::uint32_t> held_;   // per request index: blocks held
   std::vector<std::uint32_t> reserved_; // per request index: blocks reserved at readiness, not yet allocated
@@ -316,11 +270,9 @@ private:
   std::vector<std::int32_t> free_;
   std::uint32_t top_ = 0;
   region_id region_;
-  detail::staged_plan<plan_type> plans_;
   std::vector<std::uint32_t> staged_base_;
   std::vector<std::int32_t> written_;
   stream_type planned_stream_{};
-  detail::resource_counters counters_;
 };
 
 } // namespace mstar

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -35,6 +36,7 @@
 #include <string_view>
 
 #include "mstar/descriptor.hpp"
+#include "mstar/detail/spin_lock.hpp"
 #include "mstar/detail/step_view.hpp"
 
 namespace mstar {
@@ -205,6 +207,110 @@ private:
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
 };
+
+namespace detail {
+// The entry points of a small resource (attention, positions, KV cache, sampler) written once: each takes
+// the resource's lock, does the resource's own part through a hook called under that lock, and keeps the
+// counters. Derived (which befriends this base) provides
+//   fill(s, arena, staging) -> Plan     the step's addressing; staging: for pre_plan, so note what promote
+//                                       will check
+//   row_current(s, i) -> bool           promote's check that row i's staged plan still holds
+// and hides the defaults below where it has more to do:
+//   admit_rows(s) -> optional<refusal>  reserve for the step (admit and pre_admit alike)
+//   commit_rows(s)                      advance per-request state
+//   release(r) -> bool                  teardown of r; true when r held something
+//   planned_on(stream)                  a plan became live for stream
+//   fill_stats(st)                      capacity, free and requests
+// Everything is resolved at compile time (no virtual call on the per-step path).
+template <class Derived, class Backend, class Plan, resource_kind Kind>
+class locked_resource {
+public:
+  using plan_type = Plan;
+  using stream_type = typename Backend::stream_type;
+
+  explicit locked_resource(std::string_view key) : key_(key) {}
+  locked_resource(const locked_resource&) = delete;
+  locked_resource& operator=(const locked_resource&) = delete;
+
+  std::string_view key() const { return key_; }
+  void declare(std::uint8_t) {}
+  std::optional<refusal> admit(const step_view& s) {
+    std::lock_guard g(lock_);
+    auto r = self().admit_rows(s);
+    ++(r ? counters_.refusals : counters_.admits);
+    return r;
+  }
+  void plan(const step_view& s, plan_arena& arena, stream_type stream) {
+    std::lock_guard g(lock_);
+    plans_.live = self().fill(s, arena, false);
+    self().planned_on(stream);
+    ++counters_.plans;
+  }
+  void commit(const step_view& s) {
+    std::lock_guard g(lock_);
+    self().commit_rows(s);
+    ++counters_.commits;
+  }
+  std::optional<refusal> pre_admit(const step_view& s) {
+    std::lock_guard g(lock_);
+    auto r = self().admit_rows(s);
+    ++(r ? counters_.refusals : counters_.pre_admits);
+    return r;
+  }
+  void pre_plan(const step_view& s, plan_arena& arena) {
+    std::lock_guard g(lock_);
+    plans_.stage(self().fill(s, arena, true), counters_);
+  }
+  bool promote(const step_view& s, stream_type stream) {
+    std::lock_guard g(lock_);
+    const bool ok = plans_.promote(s.rows.size(), counters_, [&](std::size_t i) { return self().row_current(s, i); });
+    if (ok) self().planned_on(stream);
+    return ok;
+  }
+  void clear_preplan() {
+    std::lock_guard g(lock_);
+    plans_.clear(counters_);
+  }
+  void remove_request(request_ref r, stream_type) {
+    std::lock_guard g(lock_);
+    if (self().release(r)) ++counters_.removes;
+  }
+  resource_stats stats() const {
+    std::lock_guard g(lock_);
+    resource_stats st;
+    st.key = key_;
+    st.kind = Kind;
+    self().fill_stats(st);
+    counters_.fill(st);
+    st.staged = plans_.has_staged;
+    return st;
+  }
+  const plan_type& current_plan() const { return plans_.live; }
+
+protected:
+  std::optional<refusal> admit_rows(const step_view&) { return std::nullopt; }
+  void commit_rows(const step_view&) {}
+  bool release(request_ref) { return false; }
+  void planned_on(stream_type) {}
+  void fill_stats(resource_stats&) const {}
+
+  // The lock guards the derived resource's tables too (its direct-use calls take it).
+  template <class F>
+  auto locked(F&& f) const {
+    std::lock_guard g(lock_);
+    return f();
+  }
+
+  std::string_view key_;
+  mutable spin_lock lock_;
+  staged_plan<plan_type> plans_;
+  resource_counters counters_;
+
+private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+} // namespace detail
 
 // What a resource is built from at load time.
 template <class Backend>

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "mstar/backend/backend.hpp"
-#include "mstar/detail/spin_lock.hpp"
 #include "mstar/resources/resource.hpp"
 
 #if defined(__CUDACC__)
@@ -103,87 +102,31 @@ inline std::uint32_t sample_categorical(std::span<const float> probs, const samp
   return static_cast<std::uint32_t>(probs.size() - 1);
 }
 
+struct sampler_plan {
+  const sampler_row* rows_device = nullptr; // device [bucket]
+  std::span<const sampler_row> host_rows;
+  std::uint32_t rows = 0, bucket = 0;
+};
+
 template <device_backend Backend>
-class request_sampler {
+class request_sampler
+    : public detail::locked_resource<request_sampler<Backend>, Backend, sampler_plan, resource_kind::sampler> {
+  using base = typename request_sampler::locked_resource;
+  friend base;
+  using base::lock_;
+
 public:
   using backend_type = Backend;
-  using stream_type = typename Backend::stream_type;
-
-  struct plan_type {
-    const sampler_row* rows_device = nullptr; // device [bucket]
-    std::span<const sampler_row> host_rows;
-    std::uint32_t rows = 0, bucket = 0;
-  };
+  using typename base::plan_type;
+  using typename base::stream_type;
 
   explicit request_sampler(const resource_context<Backend>& ctx)
-      : key_(ctx.desc->key), requests_(ctx.requests), base_seed_(ctx.options->sampler_seed),
+      : base(ctx.desc->key), requests_(ctx.requests), base_seed_(ctx.options->sampler_seed),
         state_(ctx.options->max_requests) {}
-  request_sampler(const request_sampler&) = delete;
-  request_sampler& operator=(const request_sampler&) = delete;
 
-  std::string_view key() const { return key_; }
-  void declare(std::uint8_t) {}
-  std::optional<refusal> admit(const step_view& s) {
-    std::lock_guard g(lock_);
-    seed_rows(s);
-    ++counters_.admits;
-    return std::nullopt;
-  }
-  void plan(const step_view& s, plan_arena& arena, stream_type) {
-    std::lock_guard g(lock_);
-    plans_.live = fill(s, arena);
-    ++counters_.plans;
-  }
-  void commit(const step_view& s) {
-    std::lock_guard g(lock_);
-    for (const auto& r : s.rows)
-      ++state_[r.request.index].step;
-    ++counters_.commits;
-  }
-  std::optional<refusal> pre_admit(const step_view& s) {
-    std::lock_guard g(lock_);
-    seed_rows(s);
-    ++counters_.pre_admits;
-    return std::nullopt;
-  }
-  void pre_plan(const step_view& s, plan_arena& arena) {
-    std::lock_guard g(lock_);
-    plans_.stage(fill(s, arena), counters_);
-  }
-  bool promote(const step_view& s, stream_type) {
-    std::lock_guard g(lock_);
-    return plans_.promote(s.rows.size(), counters_, [&](std::size_t i) {
-      const auto& st = state_[s.rows[i].request.index];
-      return plans_.staged.host_rows[i].step == st.step && plans_.staged.host_rows[i].seed == st.seed;
-    });
-  }
-  void clear_preplan() {
-    std::lock_guard g(lock_);
-    plans_.clear(counters_);
-  }
-  void remove_request(request_ref r, stream_type) {
-    std::lock_guard g(lock_);
-    if (r.index >= state_.size() || !state_[r.index].seeded) return;
-    state_[r.index] = request_state{};
-    ++counters_.removes;
-  }
-  resource_stats stats() const {
-    std::lock_guard g(lock_);
-    resource_stats st;
-    st.key = key_;
-    st.kind = resource_kind::sampler;
-    st.capacity = static_cast<std::uint32_t>(state_.size());
-    for (const auto& s : state_)
-      st.requests += s.seeded ? 1 : 0;
-    st.free = st.capacity - st.requests;
-    counters_.fill(st);
-    st.staged = plans_.has_staged;
-    return st;
-  }
   std::size_t staging_bytes(std::uint32_t max_rows, std::uint32_t) const {
     return plan_arena::padded(max_rows * sizeof(sampler_row)) + plan_arena::alignment;
   }
-  const plan_type& current_plan() const { return plans_.live; }
 
   // ---- direct use (the main thread, at ingest) ----
   void set_seed(request_ref r, std::uint64_t seed) {
@@ -211,7 +154,7 @@ private:
     sampling_params params{};
   };
 
-  void seed_rows(const step_view& s) {
+  std::optional<refusal> admit_rows(const step_view& s) {
     for (const auto& r : s.rows) {
       auto& st = state_[r.request.index];
       if (!st.seeded) {
@@ -219,8 +162,29 @@ private:
         st.seeded = true;
       }
     }
+    return std::nullopt;
   }
-  plan_type fill(const step_view& s, plan_arena& arena) {
+  void commit_rows(const step_view& s) {
+    for (const auto& r : s.rows)
+      ++state_[r.request.index].step;
+  }
+  bool row_current(const step_view& s, std::size_t i) const {
+    const auto& st = state_[s.rows[i].request.index];
+    const auto& staged = this->plans_.staged.host_rows[i];
+    return staged.step == st.step && staged.seed == st.seed;
+  }
+  bool release(request_ref r) {
+    if (r.index >= state_.size() || !state_[r.index].seeded) return false;
+    state_[r.index] = request_state{};
+    return true;
+  }
+  void fill_stats(resource_stats& st) const {
+    st.capacity = static_cast<std::uint32_t>(state_.size());
+    for (const auto& s : state_)
+      st.requests += s.seeded ? 1 : 0;
+    st.free = st.capacity - st.requests;
+  }
+  plan_type fill(const step_view& s, plan_arena& arena, bool) {
     auto rows = arena.take<sampler_row>(s.bucket);
     for (std::size_t k = 0; k < s.rows.size(); ++k) {
       const auto& st = state_[s.rows[k].request.index];
@@ -231,13 +195,9 @@ private:
     return plan_type{rows.device, rows.span(), static_cast<std::uint32_t>(s.rows.size()), s.bucket};
   }
 
-  std::string_view key_;
   const request_table* requests_;
   std::uint64_t base_seed_;
-  mutable detail::spin_lock lock_;
   std::vector<request_state> state_;
-  detail::staged_plan<plan_type> plans_;
-  detail::resource_counters counters_;
 };
 
 } // namespace mstar
