@@ -239,6 +239,12 @@ void check_limits(const codec_config& c, const codec_cuda_limits& l) {
   if (l.max_rows < 1 || l.max_window < 1)
     throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(l.max_rows) + " and max_window " +
                                 std::to_string(l.max_window) + " must both be >= 1");
+  // The GEMMs put 64 output positions in a tile and the tiles of a step on gridDim.y (at most 65535).
+  const std::size_t samples = std::size_t(l.max_rows) * std::size_t(l.max_window) * std::size_t(c.samples_per_frame());
+  if (samples > std::size_t(65535) * 64)
+    throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(l.max_rows) + " x max_window " +
+                                std::to_string(l.max_window) + " x " + std::to_string(c.samples_per_frame()) +
+                                " samples a frame is over 4,194,240 samples a step; lower max_rows or max_window");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     throw std::invalid_argument("qwen3_tts CUDA codec: " + std::to_string(c.num_attention_heads) +
                                 " attention heads are not a multiple of " + std::to_string(c.num_key_value_heads) +

@@ -349,6 +349,10 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
   if (m_rows == 0 || n_out == 0)
     return;
   const dim3 grid(unsigned((n_out + tile_n - 1) / tile_n), unsigned((m_rows + tile_m - 1) / tile_m));
+  if (grid.y > 65535u)
+    throw std::invalid_argument("qwen3_tts CUDA codec: a GEMM over " + std::to_string(m_rows) +
+                                " positions needs more than 65535 row tiles of 64; lower codec_cuda_limits "
+                                "(max_rows * max_window * samples_per_frame must stay under 4,194,240)");
   gemm_kernel<<<grid, 256, 0, s>>>(rows, a, w, n_out, ep, y, ldy, m_rows);
   check_launch("gemm");
 }
