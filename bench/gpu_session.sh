@@ -9,8 +9,8 @@
 #   suite      the whole test suite with the CUDA sources (scripts/gpu_suite.sh; reuses the talker stage's
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
-#              state), then its two batched-step tests under compute-sanitizer memcheck; same build directory
-#              as the talker stage; about 2 minutes on a bare machine
+#              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
+#              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
 #
 #   run(command="bash bench/gpu_session.sh reference talker", carry=[".whl"], kind="nvidia-h200", timeout_s=600)
 #   run(command="bash bench/gpu_session.sh suite", kind="nvidia-h200", timeout_s=600)   # same warm machine
@@ -63,17 +63,21 @@ stage_codec() {
     meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
       { tail -30 "$d/setup.log"; summary+=("codec: meson setup failed (codec/setup.log)"); return; }
   fi
-  ninja -C "$b" -j"$(nproc)" tests/gpu/mstar_codec_gpu_tests > "$d/build.log" 2>&1 ||
+  ninja -C "$b" -j"$(nproc)" tests/gpu/mstar_codec_gpu_tests examples/qwen3_tts/codec/qwen3tts_codec_bench \
+    > "$d/build.log" 2>&1 ||
     { tail -40 "$d/build.log"; summary+=("codec: the build failed (codec/build.log)"); return; }
-  timeout 150 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro 2>&1 | tee "$d/tests.log"
+  timeout 120 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro 2>&1 | tee "$d/tests.log"
   local rc=${PIPESTATUS[0]} san=skipped
   if command -v compute-sanitizer > /dev/null; then
-    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro \
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro \
       --test-case='*rows of one*,*state after*' > "$d/memcheck.log" 2>&1
     san=$?
     tail -5 "$d/memcheck.log"
   fi
-  summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san")
+  timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" 2>&1 | tee "$d/bench.log"
+  local bench=${PIPESTATUS[0]}
+  summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san, bench rc $bench")
+  while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench.log" | sed 's/^RESULT /codec /')
 }
 
 for s in "$@"; do
