@@ -4,9 +4,12 @@
 // and the per-request state after each window the host decoder's state (the same layout, so the same
 // bytes up to rounding). Every case is skipped without a CUDA device (tests/gpu/main.cpp's rule).
 //
-// Tolerances: 1e-4 max absolute error against the reference's audio, the host parity test's bar (the
-// device sums in double as the host does; only the order of the double sums and the float32 sin, exp,
-// erf and cos of the device differ). States: 1e-4 relative to the segment's largest value.
+// Both codec_cuda_math choices. Tolerances: 1e-4 max absolute error against the reference's audio, the
+// host parity test's bar (the double-sum kernel sums as the host does; only the order of the double sums
+// and the device's float32 sin, exp, erf and cos differ; cuBLAS sums in float32, which a float32-GEMM
+// emulation of the step put within 3e-6 of the reference on these fixtures). States: 1e-4 relative to
+// the segment's largest value. Where the double-sum kernel promises the same bits (window splits, rows
+// of a step), cuBLAS is held to 1e-5 and whether its bits agree too is printed.
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
@@ -32,7 +35,20 @@ using namespace qwen3_tts;
 using namespace qwen3_tts::codec_fixture;
 constexpr float audio_tolerance = 1e-4f;
 constexpr float state_tolerance = 1e-4f; // relative to the segment's largest magnitude (at least 1)
-constexpr int max_window = 24;           // the fixtures' sequences have 7 and 23 frames
+constexpr float cublas_split_tolerance = 1e-5f;
+constexpr int max_window = 24; // the fixtures' sequences have 7 and 23 frames
+constexpr codec_cuda_math maths[] = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
+
+const char* math_name(codec_cuda_math m) { return m == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32"; }
+
+// The same bits under double sums; within cublas_split_tolerance under cuBLAS (the bits' agreement printed).
+bool agree(const std::vector<float>& a, const std::vector<float>& b, codec_cuda_math math, const char* what) {
+  if (math == codec_cuda_math::double_sums) return same_bytes(a, b);
+  const float err = max_abs_error(a, b);
+  std::printf("codec cuda (cuBLAS f32) %s: max difference %.3g, bits %s\n", what, double(err),
+              same_bytes(a, b) ? "identical" : "differ");
+  return err <= cublas_split_tolerance;
+}
 
 struct codec_parts {
   codec_config config;
@@ -118,124 +134,135 @@ TEST_CASE("the CUDA codec streams every window ramp to the reference's whole-seq
   std::vector<int> one_to_max(max_window);
   for (int i = 0; i < max_window; ++i)
     one_to_max[std::size_t(i)] = i + 1;
-  for (const std::string fixture : {"tiny06", "tiny17"}) {
-    const auto parts = load_parts(fixture);
-    const codec_decoder host(parts.config, parts.weights);
-    codec_cuda gpu(parts.config, parts.weights, {1, max_window});
-    for (const std::string name : {"short", "long"}) {
-      const auto seq = load_sequence(fixture, name);
-      REQUIRE(seq.audio.size() == std::size_t(seq.n) * gpu.samples_per_frame());
-      const std::vector<std::vector<int>> ramps = {{seq.n}, {1}, {2}, {4}, {8}, {1, 2, 4, 8}, {3, 5}, {1, 1, 1, 7},
-                                                   one_to_max};
-      float worst_ref = 0, worst_host = 0;
-      for (const auto& ramp : ramps) {
-        CAPTURE(fixture);
-        CAPTURE(name);
-        CAPTURE(ramp);
-        const auto audio = cuda_ramp(gpu, seq, ramp);
-        const float ref = max_abs_error(audio, seq.audio), own = max_abs_error(audio, decode_ramp(host, seq.frames, ramp));
-        CHECK(ref <= audio_tolerance);
-        CHECK(own <= audio_tolerance);
-        worst_ref = std::max(worst_ref, ref);
-        worst_host = std::max(worst_host, own);
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      const auto parts = load_parts(fixture);
+      const codec_decoder host(parts.config, parts.weights);
+      codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+      for (const std::string name : {"short", "long"}) {
+        const auto seq = load_sequence(fixture, name);
+        REQUIRE(seq.audio.size() == std::size_t(seq.n) * gpu.samples_per_frame());
+        const std::vector<std::vector<int>> ramps = {{seq.n},      {1},    {2},          {4},       {8},
+                                                     {1, 2, 4, 8}, {3, 5}, {1, 1, 1, 7}, one_to_max};
+        float worst_ref = 0, worst_host = 0;
+        for (const auto& ramp : ramps) {
+          CAPTURE(math_name(math));
+          CAPTURE(fixture);
+          CAPTURE(name);
+          CAPTURE(ramp);
+          const auto audio = cuda_ramp(gpu, seq, ramp);
+          const float ref = max_abs_error(audio, seq.audio),
+                      own = max_abs_error(audio, decode_ramp(host, seq.frames, ramp));
+          CHECK(ref <= audio_tolerance);
+          CHECK(own <= audio_tolerance);
+          worst_ref = std::max(worst_ref, ref);
+          worst_host = std::max(worst_host, own);
+        }
+        std::printf("codec cuda (%s) %s/%s: max |cuda - reference| %.3g, max |cuda - host| %.3g over %zu ramps\n",
+                    math_name(math), fixture.c_str(), name.c_str(), double(worst_ref), double(worst_host),
+                    ramps.size());
       }
-      std::printf("codec cuda %s/%s: max |cuda - reference| %.3g, max |cuda - host| %.3g over %zu ramps\n",
-                  fixture.c_str(), name.c_str(), double(worst_ref), double(worst_host), ramps.size());
     }
-  }
 }
 
-TEST_CASE("on the CUDA codec every window split of a request gives the same bits" *
+TEST_CASE("on the CUDA codec every window split of a request gives the same bits (cuBLAS: within 1e-5)" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Each output sums its terms in one order whatever the window, as on the host: the carried state
   // must reproduce the whole-sequence decode exactly, not approximately.
   const auto parts = load_parts("tiny06");
-  codec_cuda gpu(parts.config, parts.weights, {1, max_window});
   const auto seq = load_sequence("tiny06", "long");
-  const auto whole = cuda_ramp(gpu, seq, std::vector<int>{seq.n});
-  for (const auto& ramp : std::vector<std::vector<int>>{{1}, {1, 2, 4, 8}, {3, 5}, {4}, {5, 1}}) {
-    CAPTURE(ramp);
-    CHECK(same_bytes(cuda_ramp(gpu, seq, ramp), whole));
+  for (const auto math : maths) {
+    codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+    const auto whole = cuda_ramp(gpu, seq, std::vector<int>{seq.n});
+    for (const auto& ramp : std::vector<std::vector<int>>{{1}, {1, 2, 4, 8}, {3, 5}, {4}, {5, 1}}) {
+      CAPTURE(math_name(math));
+      CAPTURE(ramp);
+      CHECK(agree(cuda_ramp(gpu, seq, ramp), whole, math, "a window split against the whole sequence"));
+    }
   }
 }
 
-TEST_CASE("rows of one CUDA codec step with different widths each get the bits they get alone" *
+TEST_CASE("rows of one CUDA codec step with different widths each get the bits they get alone (cuBLAS: within 1e-5)" *
           doctest::skip(!mstar::test::has_gpu())) {
-  for (const std::string fixture : {"tiny06", "tiny17"}) {
-    CAPTURE(fixture);
-    const auto parts = load_parts(fixture);
-    codec_cuda gpu(parts.config, parts.weights, {4, 8});
-    const std::size_t spf = gpu.samples_per_frame(), state_floats = gpu.state_layout().total;
-    // Three requests: the long sequence twice with different ramps, and the short one; per step each row
-    // takes its next width, a finished row leaves the step.
-    const auto a = load_sequence(fixture, "long"), b = load_sequence(fixture, "short");
-    struct request {
-      const sequence* seq;
-      std::vector<int> widths;
-      device_floats state, audio;
-      int done = 0;
-    };
-    std::vector<std::unique_ptr<request>> reqs;
-    for (auto [seq, ramp] : {std::pair{&a, std::vector<int>{1, 2, 4, 8}}, std::pair{&a, std::vector<int>{3, 5}},
-                             std::pair{&b, std::vector<int>{2, 1, 8}}})
-      reqs.push_back(std::unique_ptr<request>(
-          new request{seq, widths_of(ramp, seq->n), device_floats(state_floats), device_floats(seq->n * spf)}));
-    for (std::size_t step = 0;; ++step) {
-      std::vector<codec_cuda::row> rows;
-      for (auto& r : reqs)
-        if (step < r->widths.size()) {
-          const int w = r->widths[step];
-          rows.push_back({r->state.p, std::span(r->seq->frames).subspan(std::size_t(r->done) * 16, std::size_t(w) * 16),
-                          r->audio.p + std::size_t(r->done) * spf});
-          r->done += w;
-        }
-      if (rows.empty())
-        break;
-      gpu.decode_step(rows);
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      CAPTURE(math_name(math));
+      CAPTURE(fixture);
+      const auto parts = load_parts(fixture);
+      codec_cuda gpu(parts.config, parts.weights, {4, 8}, math);
+      const std::size_t spf = gpu.samples_per_frame(), state_floats = gpu.state_layout().total;
+      // Three requests: the long sequence twice with different ramps, and the short one; per step each row
+      // takes its next width, a finished row leaves the step.
+      const auto a = load_sequence(fixture, "long"), b = load_sequence(fixture, "short");
+      struct request {
+        const sequence* seq;
+        std::vector<int> widths;
+        device_floats state, audio;
+        int done = 0;
+      };
+      std::vector<std::unique_ptr<request>> reqs;
+      for (auto [seq, ramp] : {std::pair{&a, std::vector<int>{1, 2, 4, 8}}, std::pair{&a, std::vector<int>{3, 5}},
+                               std::pair{&b, std::vector<int>{2, 1, 8}}})
+        reqs.push_back(std::unique_ptr<request>(
+            new request{seq, widths_of(ramp, seq->n), device_floats(state_floats), device_floats(seq->n * spf)}));
+      for (std::size_t step = 0;; ++step) {
+        std::vector<codec_cuda::row> rows;
+        for (auto& r : reqs)
+          if (step < r->widths.size()) {
+            const int w = r->widths[step];
+            rows.push_back({r->state.p,
+                            std::span(r->seq->frames).subspan(std::size_t(r->done) * 16, std::size_t(w) * 16),
+                            r->audio.p + std::size_t(r->done) * spf});
+            r->done += w;
+          }
+        if (rows.empty()) break;
+        gpu.decode_step(rows);
+      }
+      gpu.synchronize();
+      for (auto& r : reqs) {
+        REQUIRE(r->done == r->seq->n);
+        const auto together = r->audio.read();
+        CHECK(agree(together, cuda_ramp(gpu, *r->seq, r->widths), math, "a row of a batched step against it alone"));
+        CHECK(max_abs_error(together, r->seq->audio) <= audio_tolerance);
+      }
     }
-    gpu.synchronize();
-    for (auto& r : reqs) {
-      REQUIRE(r->done == r->seq->n);
-      const auto together = r->audio.read();
-      CHECK(same_bytes(together, cuda_ramp(gpu, *r->seq, r->widths)));
-      CHECK(max_abs_error(together, r->seq->audio) <= audio_tolerance);
-    }
-  }
 }
 
 TEST_CASE("the CUDA codec's state after each window is the host decoder's state after the same window" *
           doctest::skip(!mstar::test::has_gpu())) {
-  for (const std::string fixture : {"tiny06", "tiny17"}) {
-    const auto parts = load_parts(fixture);
-    const codec_decoder host(parts.config, parts.weights);
-    codec_cuda gpu(parts.config, parts.weights, {1, max_window});
-    REQUIRE(gpu.state_layout().total == host.state_layout().total);
-    const auto seq = load_sequence(fixture, "long");
-    const std::size_t spf = gpu.samples_per_frame();
-    device_floats state(gpu.state_layout().total), audio(std::size_t(max_window) * spf);
-    std::vector<float> host_state(host.state_layout().total, 0.0f);
-    // Widths 1, 3, 5, 1, 6 and 7: the key/value window (3 frames here) fills, then shifts by less and by
-    // more than its length.
-    int done = 0;
-    for (int w : {1, 3, 5, 1, 6, 7}) {
-      CAPTURE(fixture);
-      CAPTURE(done);
-      CAPTURE(w);
-      const auto frames = std::span(seq.frames).subspan(std::size_t(done) * 16, std::size_t(w) * 16);
-      const codec_cuda::row r{state.p, frames, audio.p};
-      gpu.decode_step(std::span(&r, 1));
-      host.decode_window(host_state, frames);
-      gpu.synchronize();
-      const auto device_state = state.read();
-      CHECK(device_state[0] == host_state[0]); // the frame counter, exactly
-      std::string where;
-      const float err = state_error(host.state_layout(), device_state, host_state, where);
-      CAPTURE(where);
-      CHECK(err <= state_tolerance);
-      done += w;
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      const auto parts = load_parts(fixture);
+      const codec_decoder host(parts.config, parts.weights);
+      codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+      REQUIRE(gpu.state_layout().total == host.state_layout().total);
+      const auto seq = load_sequence(fixture, "long");
+      const std::size_t spf = gpu.samples_per_frame();
+      device_floats state(gpu.state_layout().total), audio(std::size_t(max_window) * spf);
+      std::vector<float> host_state(host.state_layout().total, 0.0f);
+      // Widths 1, 3, 5, 1, 6 and 7: the key/value window (3 frames here) fills, then shifts by less and by
+      // more than its length.
+      int done = 0;
+      for (int w : {1, 3, 5, 1, 6, 7}) {
+        CAPTURE(math_name(math));
+        CAPTURE(fixture);
+        CAPTURE(done);
+        CAPTURE(w);
+        const auto frames = std::span(seq.frames).subspan(std::size_t(done) * 16, std::size_t(w) * 16);
+        const codec_cuda::row r{state.p, frames, audio.p};
+        gpu.decode_step(std::span(&r, 1));
+        host.decode_window(host_state, frames);
+        gpu.synchronize();
+        const auto device_state = state.read();
+        CHECK(device_state[0] == host_state[0]); // the frame counter, exactly
+        std::string where;
+        const float err = state_error(host.state_layout(), device_state, host_state, where);
+        CAPTURE(where);
+        CHECK(err <= state_tolerance);
+        done += w;
+      }
+      REQUIRE(done == seq.n);
     }
-    REQUIRE(done == seq.n);
-  }
 }
 
 TEST_CASE("a CUDA codec state zeroed after a request decodes the next request as a fresh one does" *

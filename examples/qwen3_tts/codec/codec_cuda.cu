@@ -3,6 +3,8 @@
 #include "codec_cuda.hpp"
 #include "codec_cuda_kernels.hpp"
 
+#include <cublas_v2.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,7 +21,14 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("qwen3_tts CUDA codec: ") + what + " failed: " + cudaGetErrorString(e));
 }
+void check(cublasStatus_t e, const char* what) {
+  if (e != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("qwen3_tts CUDA codec (cuBLAS): ") + what +
+                             " failed: " + cublasGetStatusString(e));
+}
 #define CODEC_CHECK(call) check((call), #call)
+
+constexpr std::size_t cublas_workspace_bytes = std::size_t(32) << 20;
 
 // Device weights, float32, laid out for the kernels.
 struct dev_linear {
@@ -27,14 +36,14 @@ struct dev_linear {
   const float* bias = nullptr;
   int in = 0, out = 0;
 };
-struct dev_conv {            // causal, stride 1
-  const float* w = nullptr;  // [out][taps * in] (tap-major reduction); depthwise: [channels][taps]
+struct dev_conv {           // causal, stride 1
+  const float* w = nullptr; // [out][taps * in] (tap-major reduction); depthwise: [channels][taps]
   const float* bias = nullptr;
   int in = 0, out = 0, taps = 1, dilation = 1, context = 0;
   std::size_t state = 0; // offset of its left context in the request's state (context > 0)
 };
-struct dev_trans_conv {      // transposed, trimmed on the right
-  const float* w = nullptr;  // [kernel * out][in]
+struct dev_trans_conv {     // transposed, trimmed on the right
+  const float* w = nullptr; // [kernel * out][in]
   const float* bias = nullptr;
   int in = 0, out = 0, kernel = 1, stride = 1, context = 0;
   std::size_t state = 0;
@@ -71,8 +80,7 @@ struct segment_cursor {
   std::size_t next = 1; // segment 0 is the frame counter
 
   std::size_t take(std::size_t size) {
-    if (size == 0)
-      return 0;
+    if (size == 0) return 0;
     const auto& seg = layout.segments.at(next++);
     if (seg.size != size)
       throw std::logic_error("qwen3_tts CUDA codec: state segment " + seg.name + " holds " + std::to_string(seg.size) +
@@ -102,16 +110,13 @@ struct table_layout {
 struct codec_cuda::state {
   // Everything is released here, so a constructor that throws half-way leaks nothing either.
   ~state() {
-    if (stream)
-      cudaStreamSynchronize(stream);
-    if (uploaded)
-      cudaEventDestroy(uploaded);
-    if (pinned)
-      cudaFreeHost(pinned);
+    if (stream) cudaStreamSynchronize(stream);
+    if (uploaded) cudaEventDestroy(uploaded);
+    if (blas) cublasDestroy(blas);
+    if (pinned) cudaFreeHost(pinned);
     for (void* p : owned)
       cudaFree(p);
-    if (stream)
-      cudaStreamDestroy(stream);
+    if (stream) cudaStreamDestroy(stream);
   }
 
   cudaStream_t stream = nullptr;
@@ -135,6 +140,11 @@ struct codec_cuda::state {
   // the wide intermediates (q/k/v, gate/up, a transposed convolution's taps, ConvNeXt's 4x layer).
   float *act[2] = {nullptr, nullptr}, *ext = nullptr, *tmp = nullptr;
   std::size_t act_floats = 0, ext_floats = 0, tmp_floats = 0;
+  // cuBLAS only: the handle (its workspace set once, on the decoder's stream), a convolution's windows
+  // written out, and a product before its epilogue (bias, layer scale, residual).
+  cublasHandle_t blas = nullptr;
+  float *col = nullptr, *product = nullptr;
+  std::size_t col_floats = 0, product_floats = 0;
 
   unsigned char* table = nullptr; // device
   unsigned char* pinned = nullptr;
@@ -145,8 +155,7 @@ struct codec_cuda::state {
 
   template <class T>
   T* alloc(std::size_t n) {
-    if (n == 0)
-      return nullptr;
+    if (n == 0) return nullptr;
     void* p = nullptr;
     CODEC_CHECK(cudaMalloc(&p, n * sizeof(T)));
     owned.push_back(p);
@@ -154,12 +163,13 @@ struct codec_cuda::state {
   }
   const float* upload(const std::vector<float>& v) {
     float* p = alloc<float>(v.size());
-    if (p)
-      CODEC_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    if (p) CODEC_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
     weight_bytes += v.size() * sizeof(float);
     return p;
   }
-  dev_linear linear(const codec_linear& l) { return {upload(l.weight), l.bias.empty() ? nullptr : upload(l.bias), l.in, l.out}; }
+  dev_linear linear(const codec_linear& l) {
+    return {upload(l.weight), l.bias.empty() ? nullptr : upload(l.bias), l.in, l.out};
+  }
   // [out][in][taps] as stored -> [out][taps * in]; a depthwise convolution keeps [channels][taps].
   dev_conv conv(const codec_conv& c, segment_cursor& cursor) {
     dev_conv d{nullptr, upload(c.bias), c.in, c.out, c.kernel, c.dilation, c.context()};
@@ -194,20 +204,25 @@ using dev = codec_cuda::state;
 // The largest scratch each buffer needs for `frames` frames over `rows` rows: the step below, walked
 // with sizes only (forward's need() checks every use against these).
 struct scratch_sizes {
-  std::size_t act = 0, ext = 0, tmp = 0;
+  std::size_t act = 0, ext = 0, tmp = 0, col = 0; // col: the widest im2col of a convolution (cuBLAS)
   void act_at_least(std::size_t n) { act = std::max(act, n); }
   void ext_at_least(std::size_t n) { ext = std::max(ext, n); }
   void tmp_at_least(std::size_t n) { tmp = std::max(tmp, n); }
+  void conv_at(const dev_conv& c, std::size_t positions) {
+    if (c.taps > 1 || c.context > 0) col = std::max(col, positions * c.taps * c.in);
+  }
 };
 
 scratch_sizes measure(const codec_config& c, const dev& w, std::size_t frames, std::size_t rows) {
   scratch_sizes s;
   const std::size_t T = frames, R = rows;
-  const std::size_t qw = std::size_t(c.num_attention_heads) * c.head_dim, kvw = std::size_t(c.num_key_value_heads) * c.head_dim;
+  const std::size_t qw = std::size_t(c.num_attention_heads) * c.head_dim,
+                    kvw = std::size_t(c.num_key_value_heads) * c.head_dim;
   s.tmp_at_least(2 * T * (c.codebook_dim / 2));
   s.act_at_least(T * std::max({std::size_t(c.codebook_dim), std::size_t(c.latent_dim), std::size_t(c.hidden_size), qw,
                                std::size_t(c.intermediate_size)}));
   s.ext_at_least((T + R * w.pre_conv.context) * c.codebook_dim);
+  s.conv_at(w.pre_conv, T);
   s.tmp_at_least(T * std::max(qw + 2 * kvw, std::size_t(2) * c.intermediate_size));
   std::size_t L = 1;
   for (const auto& st : w.upsample) {
@@ -218,6 +233,7 @@ scratch_sizes measure(const codec_config& c, const dev& w, std::size_t frames, s
     s.tmp_at_least(T * L * st.pwconv1.out);
   }
   s.ext_at_least((T * L + R * w.decoder_in.context) * w.decoder_in.in);
+  s.conv_at(w.decoder_in, T * L);
   s.act_at_least(T * L * w.decoder_in.out);
   for (const auto& b : w.blocks) {
     s.act_at_least(T * L * b.up.in);
@@ -227,10 +243,13 @@ scratch_sizes measure(const codec_config& c, const dev& w, std::size_t frames, s
     s.act_at_least(T * L * b.up.out);
     for (const auto& u : b.units) {
       s.ext_at_least((T * L + R * u.conv1.context) * u.conv1.in);
+      s.conv_at(u.conv1, T * L);
+      s.conv_at(u.conv2, T * L);
       s.tmp_at_least(T * L * u.conv1.out);
     }
   }
   s.ext_at_least((T * L + R * w.decoder_out.context) * w.decoder_out.in);
+  s.conv_at(w.decoder_out, T * L);
   s.tmp_at_least(T * L * w.decoder_out.out);
   return s;
 }
@@ -256,8 +275,10 @@ void check_limits(const codec_config& c, const codec_cuda_limits& l) {
 
 } // namespace
 
-codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights, const codec_cuda_limits& limits)
-    : config_(config), limits_(limits), layout_(make_codec_state_layout(config)), s_(std::make_unique<state>()) {
+codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights, const codec_cuda_limits& limits,
+                       codec_cuda_math math)
+    : config_(config), limits_(limits), math_(math), layout_(make_codec_state_layout(config)),
+      s_(std::make_unique<state>()) {
   check_limits(config, limits);
   const codec_config& c = config_;
   state& st = *s_;
@@ -273,7 +294,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   const std::size_t half = std::size_t(c.codebook_dim / 2);
   if (tables.size() != std::size_t(c.num_quantizers) * c.codebook_size * half)
     throw std::logic_error("qwen3_tts CUDA codec: the codebooks hold " + std::to_string(tables.size()) +
-                           " floats, the config implies " + std::to_string(std::size_t(c.num_quantizers) * c.codebook_size * half));
+                           " floats, the config implies " +
+                           std::to_string(std::size_t(c.num_quantizers) * c.codebook_size * half));
   st.rvq_tables = st.upload(tables);
   st.rvq_first = {st.upload(weights.rvq_first.output_proj), nullptr, int(half), c.codebook_dim};
   st.rvq_rest = {st.upload(weights.rvq_rest.output_proj), nullptr, int(half), c.codebook_dim};
@@ -346,8 +368,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   st.final_snake = st.snake(weights.final_snake);
   st.decoder_out = st.conv(weights.decoder_out, cursor);
   if (cursor.next != layout_.segments.size())
-    throw std::logic_error("qwen3_tts CUDA codec: the decoder used " + std::to_string(cursor.next) + " of the state's " +
-                           std::to_string(layout_.segments.size()) + " segments");
+    throw std::logic_error("qwen3_tts CUDA codec: the decoder used " + std::to_string(cursor.next) +
+                           " of the state's " + std::to_string(layout_.segments.size()) + " segments");
   weight_bytes_ = st.weight_bytes;
 
   const std::size_t frames = std::size_t(limits.max_rows) * limits.max_window;
@@ -360,6 +382,18 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   st.ext_floats = need.ext;
   st.tmp_floats = need.tmp;
   scratch_bytes_ = (2 * need.act + need.ext + need.tmp) * sizeof(float);
+  if (math == codec_cuda_math::cublas_f32) {
+    CODEC_CHECK(cublasCreate(&st.blas));
+    void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
+    CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
+    CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));
+    // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two.
+    st.col_floats = need.col;
+    st.product_floats = std::max(need.act, need.tmp);
+    st.col = st.alloc<float>(st.col_floats);
+    st.product = st.alloc<float>(st.product_floats);
+    scratch_bytes_ += (st.col_floats + st.product_floats) * sizeof(float) + cublas_workspace_bytes;
+  }
 
   st.tables = table_layout(limits.max_rows, int(frames), c.num_quantizers);
   st.table = st.alloc<unsigned char>(st.tables.bytes);
@@ -378,8 +412,7 @@ void codec_cuda::decode_step(std::span<const row> rows) {
   const codec_config& c = config_;
   state& st = *s_;
   const int q = c.num_quantizers;
-  if (rows.empty())
-    return;
+  if (rows.empty()) return;
   if (rows.size() > std::size_t(limits_.max_rows))
     throw std::invalid_argument("qwen3_tts CUDA codec: a step of " + std::to_string(rows.size()) +
                                 " rows; this decoder was built for at most " + std::to_string(limits_.max_rows) +
@@ -393,7 +426,8 @@ void codec_cuda::decode_step(std::span<const row> rows) {
                                   " frames; a window is 1 to " + std::to_string(limits_.max_window) +
                                   " frames (codec_cuda_limits::max_window)");
     if (rows[r].state == nullptr || rows[r].audio == nullptr)
-      throw std::invalid_argument("qwen3_tts CUDA codec: row " + std::to_string(r) + " has no state or no audio buffer");
+      throw std::invalid_argument("qwen3_tts CUDA codec: row " + std::to_string(r) +
+                                  " has no state or no audio buffer");
     frames += n;
     max_width = std::max(max_width, n);
   }
@@ -438,8 +472,8 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt, const std::int32_t*
   // Every use of a scratch buffer is checked against what measure() allocated.
   auto need = [](std::size_t floats, std::size_t have, const char* which) {
     if (floats > have)
-      throw std::logic_error(std::string("qwen3_tts CUDA codec: scratch ") + which + " needs " + std::to_string(floats) +
-                             " floats, " + std::to_string(have) + " were allocated");
+      throw std::logic_error(std::string("qwen3_tts CUDA codec: scratch ") + which + " needs " +
+                             std::to_string(floats) + " floats, " + std::to_string(have) + " were allocated");
   };
   float* cur = w.act[0];
   float* other = w.act[1];
@@ -447,6 +481,29 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt, const std::int32_t*
   auto tmp = [&](std::size_t floats) {
     need(floats, w.tmp_floats, "intermediate");
     return w.tmp;
+  };
+
+  // y[m][n_out] = A[m][:] * w[n][:] with the epilogue: the double-sum kernel, or cuBLAS over A written out.
+  auto matmul = [&](const k::gemm_input& a, const float* wt, int n_out, const k::epilogue& ep, float* y, int m) {
+    if (math_ == codec_cuda_math::double_sums) {
+      k::gemm(rt, a, wt, n_out, ep, y, n_out, m, s);
+      return;
+    }
+    const int kdim = a.taps * a.channels;
+    const float* x = a.data;
+    if (a.taps > 1 || a.context > 0) {
+      need(std::size_t(m) * kdim, w.col_floats, "im2col");
+      k::im2col(rt, a, w.col, m, s);
+      x = w.col;
+    }
+    // column-major view: y^T [n_out x m] = w [kdim x n_out]^T * x^T [kdim x m]
+    const bool plain = ep.bias == nullptr && ep.scale == nullptr;
+    float* out = plain ? y : w.product;
+    if (!plain) need(std::size_t(m) * n_out, w.product_floats, "product");
+    const float one = 1.0f, beta = plain && ep.accumulate ? 1.0f : 0.0f;
+    CODEC_CHECK(
+        cublasSgemm(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt, kdim, x, kdim, &beta, out, n_out));
+    if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
   };
 
   // A causal convolution of x (len positions a row at `level`) into y, its left context from and back to
@@ -458,13 +515,12 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt, const std::int32_t*
       k::extend(rt, x, level, cv.in, cv.context, cv.state, w.ext, s);
       input = w.ext;
     }
-    k::gemm(rt, {input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, cv.out, T * level, s);
-    if (cv.context > 0)
-      k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
+    matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, T * level);
+    if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {
     ep.bias = l.bias;
-    k::gemm(rt, {x, l.in}, l.w, l.out, ep, y, l.out, positions, s);
+    matmul({x, l.in}, l.w, l.out, ep, y, positions);
   };
   // A transposed convolution of x (at `level`) into y (at level * stride): every extended input position
   // times every tap, then the overlap-add.
@@ -477,9 +533,8 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt, const std::int32_t*
       input = w.ext;
     }
     float* z = tmp(positions * tc.kernel * tc.out);
-    k::gemm(rt, {input, tc.in}, tc.w, tc.kernel * tc.out, {}, z, tc.kernel * tc.out, int(positions), s);
-    if (tc.context > 0)
-      k::carry(rt, w.ext, level, tc.in, tc.context, tc.state, s);
+    matmul({input, tc.in}, tc.w, tc.kernel * tc.out, {}, z, int(positions));
+    if (tc.context > 0) k::carry(rt, w.ext, level, tc.in, tc.context, tc.state, s);
     act(std::size_t(T) * level * tc.stride * tc.out);
     k::overlap_add(rt, z, level, tc.out, tc.kernel, tc.stride, tc.context, tc.bias, y, s);
   };

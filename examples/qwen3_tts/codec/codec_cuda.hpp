@@ -8,9 +8,9 @@
 // and the causal convolutions as GEMMs over each row's [left context | window] with the taps as the
 // reduction), then small kernels (SnakeBeta, norms, GELU, SwiGLU, RoPE, the attention over the state's
 // key/value window, the transposed convolutions' overlap-add, the contexts carried back into the state).
-// Sums run in double over float32 operands, each output's terms in one fixed order, as on the host: a
-// row's audio does not depend on the other rows of its step, and stays within the host's distance of
-// the reference.
+// By default sums run in double over float32 operands, each output's terms in one fixed order, as on the
+// host: a row's audio does not depend on the other rows of its step, and stays within the host's distance
+// of the reference (codec_cuda_math has the faster cuBLAS float32 choice).
 //
 // Everything is enqueued on the decoder's one stream. A step's launch sizes follow its total frames, so
 // a CUDA graph per (batch bucket, window width) is where capture would go (not done: widths vary per row,
@@ -32,6 +32,13 @@ namespace codec_kernels {
 struct row_table;
 } // namespace codec_kernels
 
+// How the GEMMs (linear layers, convolutions) sum. double_sums: the decoder's own kernel, double sums in
+// one fixed order per output, as the host decoder: a row's bits do not depend on the other rows of its step
+// or on its window split. cublas_f32: cuBLAS SGEMM (float32 sums, no TF32) over the convolutions' windows
+// written out (im2col), faster; cuBLAS may pick another algorithm for another row count, so a row's bits
+// may then depend on its step's other rows (within float32 rounding).
+enum class codec_cuda_math { double_sums, cublas_f32 };
+
 // Capacities fixed at construction (every buffer is allocated once).
 struct codec_cuda_limits {
   int max_rows = 8;   // rows of one step
@@ -50,7 +57,8 @@ public:
   };
 
   // Uploads the weights (float32, re-laid for the GEMMs) and allocates the scratch for the limits.
-  codec_cuda(const codec_config& config, const codec_weights& weights, const codec_cuda_limits& limits);
+  codec_cuda(const codec_config& config, const codec_weights& weights, const codec_cuda_limits& limits,
+             codec_cuda_math math = codec_cuda_math::double_sums);
   ~codec_cuda();
   codec_cuda(const codec_cuda&) = delete;
   codec_cuda& operator=(const codec_cuda&) = delete;
@@ -65,6 +73,7 @@ public:
   const codec_config& config() const { return config_; }
   const codec_state_layout& state_layout() const { return layout_; }
   const codec_cuda_limits& limits() const { return limits_; }
+  codec_cuda_math math() const { return math_; }
   std::size_t samples_per_frame() const { return std::size_t(config_.samples_per_frame()); }
   std::size_t weight_bytes() const { return weight_bytes_; }
   std::size_t scratch_bytes() const { return scratch_bytes_; }
@@ -79,6 +88,7 @@ private:
 
   codec_config config_;
   codec_cuda_limits limits_;
+  codec_cuda_math math_;
   codec_state_layout layout_;
   cudaStream_t stream_ = nullptr;
   std::size_t weight_bytes_ = 0, scratch_bytes_ = 0;

@@ -2,9 +2,10 @@
 // window 72, latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2: 1920 samples a frame) with random
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
-// for every width). Prints the step's GPU time and the GPU time per second of audio it decodes.
+// for every width). Prints the step's GPU time and the GPU time per second of audio it decodes, for each
+// codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32).
 //
-//   qwen3tts_codec_bench [--rows 1,8,32,64] [--widths 1,8] [--iters 5]
+//   qwen3tts_codec_bench [--rows 1,8,32,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
 #include "codec_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -25,8 +26,7 @@ namespace {
 using namespace qwen3_tts;
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
 std::vector<int> int_list(const std::string& s) {
@@ -61,8 +61,10 @@ std::vector<float> random_tensor(const std::string& name, const std::vector<std:
   const bool norm = name.find("norm") != std::string::npos || name.find("usage") != std::string::npos;
   const bool log_scale = name.find("alpha") != std::string::npos || name.find("beta") != std::string::npos;
   const std::size_t fan_in = shape.size() > 1 ? n / std::size_t(shape[0]) : 1;
-  const float scale = norm ? 0.2f : log_scale ? 0.1f : name.find("scale") != std::string::npos ? 0.01f
-                                                                                              : 1.0f / std::sqrt(float(fan_in));
+  const float scale = norm                                      ? 0.2f
+                      : log_scale                               ? 0.1f
+                      : name.find("scale") != std::string::npos ? 0.01f
+                                                                : 1.0f / std::sqrt(float(fan_in));
   std::vector<float> t(n);
   for (auto& v : t) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -77,30 +79,32 @@ std::vector<float> random_tensor(const std::string& name, const std::vector<std:
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 8, 32, 64}, widths = {1, 8};
   int iters = 5;
+  std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc)
-      throw std::invalid_argument("option " + a + " needs a value");
+    if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
     if (a == "--rows")
       rows_list = int_list(argv[++i]);
     else if (a == "--widths")
       widths = int_list(argv[++i]);
     else if (a == "--iters")
       iters = std::max(1, std::atoi(argv[++i]));
-    else
-      throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters)");
+    else if (a == "--math") {
+      const std::string m = argv[++i];
+      if (m == "double")
+        maths = {codec_cuda_math::double_sums};
+      else if (m == "cublas")
+        maths = {codec_cuda_math::cublas_f32};
+      else if (m != "both")
+        throw std::invalid_argument("--math " + m + ": double, cublas or both");
+    } else
+      throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math)");
   }
   const codec_config config = released_config();
   const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());
   const int max_window = std::max(8, *std::max_element(widths.begin(), widths.end()));
-  codec_cuda gpu(config, load_codec_weights(config, random_tensor), {max_rows, max_window});
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name,
-              double(gpu.weight_bytes()) / 1e6, double(gpu.scratch_bytes()) / 1e6,
-              double(gpu.state_layout().bytes()) / 1e6);
-
-  const std::size_t spf = gpu.samples_per_frame(), state_floats = gpu.state_layout().total;
+  const codec_weights weights = load_codec_weights(config, random_tensor);
+  const std::size_t spf = std::size_t(config.samples_per_frame()), state_floats = make_codec_state_layout(config).total;
   float *states = nullptr, *audio = nullptr;
   check(cudaMalloc(&states, std::size_t(max_rows) * state_floats * sizeof(float)), "cudaMalloc states");
   check(cudaMalloc(&audio, std::size_t(max_rows) * max_window * spf * sizeof(float)), "cudaMalloc audio");
@@ -114,31 +118,41 @@ int main(int argc, char** argv) try {
   // width 0 stands for the mixed step: row r takes 1, 2, 4, 8 frames by r % 4.
   std::vector<int> cases = widths;
   cases.push_back(0);
-  for (int rows : rows_list)
-    for (int width : cases) {
-      check(cudaMemset(states, 0, std::size_t(rows) * state_floats * sizeof(float)), "cudaMemset states");
-      std::vector<codec_cuda::row> step;
-      std::size_t frames = 0;
-      for (int r = 0; r < rows; ++r) {
-        const int w = width > 0 ? width : 1 << (r % 4);
-        step.push_back({states + std::size_t(r) * state_floats, std::span(codes).first(std::size_t(w) * 16),
-                        audio + std::size_t(r) * max_window * spf});
-        frames += std::size_t(w);
+  for (const auto math : maths) {
+    codec_cuda gpu(config, weights, {max_rows, max_window}, math);
+    const char* math_name = math == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32";
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,
+                double(gpu.weight_bytes()) / 1e6, double(gpu.scratch_bytes()) / 1e6,
+                double(gpu.state_layout().bytes()) / 1e6);
+    for (int rows : rows_list)
+      for (int width : cases) {
+        check(cudaMemset(states, 0, std::size_t(rows) * state_floats * sizeof(float)), "cudaMemset states");
+        std::vector<codec_cuda::row> step;
+        std::size_t frames = 0;
+        for (int r = 0; r < rows; ++r) {
+          const int w = width > 0 ? width : 1 << (r % 4);
+          step.push_back({states + std::size_t(r) * state_floats, std::span(codes).first(std::size_t(w) * 16),
+                          audio + std::size_t(r) * max_window * spf});
+          frames += std::size_t(w);
+        }
+        gpu.decode_step(step); // warm-up
+        gpu.synchronize();
+        check(cudaEventRecord(e0, gpu.stream()), "cudaEventRecord");
+        for (int i = 0; i < iters; ++i)
+          gpu.decode_step(step);
+        check(cudaEventRecord(e1, gpu.stream()), "cudaEventRecord");
+        check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+        const double step_ms = double(ms) / iters;
+        const double audio_s = double(frames * spf) / config.output_sample_rate;
+        std::printf("RESULT %-11s rows %3d  widths %-7s  step %9.3f ms  %8.4f GPU s per audio s  (%zu frames)\n",
+                    math_name, rows, width > 0 ? std::to_string(width).c_str() : "1,2,4,8", step_ms,
+                    step_ms / 1e3 / audio_s, frames);
       }
-      gpu.decode_step(step); // warm-up
-      gpu.synchronize();
-      check(cudaEventRecord(e0, gpu.stream()), "cudaEventRecord");
-      for (int i = 0; i < iters; ++i)
-        gpu.decode_step(step);
-      check(cudaEventRecord(e1, gpu.stream()), "cudaEventRecord");
-      check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-      const double step_ms = double(ms) / iters;
-      const double audio_s = double(frames * spf) / config.output_sample_rate;
-      std::printf("RESULT rows %3d  widths %-7s  step %9.3f ms  %8.4f GPU s per audio s  (%zu frames a step)\n", rows,
-                  width > 0 ? std::to_string(width).c_str() : "1,2,4,8", step_ms, step_ms / 1e3 / audio_s, frames);
-    }
+  }
   cudaFree(states);
   cudaFree(audio);
   return 0;

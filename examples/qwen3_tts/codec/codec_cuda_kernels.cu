@@ -30,9 +30,8 @@ __device__ inline int row_width(const row_table& rt, int r) { return rt.start[r 
 // depend only on its own inputs.
 constexpr int tile_m = 64, tile_n = 64, tile_k = 16;
 
-__global__ void __launch_bounds__(256)
-    gemm_kernel(row_table rt, gemm_input a, const float* __restrict__ w, int n_out, epilogue ep, float* y, int ldy,
-                int m_rows) {
+__global__ void __launch_bounds__(256) gemm_kernel(row_table rt, gemm_input a, const float* __restrict__ w, int n_out,
+                                                   epilogue ep, float* y, int ldy, int m_rows) {
   __shared__ float as[tile_k][tile_m + 1];
   __shared__ float bs[tile_k][tile_n + 1];
   const int kt = a.taps * a.channels;
@@ -44,8 +43,7 @@ __global__ void __launch_bounds__(256)
   for (int i = 0; i < 4; ++i) {
     const int m = m0 + (tid + 256 * i) / tile_k;
     a_row[i] = -1;
-    if (m < m_rows)
-      a_row[i] = a.context == 0 ? m : m + (long long)rt.frame_row[m / a.level] * a.context;
+    if (m < m_rows) a_row[i] = a.context == 0 ? m : m + (long long)rt.frame_row[m / a.level] * a.context;
   }
   double acc[4][4] = {};
   for (int k0 = 0; k0 < kt; k0 += tile_k) {
@@ -58,8 +56,7 @@ __global__ void __launch_bounds__(256)
           av = a.data[(a_row[i] + (long long)tap * a.dilation) * a.channels + ch];
         }
         const int n = n0 + r;
-        if (n < n_out)
-          bv = w[(long long)n * kt + kk];
+        if (n < n_out) bv = w[(long long)n * kt + kk];
       }
       as[c][r] = av;
       bs[c][r] = bv;
@@ -80,20 +77,39 @@ __global__ void __launch_bounds__(256)
   }
   for (int i = 0; i < 4; ++i) {
     const int m = m0 + ty + 16 * i;
-    if (m >= m_rows)
-      continue;
+    if (m >= m_rows) continue;
     for (int j = 0; j < 4; ++j) {
       const int n = n0 + tx + 16 * j;
-      if (n >= n_out)
-        continue;
+      if (n >= n_out) continue;
       float v = float(acc[i][j]);
-      if (ep.bias)
-        v += ep.bias[n];
-      if (ep.scale)
-        v *= ep.scale[n];
+      if (ep.bias) v += ep.bias[n];
+      if (ep.scale) v *= ep.scale[n];
       float& out = y[(long long)m * ldy + n];
       out = ep.accumulate ? out + v : v;
     }
+  }
+}
+
+__global__ void im2col_kernel(row_table rt, gemm_input a, float* col, int m_rows) {
+  const int kt = a.taps * a.channels;
+  const std::size_t total = std::size_t(m_rows) * kt;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const long long m = (long long)(i / kt);
+    const int kk = int(i % kt), tap = kk / a.channels, ch = kk - tap * a.channels;
+    const long long row = a.context == 0 ? m : m + (long long)rt.frame_row[m / a.level] * a.context;
+    col[i] = a.data[(row + (long long)tap * a.dilation) * a.channels + ch];
+  }
+}
+
+__global__ void epilogue_kernel(const float* g, epilogue ep, float* y, int n_out, std::size_t total) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const int n = int(i % n_out);
+    float v = g[i];
+    if (ep.bias) v += ep.bias[n];
+    if (ep.scale) v *= ep.scale[n];
+    y[i] = ep.accumulate ? y[i] + v : v;
   }
 }
 
@@ -106,7 +122,8 @@ __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, i
   const float* c = rt.state[r] + off;
   const float* xr = x + std::size_t(rt.start[r]) * level * ch;
   float* er = ext + (std::size_t(rt.start[r]) * level + std::size_t(r) * context) * ch;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < len; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < len;
+       i += std::size_t(gridDim.x) * blockDim.x)
     er[i] = i < ctx ? c[i] : xr[i - ctx];
 }
 
@@ -115,14 +132,16 @@ __global__ void carry_kernel(row_table rt, const float* ext, int level, int ch, 
   const std::size_t n = std::size_t(row_width(rt, r)) * level, ctx = std::size_t(context) * ch;
   const float* er = ext + (std::size_t(rt.start[r]) * level + std::size_t(r) * context) * ch;
   float* c = rt.state[r] + off;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < ctx; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < ctx;
+       i += std::size_t(gridDim.x) * blockDim.x)
     c[i] = er[n * ch + i];
 }
 
 __global__ void depthwise_kernel(row_table rt, const float* ext, int level, int ch, int taps, int context,
                                  const float* w, const float* bias, float* y) {
   const std::size_t total = std::size_t(rt.frames) * level * ch;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t m = i / ch;
     const int c = int(i % ch);
     const std::size_t e = m + std::size_t(rt.frame_row[m / level]) * context;
@@ -140,7 +159,8 @@ __global__ void overlap_add_kernel(row_table rt, const float* z, int level, int 
   const int out_level = level * stride;
   const std::size_t total = std::size_t(rt.frames) * out_level * out;
   const std::size_t zw = std::size_t(kernel) * out;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t m = i / out;
     const int o = int(i % out);
     const int r = rt.frame_row[m / out_level];
@@ -161,7 +181,8 @@ __global__ void overlap_add_kernel(row_table rt, const float* z, int level, int 
 
 // ------------------------------------------------------------------------------------ elementwise
 __global__ void snake_kernel(const float* x, const float* ea, const float* ib, std::size_t count, int ch, float* y) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const int c = int(i % ch);
     const float v = sinf(x[i] * ea[c]);
     y[i] = x[i] + ib[c] * (v * v);
@@ -169,7 +190,8 @@ __global__ void snake_kernel(const float* x, const float* ea, const float* ib, s
 }
 
 __global__ void gelu_kernel(float* x, std::size_t count) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const float m = x[i];
     x[i] = 0.5f * m * (1.0f + erff(m * 0.70710678118654752440f));
   }
@@ -177,7 +199,8 @@ __global__ void gelu_kernel(float* x, std::size_t count) {
 
 __global__ void swiglu_kernel(const float* gate_up, int tokens, int inter, float* out) {
   const std::size_t total = std::size_t(tokens) * inter;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t t = i / inter, c = i % inter;
     const float g = gate_up[t * 2 * inter + c], u = gate_up[t * 2 * inter + inter + c];
     out[i] = g / (1.0f + expf(-g)) * u;
@@ -190,8 +213,7 @@ __device__ double block_sum(double v, double* shared) {
     v += __shfl_down_sync(0xffffffffu, v, o);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads(); // shared may still be read from the previous call
-  if (lane == 0)
-    shared[warp] = v;
+  if (lane == 0) shared[warp] = v;
   __syncthreads();
   double total = 0;
   for (int i = 0; i < int(blockDim.x / 32); ++i)
@@ -234,7 +256,8 @@ __device__ inline int frame_position(const row_table& rt, int r) { return int(rt
 __global__ void rope_kernel(row_table rt, float* qkv, attention_shape a, const float* inv_freq) {
   const int half = a.head_dim / 2, heads = a.heads + a.kv_heads;
   const std::size_t total = std::size_t(rt.frames) * heads * half;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const int m = int(i / (std::size_t(heads) * half));
     const int h = int(i / half % heads), k = int(i % half);
     const int r = rt.frame_row[m];
@@ -264,7 +287,8 @@ __global__ void attention_kernel(row_table rt, const float* qkv, attention_shape
   // Key / value j of the row's sequence (carried fill, then this window's), head kvh.
   auto key = [&](int j, int which) -> const float* {
     if (j < fill)
-      return state + (which ? a.value_offset : a.key_offset) + std::size_t(keep - fill + j) * kvw + std::size_t(kvh) * hd;
+      return state + (which ? a.value_offset : a.key_offset) + std::size_t(keep - fill + j) * kvw +
+             std::size_t(kvh) * hd;
     return qkv + std::size_t(rt.start[r] + j - fill) * a.ld + qw + std::size_t(which) * kvw + std::size_t(kvh) * hd;
   };
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
@@ -298,8 +322,7 @@ __global__ void attention_kernel(row_table rt, const float* qkv, attention_shape
 __global__ void window_update_kernel(row_table rt, const float* qkv, attention_shape a) {
   const int r = blockIdx.y, kvw = a.kv_heads * a.head_dim;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= 2 * kvw)
-    return;
+  if (c >= 2 * kvw) return;
   const int which = c / kvw, ch = c % kvw;
   const int keep = a.window - 1, n = row_width(rt, r), fill = min(frame_position(rt, r), keep);
   const int total = fill + n, kept = min(total, keep);
@@ -317,20 +340,21 @@ __global__ void audio_kernel(row_table rt, const float* y, int spf, float* const
   const int r = blockIdx.y;
   const std::size_t n = std::size_t(row_width(rt, r)) * spf;
   const float* yr = y + std::size_t(rt.start[r]) * spf;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     audio[r][i] = fminf(fmaxf(yr[i], -1.0f), 1.0f);
 }
 
 __global__ void counter_kernel(row_table rt) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < rt.rows)
-    rt.state[r][0] += float(row_width(rt, r));
+  if (r < rt.rows) rt.state[r][0] += float(row_width(rt, r));
 }
 
 __global__ void rvq_kernel(const std::int32_t* codes, const float* tables, int quantizers, int size, int dim,
                            float* sums, int frames) {
   const std::size_t total = std::size_t(2) * frames * dim;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const int half = int(i / (std::size_t(frames) * dim));
     const std::size_t t = i / dim % frames;
     const int d = int(i % dim);
@@ -346,8 +370,7 @@ __global__ void rvq_kernel(const std::int32_t* codes, const float* tables, int q
 
 void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y, int ldy,
           int m_rows, cudaStream_t s) {
-  if (m_rows == 0 || n_out == 0)
-    return;
+  if (m_rows == 0 || n_out == 0) return;
   const dim3 grid(unsigned((n_out + tile_n - 1) / tile_n), unsigned((m_rows + tile_m - 1) / tile_m));
   if (grid.y > 65535u)
     throw std::invalid_argument("qwen3_tts CUDA codec: a GEMM over " + std::to_string(m_rows) +
@@ -357,10 +380,21 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
   check_launch("gemm");
 }
 
+void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s) {
+  im2col_kernel<<<blocks_for(std::size_t(m_rows) * a.taps * a.channels), threads, 0, s>>>(rows, a, col, m_rows);
+  check_launch("im2col");
+}
+
+void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s) {
+  const std::size_t total = std::size_t(m_rows) * n_out;
+  epilogue_kernel<<<blocks_for(total), threads, 0, s>>>(g, ep, y, n_out, total);
+  check_launch("epilogue");
+}
+
 void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, int size, int dim, float* sums,
               int frames, cudaStream_t s) {
   rvq_kernel<<<blocks_for(std::size_t(2) * frames * dim), threads, 0, s>>>(codes, tables, quantizers, size, dim, sums,
-                                                                          frames);
+                                                                           frames);
   check_launch("rvq_sums");
 }
 
@@ -368,7 +402,7 @@ void extend(const row_table& rows, const float* x, int level, int channels, int 
             float* ext, cudaStream_t s) {
   const std::size_t longest = (std::size_t(rows.max_width) * level + context) * channels;
   extend_kernel<<<dim3(blocks_for(longest, 1024), unsigned(rows.rows)), threads, 0, s>>>(rows, x, level, channels,
-                                                                                          context, state_offset, ext);
+                                                                                         context, state_offset, ext);
   check_launch("extend");
 }
 
@@ -396,21 +430,19 @@ void overlap_add(const row_table& rows, const float* z, int level, int out, int 
 void snake_beta(const float* x, const float* exp_alpha, const float* inv_exp_beta, std::size_t count, int channels,
                 float* y, cudaStream_t s) {
   snake_kernel<<<blocks_for(count * channels), threads, 0, s>>>(x, exp_alpha, inv_exp_beta, count * channels, channels,
-                                                                 y);
+                                                                y);
   check_launch("snake_beta");
 }
 
 void rms_norm(const float* x, const float* w, float eps, int tokens, int dim, float* y, cudaStream_t s) {
-  if (tokens == 0)
-    return;
+  if (tokens == 0) return;
   rms_norm_kernel<<<unsigned(tokens), norm_threads, 0, s>>>(x, w, eps, dim, y);
   check_launch("rms_norm");
 }
 
 void layer_norm(const float* x, const float* w, const float* b, float eps, int tokens, int dim, float* y,
                 cudaStream_t s) {
-  if (tokens == 0)
-    return;
+  if (tokens == 0) return;
   layer_norm_kernel<<<unsigned(tokens), norm_threads, 0, s>>>(x, w, b, eps, dim, y);
   check_launch("layer_norm");
 }
@@ -432,8 +464,7 @@ void rope(const row_table& rows, float* qkv, const attention_shape& a, const flo
 }
 
 void window_attention(const row_table& rows, const float* qkv, const attention_shape& a, float* out, cudaStream_t s) {
-  if (rows.frames == 0)
-    return;
+  if (rows.frames == 0) return;
   attention_kernel<<<dim3(unsigned(rows.frames), unsigned(a.heads)), 64, std::size_t(a.window) * sizeof(float), s>>>(
       rows, qkv, a, out);
   check_launch("window_attention");
@@ -448,7 +479,7 @@ void window_update(const row_table& rows, const float* qkv, const attention_shap
 void finish_step(const row_table& rows, const float* y, int samples_per_frame, float* const* audio, cudaStream_t s) {
   const std::size_t longest = std::size_t(rows.max_width) * samples_per_frame;
   audio_kernel<<<dim3(blocks_for(longest, 1024), unsigned(rows.rows)), threads, 0, s>>>(rows, y, samples_per_frame,
-                                                                                         audio);
+                                                                                        audio);
   check_launch("audio");
   counter_kernel<<<unsigned((rows.rows + 127) / 128), 128, 0, s>>>(rows);
   check_launch("frame counter");

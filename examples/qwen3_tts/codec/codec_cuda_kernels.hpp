@@ -48,8 +48,13 @@ struct epilogue {
 };
 
 // w: [n_out][taps * channels] row-major. m_rows positions of A; y has leading dimension ldy.
-void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y,
-          int ldy, int m_rows, cudaStream_t s);
+void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y, int ldy,
+          int m_rows, cudaStream_t s);
+
+// The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
+// plain product g[m][n] (ldy == n_out).
+void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
+void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s);
 
 // sums[0][t] = table[0][codes[t][0]], sums[1][t] = sum over q >= 1 of table[q][codes[t][q]] (in q order):
 // the split RVQ's two halves before their projections. tables: [quantizers][size][dim].
