@@ -8,9 +8,13 @@
 #              at most 6 minutes, building included)
 #   suite      the whole test suite with the CUDA sources (scripts/gpu_suite.sh; reuses the talker stage's
 #              build directory on a warm machine)
+#   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
+#              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
+#              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
 #
 #   run(command="bash bench/gpu_session.sh reference talker", carry=[".whl"], kind="nvidia-h200", timeout_s=600)
 #   run(command="bash bench/gpu_session.sh suite", kind="nvidia-h200", timeout_s=600)   # same warm machine
+#   run(command="bash bench/gpu_session.sh codec", kind="nvidia-h200", timeout_s=600)   # alone, or before suite
 #
 # .whl/ (ignored by git) is filled here, on a machine with pip's registry, by `bash bench/gpu_session.sh wheels`.
 # Each stage's logs are packed into $OUT/<stage>.tgz (the device tool brings back at most 8 files); a table
@@ -52,10 +56,34 @@ stage_suite() {
   summary+=("suite: $(tail -n1 "$out/suite/summary.txt" 2>/dev/null || echo 'no summary')")
 }
 
+stage_codec() {
+  local d="$out/codec" b=build-talker-gpu
+  mkdir -p "$d"
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("codec: meson setup failed (codec/setup.log)"); return; }
+  fi
+  ninja -C "$b" -j"$(nproc)" tests/gpu/mstar_codec_gpu_tests examples/qwen3_tts/codec/qwen3tts_codec_bench \
+    > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("codec: the build failed (codec/build.log)"); return; }
+  timeout 120 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro 2>&1 | tee "$d/tests.log"
+  local rc=${PIPESTATUS[0]} san=skipped
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro \
+      --test-case='*rows of one*,*state after*' > "$d/memcheck.log" 2>&1
+    san=$?
+    tail -5 "$d/memcheck.log"
+  fi
+  timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" 2>&1 | tee "$d/bench.log"
+  local bench=${PIPESTATUS[0]}
+  summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san, bench rc $bench")
+  while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench.log" | sed 's/^RESULT /codec /')
+}
+
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | suite) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, suite)" >&2; exit 2 ;;
+    wheels | reference | talker | suite | codec) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, suite, codec)" >&2; exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then
     tar -C "$out" -czf "$out/$s.tgz" "$s" && rm -rf "${out:?}/$s"

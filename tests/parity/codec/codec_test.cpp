@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec_checkpoint.hpp"
+#include "codec_fixture.hpp"
 #include "codes_json.hpp"
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
 #include "qwen3_tts/checkpoint/safetensors.hpp"
@@ -20,45 +21,8 @@
 namespace {
 
 using namespace qwen3_tts;
-
-const std::string fixtures = std::string(MSTAR_SOURCE_ROOT) + "/tests/fixtures/qwen3tts/";
+using namespace qwen3_tts::codec_fixture;
 constexpr float tolerance = 1e-4f;
-
-struct sequence {
-  std::vector<std::int32_t> frames; // [n][16], frame-major as the decoder takes them
-  std::vector<float> audio;         // the reference's forward over the whole sequence
-};
-
-// The fixture stores codes codebook-major, [16][n], as the reference's forward takes them.
-sequence load_sequence(const std::string& fixture, const std::string& name) {
-  const safetensors_file file(fixtures + fixture + "/expected/codec.safetensors");
-  const auto* codes = file.find(name + ".codes");
-  const auto* audio = file.find(name + ".audio");
-  REQUIRE(codes != nullptr);
-  REQUIRE(audio != nullptr);
-  REQUIRE(codes->shape.size() == 2);
-  const auto q = std::size_t(codes->shape[0]), n = std::size_t(codes->shape[1]);
-  const auto raw = to_i64(*codes);
-  sequence s;
-  s.frames.resize(q * n);
-  for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t j = 0; j < q; ++j)
-      s.frames[t * q + j] = std::int32_t(raw[j * n + t]);
-  s.audio = to_f32(*audio);
-  return s;
-}
-
-float max_abs_error(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 } // namespace
 

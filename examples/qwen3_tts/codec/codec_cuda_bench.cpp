@@ -1,0 +1,162 @@
+// qwen3tts_codec_bench: the CUDA codec decoder's step at the released 12 Hz size (8 layers of hidden 512,
+// window 72, latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2: 1920 samples a frame) with random
+// weights (no checkpoint needed), for several row counts, each step one window per row: every row the
+// same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
+// for every width). Prints the step's GPU time and the GPU time per second of audio it decodes, for each
+// codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32).
+//
+//   qwen3tts_codec_bench [--rows 1,8,32,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
+#include "codec_cuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace qwen3_tts;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    v.push_back(std::stoi(item));
+  if (v.empty() || *std::min_element(v.begin(), v.end()) < 1)
+    throw std::invalid_argument("a list of positive integers, e.g. 1,8,32,64; got '" + s + "'");
+  return v;
+}
+
+codec_config released_config() {
+  return parse_codec_config(nlohmann::json::parse(R"({"decoder_config": {
+      "codebook_dim": 512, "codebook_size": 2048, "latent_dim": 1024, "hidden_size": 512, "intermediate_size": 1024,
+      "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 64,
+      "sliding_window": 72, "decoder_dim": 1536, "upsample_rates": [8, 5, 4, 3], "upsampling_ratios": [2, 2],
+      "num_quantizers": 16}})"),
+                            "released");
+}
+
+// Deterministic weights by name: matrices uniform in +-1/sqrt(fan-in), norms near 1, SnakeBeta's log
+// scales near 0, codebook usage near 1 (the decoder divides by it).
+std::vector<float> random_tensor(const std::string& name, const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape)
+    n *= std::size_t(d);
+  std::uint32_t h = 2166136261u;
+  for (unsigned char c : name)
+    h = (h ^ c) * 16777619u;
+  std::uint64_t state = h * 0x9e3779b97f4a7c15ull + 1;
+  const bool norm = name.find("norm") != std::string::npos || name.find("usage") != std::string::npos;
+  const bool log_scale = name.find("alpha") != std::string::npos || name.find("beta") != std::string::npos;
+  const std::size_t fan_in = shape.size() > 1 ? n / std::size_t(shape[0]) : 1;
+  const float scale = norm                                      ? 0.2f
+                      : log_scale                               ? 0.1f
+                      : name.find("scale") != std::string::npos ? 0.01f
+                                                                : 1.0f / std::sqrt(float(fan_in));
+  std::vector<float> t(n);
+  for (auto& v : t) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = float(std::uint32_t(state >> 40)) / float(1u << 24) * 2.0f - 1.0f;
+    v = (norm ? 1.0f : 0.0f) + u * scale;
+  }
+  return t;
+}
+
+} // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<int> rows_list = {1, 8, 32, 64}, widths = {1, 8};
+  int iters = 5;
+  std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
+    if (a == "--rows")
+      rows_list = int_list(argv[++i]);
+    else if (a == "--widths")
+      widths = int_list(argv[++i]);
+    else if (a == "--iters")
+      iters = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--math") {
+      const std::string m = argv[++i];
+      if (m == "double")
+        maths = {codec_cuda_math::double_sums};
+      else if (m == "cublas")
+        maths = {codec_cuda_math::cublas_f32};
+      else if (m != "both")
+        throw std::invalid_argument("--math " + m + ": double, cublas or both");
+    } else
+      throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math)");
+  }
+  const codec_config config = released_config();
+  const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());
+  const int max_window = std::max(8, *std::max_element(widths.begin(), widths.end()));
+  const codec_weights weights = load_codec_weights(config, random_tensor);
+  const std::size_t spf = std::size_t(config.samples_per_frame()), state_floats = make_codec_state_layout(config).total;
+  float *states = nullptr, *audio = nullptr;
+  check(cudaMalloc(&states, std::size_t(max_rows) * state_floats * sizeof(float)), "cudaMalloc states");
+  check(cudaMalloc(&audio, std::size_t(max_rows) * max_window * spf * sizeof(float)), "cudaMalloc audio");
+  std::vector<std::int32_t> codes(std::size_t(max_window) * config.num_quantizers);
+  for (std::size_t i = 0; i < codes.size(); ++i)
+    codes[i] = std::int32_t((i * 2654435761u) % std::uint32_t(config.codebook_size));
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "cudaEventCreate");
+  check(cudaEventCreate(&e1), "cudaEventCreate");
+
+  // width 0 stands for the mixed step: row r takes 1, 2, 4, 8 frames by r % 4.
+  std::vector<int> cases = widths;
+  cases.push_back(0);
+  for (const auto math : maths) {
+    codec_cuda gpu(config, weights, {max_rows, max_window}, math);
+    const char* math_name = math == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32";
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,
+                double(gpu.weight_bytes()) / 1e6, double(gpu.scratch_bytes()) / 1e6,
+                double(gpu.state_layout().bytes()) / 1e6);
+    for (int rows : rows_list)
+      for (int width : cases) {
+        check(cudaMemset(states, 0, std::size_t(rows) * state_floats * sizeof(float)), "cudaMemset states");
+        std::vector<codec_cuda::row> step;
+        std::size_t frames = 0;
+        for (int r = 0; r < rows; ++r) {
+          const int w = width > 0 ? width : 1 << (r % 4);
+          step.push_back({states + std::size_t(r) * state_floats, std::span(codes).first(std::size_t(w) * 16),
+                          audio + std::size_t(r) * max_window * spf});
+          frames += std::size_t(w);
+        }
+        gpu.decode_step(step); // warm-up
+        gpu.synchronize();
+        check(cudaEventRecord(e0, gpu.stream()), "cudaEventRecord");
+        for (int i = 0; i < iters; ++i)
+          gpu.decode_step(step);
+        check(cudaEventRecord(e1, gpu.stream()), "cudaEventRecord");
+        check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+        const double step_ms = double(ms) / iters;
+        const double audio_s = double(frames * spf) / config.output_sample_rate;
+        std::printf("RESULT %-11s rows %3d  widths %-7s  step %9.3f ms  %8.4f GPU s per audio s  (%zu frames)\n",
+                    math_name, rows, width > 0 ? std::to_string(width).c_str() : "1,2,4,8", step_ms,
+                    step_ms / 1e3 / audio_s, frames);
+      }
+  }
+  cudaFree(states);
+  cudaFree(audio);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "qwen3tts_codec_bench: %s\n", e.what());
+  return 1;
+}

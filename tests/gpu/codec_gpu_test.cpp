@@ -1,0 +1,312 @@
+// The CUDA codec decoder (float32, double sums) against the reference's whole-sequence audio in the
+// committed fixtures (tests/fixtures/qwen3tts/{tiny06,tiny17}/expected/codec.safetensors) and against the
+// host decoder: streamed audio for several window ramps, rows of one step independent of each other,
+// and the per-request state after each window the host decoder's state (the same layout, so the same
+// bytes up to rounding). Every case is skipped without a CUDA device (tests/gpu/main.cpp's rule).
+//
+// Both codec_cuda_math choices. Tolerances: 1e-4 max absolute error against the reference's audio, the
+// host parity test's bar (the double-sum kernel sums as the host does; only the order of the double sums
+// and the device's float32 sin, exp, erf and cos differ; cuBLAS sums in float32, which a float32-GEMM
+// emulation of the step put within 3e-6 of the reference on these fixtures). States: 1e-4 relative to
+// the segment's largest value. Where the double-sum kernel promises the same bits (window splits, rows
+// of a step), cuBLAS is held to 1e-5 and whether its bits agree too is printed.
+#include "gpu_test.hpp"
+
+#include "codec_cuda.hpp"
+#include "codec_decoder.hpp"
+#include "codec_fixture.hpp"
+#include "qwen3_tts/checkpoint/checkpoint.hpp"
+#include "qwen3_tts/checkpoint/safetensors.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace qwen3_tts;
+using namespace qwen3_tts::codec_fixture;
+constexpr float audio_tolerance = 1e-4f;
+constexpr float state_tolerance = 1e-4f; // relative to the segment's largest magnitude (at least 1)
+constexpr float cublas_split_tolerance = 1e-5f;
+constexpr int max_window = 24; // the fixtures' sequences have 7 and 23 frames
+constexpr codec_cuda_math maths[] = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
+
+const char* math_name(codec_cuda_math m) { return m == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32"; }
+
+// The same bits under double sums; within cublas_split_tolerance under cuBLAS (the bits' agreement printed).
+bool agree(const std::vector<float>& a, const std::vector<float>& b, codec_cuda_math math, const char* what) {
+  if (math == codec_cuda_math::double_sums) return same_bytes(a, b);
+  const float err = max_abs_error(a, b);
+  std::printf("codec cuda (cuBLAS f32) %s: max difference %.3g, bits %s\n", what, double(err),
+              same_bytes(a, b) ? "identical" : "differ");
+  return err <= cublas_split_tolerance;
+}
+
+struct codec_parts {
+  codec_config config;
+  codec_weights weights;
+};
+
+codec_parts load_parts(const std::string& fixture) {
+  const auto folder = open_checkpoint(fixtures + fixture);
+  codec_parts p{parse_codec_config(folder.codec_config, fixture + "/speech_tokenizer/config.json"), {}};
+  p.weights = load_codec_weights(p.config, [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    return to_f32(folder.codec_weights.require(name, shape));
+  });
+  return p;
+}
+
+// A device buffer of floats, zeroed (a fresh codec state).
+struct device_floats {
+  float* p = nullptr;
+  std::size_t n = 0;
+  explicit device_floats(std::size_t count) : n(count) {
+    MSTAR_CUDA_REQUIRE(cudaMalloc(&p, n * sizeof(float)));
+    MSTAR_CUDA_REQUIRE(cudaMemset(p, 0, n * sizeof(float)));
+  }
+  ~device_floats() { cudaFree(p); }
+  device_floats(const device_floats&) = delete;
+  device_floats& operator=(const device_floats&) = delete;
+  std::vector<float> read() const {
+    std::vector<float> h(n);
+    MSTAR_CUDA_REQUIRE(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  void zero() { MSTAR_CUDA_REQUIRE(cudaMemset(p, 0, n * sizeof(float))); }
+};
+
+// The window widths of a ramp over n frames: ramp[0], ramp[1], ..., the last repeating, the last window
+// cut to what is left.
+std::vector<int> widths_of(std::span<const int> ramp, int n) {
+  std::vector<int> w;
+  for (int done = 0, step = 0; done < n; ++step) {
+    w.push_back(std::min(ramp[std::min<std::size_t>(std::size_t(step), ramp.size() - 1)], n - done));
+    done += w.back();
+  }
+  return w;
+}
+
+// One request alone, window by window from a fresh state; the audio of every window, in order.
+std::vector<float> cuda_ramp(codec_cuda& gpu, const sequence& s, std::span<const int> ramp) {
+  const std::size_t spf = gpu.samples_per_frame();
+  device_floats state(gpu.state_layout().total), audio(std::size_t(s.n) * spf);
+  int done = 0;
+  for (int w : widths_of(ramp, s.n)) {
+    const codec_cuda::row r{state.p, std::span(s.frames).subspan(std::size_t(done) * 16, std::size_t(w) * 16),
+                            audio.p + std::size_t(done) * spf};
+    gpu.decode_step(std::span(&r, 1));
+    done += w;
+  }
+  gpu.synchronize();
+  return audio.read();
+}
+
+// The worst segment of two states, relative to the segment's largest magnitude; its name in `where`.
+float state_error(const codec_state_layout& layout, const std::vector<float>& a, const std::vector<float>& b,
+                  std::string& where) {
+  float worst = 0;
+  for (const auto& seg : layout.segments) {
+    float scale = 1, err = 0;
+    for (std::size_t i = seg.offset; i < seg.offset + seg.size; ++i) {
+      scale = std::max(scale, std::fabs(b[i]));
+      err = std::max(err, std::fabs(a[i] - b[i]));
+    }
+    if (err / scale > worst) {
+      worst = err / scale;
+      where = seg.name;
+    }
+  }
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("the CUDA codec streams every window ramp to the reference's whole-sequence audio within 1e-4" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  std::vector<int> one_to_max(max_window);
+  for (int i = 0; i < max_window; ++i)
+    one_to_max[std::size_t(i)] = i + 1;
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      const auto parts = load_parts(fixture);
+      const codec_decoder host(parts.config, parts.weights);
+      codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+      for (const std::string name : {"short", "long"}) {
+        const auto seq = load_sequence(fixture, name);
+        REQUIRE(seq.audio.size() == std::size_t(seq.n) * gpu.samples_per_frame());
+        const std::vector<std::vector<int>> ramps = {{seq.n},      {1},    {2},          {4},       {8},
+                                                     {1, 2, 4, 8}, {3, 5}, {1, 1, 1, 7}, one_to_max};
+        float worst_ref = 0, worst_host = 0;
+        for (const auto& ramp : ramps) {
+          CAPTURE(math_name(math));
+          CAPTURE(fixture);
+          CAPTURE(name);
+          CAPTURE(ramp);
+          const auto audio = cuda_ramp(gpu, seq, ramp);
+          const float ref = max_abs_error(audio, seq.audio),
+                      own = max_abs_error(audio, decode_ramp(host, seq.frames, ramp));
+          CHECK(ref <= audio_tolerance);
+          CHECK(own <= audio_tolerance);
+          worst_ref = std::max(worst_ref, ref);
+          worst_host = std::max(worst_host, own);
+        }
+        std::printf("codec cuda (%s) %s/%s: max |cuda - reference| %.3g, max |cuda - host| %.3g over %zu ramps\n",
+                    math_name(math), fixture.c_str(), name.c_str(), double(worst_ref), double(worst_host),
+                    ramps.size());
+      }
+    }
+}
+
+TEST_CASE("on the CUDA codec every window split of a request gives the same bits (cuBLAS: within 1e-5)" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // Each output sums its terms in one order whatever the window, as on the host: the carried state
+  // must reproduce the whole-sequence decode exactly, not approximately.
+  const auto parts = load_parts("tiny06");
+  const auto seq = load_sequence("tiny06", "long");
+  for (const auto math : maths) {
+    codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+    const auto whole = cuda_ramp(gpu, seq, std::vector<int>{seq.n});
+    for (const auto& ramp : std::vector<std::vector<int>>{{1}, {1, 2, 4, 8}, {3, 5}, {4}, {5, 1}}) {
+      CAPTURE(math_name(math));
+      CAPTURE(ramp);
+      CHECK(agree(cuda_ramp(gpu, seq, ramp), whole, math, "a window split against the whole sequence"));
+    }
+  }
+}
+
+TEST_CASE("rows of one CUDA codec step with different widths each get the bits they get alone (cuBLAS: within 1e-5)" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      CAPTURE(math_name(math));
+      CAPTURE(fixture);
+      const auto parts = load_parts(fixture);
+      codec_cuda gpu(parts.config, parts.weights, {4, 8}, math);
+      const std::size_t spf = gpu.samples_per_frame(), state_floats = gpu.state_layout().total;
+      // Three requests: the long sequence twice with different ramps, and the short one; per step each row
+      // takes its next width, a finished row leaves the step.
+      const auto a = load_sequence(fixture, "long"), b = load_sequence(fixture, "short");
+      struct request {
+        const sequence* seq;
+        std::vector<int> widths;
+        device_floats state, audio;
+        int done = 0;
+      };
+      std::vector<std::unique_ptr<request>> reqs;
+      for (auto [seq, ramp] : {std::pair{&a, std::vector<int>{1, 2, 4, 8}}, std::pair{&a, std::vector<int>{3, 5}},
+                               std::pair{&b, std::vector<int>{2, 1, 8}}})
+        reqs.push_back(std::unique_ptr<request>(
+            new request{seq, widths_of(ramp, seq->n), device_floats(state_floats), device_floats(seq->n * spf)}));
+      for (std::size_t step = 0;; ++step) {
+        std::vector<codec_cuda::row> rows;
+        for (auto& r : reqs)
+          if (step < r->widths.size()) {
+            const int w = r->widths[step];
+            rows.push_back({r->state.p,
+                            std::span(r->seq->frames).subspan(std::size_t(r->done) * 16, std::size_t(w) * 16),
+                            r->audio.p + std::size_t(r->done) * spf});
+            r->done += w;
+          }
+        if (rows.empty()) break;
+        gpu.decode_step(rows);
+      }
+      gpu.synchronize();
+      for (auto& r : reqs) {
+        REQUIRE(r->done == r->seq->n);
+        const auto together = r->audio.read();
+        CHECK(agree(together, cuda_ramp(gpu, *r->seq, r->widths), math, "a row of a batched step against it alone"));
+        CHECK(max_abs_error(together, r->seq->audio) <= audio_tolerance);
+      }
+    }
+}
+
+TEST_CASE("the CUDA codec's state after each window is the host decoder's state after the same window" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      const auto parts = load_parts(fixture);
+      const codec_decoder host(parts.config, parts.weights);
+      codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+      REQUIRE(gpu.state_layout().total == host.state_layout().total);
+      const auto seq = load_sequence(fixture, "long");
+      const std::size_t spf = gpu.samples_per_frame();
+      device_floats state(gpu.state_layout().total), audio(std::size_t(max_window) * spf);
+      std::vector<float> host_state(host.state_layout().total, 0.0f);
+      // Widths 1, 3, 5, 1, 6 and 7: the key/value window (3 frames here) fills, then shifts by less and by
+      // more than its length.
+      int done = 0;
+      for (int w : {1, 3, 5, 1, 6, 7}) {
+        CAPTURE(math_name(math));
+        CAPTURE(fixture);
+        CAPTURE(done);
+        CAPTURE(w);
+        const auto frames = std::span(seq.frames).subspan(std::size_t(done) * 16, std::size_t(w) * 16);
+        const codec_cuda::row r{state.p, frames, audio.p};
+        gpu.decode_step(std::span(&r, 1));
+        host.decode_window(host_state, frames);
+        gpu.synchronize();
+        const auto device_state = state.read();
+        CHECK(device_state[0] == host_state[0]); // the frame counter, exactly
+        std::string where;
+        const float err = state_error(host.state_layout(), device_state, host_state, where);
+        CAPTURE(where);
+        CHECK(err <= state_tolerance);
+        done += w;
+      }
+      REQUIRE(done == seq.n);
+    }
+}
+
+TEST_CASE("a CUDA codec state zeroed after a request decodes the next request as a fresh one does" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  const auto parts = load_parts("tiny17");
+  codec_cuda gpu(parts.config, parts.weights, {1, max_window});
+  const auto first = load_sequence("tiny17", "long"), second = load_sequence("tiny17", "short");
+  const std::size_t spf = gpu.samples_per_frame();
+  device_floats state(gpu.state_layout().total), audio(std::size_t(max_window) * spf);
+  const codec_cuda::row one{state.p, first.frames, audio.p};
+  gpu.decode_step(std::span(&one, 1));
+  gpu.synchronize();
+  const auto used = state.read();
+  CHECK(std::any_of(used.begin(), used.end(), [](float v) { return v != 0; }));
+  state.zero(); // what the pool's teardown does to a released slot
+  const codec_cuda::row two{state.p, second.frames, audio.p};
+  gpu.decode_step(std::span(&two, 1));
+  gpu.synchronize();
+  auto reused = audio.read();
+  reused.resize(second.audio.size());
+  CHECK(same_bytes(reused, cuda_ramp(gpu, second, std::vector<int>{second.n})));
+  CHECK(max_abs_error(reused, second.audio) <= audio_tolerance);
+}
+
+TEST_CASE("the CUDA codec refuses a bad code, a window too wide and too many rows before enqueueing anything" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  const auto parts = load_parts("tiny06");
+  codec_cuda gpu(parts.config, parts.weights, {2, 4});
+  const int size = parts.config.codebook_size;
+  auto frames = load_sequence("tiny06", "short").frames; // 7 frames
+  device_floats state(gpu.state_layout().total), audio(std::size_t(8) * gpu.samples_per_frame());
+  frames[16 + 3] = size; // frame 1, codebook 3: the first control id
+  const codec_cuda::row bad{state.p, std::span(frames).first(4 * 16), audio.p};
+  CHECK_THROWS_WITH_AS(gpu.decode_step(std::span(&bad, 1)),
+                       doctest::Contains(("frame 1, codebook 3: code " + std::to_string(size)).c_str()),
+                       std::invalid_argument);
+  frames[16 + 3] = 0;
+  const codec_cuda::row wide{state.p, std::span(frames).first(5 * 16), audio.p};
+  CHECK_THROWS_WITH_AS(gpu.decode_step(std::span(&wide, 1)), doctest::Contains("a window is 1 to 4 frames"),
+                       std::invalid_argument);
+  const codec_cuda::row ok{state.p, std::span(frames).first(16), audio.p};
+  const std::vector<codec_cuda::row> three(3, ok);
+  CHECK_THROWS_WITH_AS(gpu.decode_step(three), doctest::Contains("at most 2"), std::invalid_argument);
+  gpu.synchronize();
+  const auto untouched = state.read();
+  CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == 0; }));
+}
