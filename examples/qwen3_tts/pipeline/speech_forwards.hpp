@@ -1,7 +1,8 @@
 // The forward functions of the real Qwen3-TTS's three nodes on the host backend: the Talker (prefill and
 // decode, each making one frame per row: code 0 from the Talker's logits, codes 1..15 from the code
 // predictor) over a paged KV cache addressed by the engine's kv_cache / attention / positions plans, and
-// the codec decoder over each request's state row in the codec_state pool (in-place slot addressing).
+// the codec decoder over each request's state row in the codec_state pool (in-place slot addressing). The
+// CUDA backend's forward functions are in speech_forwards_cuda.hpp; the pieces both use are in detail below.
 //
 //   speech_forwards<Spec, mstar::host_backend> fwd(backend, talker, codec, sampling, {.max_batch = 16});
 //   fwd.install(worker);

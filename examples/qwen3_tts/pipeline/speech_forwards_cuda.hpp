@@ -271,19 +271,20 @@ private:
   const codec_decoder* codec_;
   speech_forward_options o_;
   int groups_;
+  // What a pending host function touches is declared before codec_jobs_, whose destructor waits for them.
+  std::vector<float> states_; // the codec state's host mirror, [slots][state floats]
+  std::mutex error_lock_;
+  std::string codec_error_;
+  std::atomic<bool> failed_{false};
   detail::plain_host_memory memory_;
   qwen3_tts::detail::output_pool<backend_type, std::int32_t> frames_;     // pinned: the Talker copies into it
   qwen3_tts::detail::output_pool<detail::plain_host_memory, float> audio_; // the host codec writes it
   detail::job_ring<backend_type, detail::cuda_codec_job> codec_jobs_;
   mstar::cuda_event to_talker_, from_talker_;
-  const float* bound_ = nullptr;   // the talker_state pool's layer, once bound
-  std::vector<float> states_;      // the codec state's host mirror, [slots][state floats]
-  std::vector<float> embeds_;      // GPU thread's scratch
+  const float* bound_ = nullptr; // the talker_state pool's layer, once bound
+  std::vector<float> embeds_;    // GPU thread's scratch
   std::vector<std::uint64_t> seeds_;
   std::vector<std::int32_t> text_;
-  std::mutex error_lock_;
-  std::string codec_error_;
-  std::atomic<bool> failed_{false};
 };
 
 // run_speech on the CUDA backend: the Talker on `gpu` (built with speech_talker_limits<Spec>(o.max_batch), its
