@@ -64,6 +64,14 @@ stage_speech() {
   timeout 240 "$build/tests/gpu/mstar_speech_gpu_tests" --no-intro > "$d/tests.log" 2>&1
   local rc=$?
   cat "$d/tests.log"
+  local san=skipped
+  if command -v compute-sanitizer > /dev/null; then
+    # The state gather/scatter and frame-output kernels, under memcheck (the direct talker_cuda test: short).
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/gpu/mstar_speech_gpu_tests" \
+      --no-intro --test-case='*follows it*' > "$d/memcheck.log" 2>&1
+    san=$?
+    tail -5 "$d/memcheck.log"
+  fi
   local dev
   for dev in host cuda; do
     timeout 90 "$build/examples/qwen3tts" synth --model "$fixture" --text-ids 101,202,303,44,55,66,77 \
@@ -84,7 +92,7 @@ PY
 )
   local cases
   cases=$(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')
-  summary+=("speech: mstar_speech_gpu_tests rc $rc ($cases); synth: $same")
+  summary+=("speech: mstar_speech_gpu_tests rc $rc ($cases), memcheck rc $san; synth: $same")
 }
 
 stage_suite() {
