@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Every GPU-side check and measurement of the project, for a lent GPU machine, in stages chosen so that two
+# Every GPU-side check and measurement of the project, for a lent GPU machine, in stages chosen so that three
 # device calls cover them (one call may run 10 minutes):
 #
 #   reference  the reference implementation's speed at the real sizes (bench/reference/qwen_tts_reference.py:
 #              qwen-tts 0.1.1 + transformers 4.57.3, carried as wheels in .whl/; about 2 minutes)
 #   talker     the CUDA Talker's GPU tests, memcheck and real-size bench (examples/qwen3_tts/talker/run_gpu.sh;
 #              at most 6 minutes, building included)
+#   speech     the real model through the engine on the CUDA backend (CUDA Talker, host codec):
+#              mstar_speech_gpu_tests (fixture codes against the reference's, requests moving between rows), then
+#              `qwen3tts synth` on a fixture with --device host and --device cuda, greedy, codes compared
+#              (reuses the talker stage's build directory; about 3 minutes, building included)
 #   suite      the whole test suite with the CUDA sources (scripts/gpu_suite.sh; reuses the talker stage's
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
@@ -13,6 +17,7 @@
 #              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
 #
 #   run(command="bash bench/gpu_session.sh reference talker", carry=[".whl"], kind="nvidia-h200", timeout_s=600)
+#   run(command="bash bench/gpu_session.sh speech", kind="nvidia-h200", timeout_s=600)  # same warm machine
 #   run(command="bash bench/gpu_session.sh suite", kind="nvidia-h200", timeout_s=600)   # same warm machine
 #   run(command="bash bench/gpu_session.sh codec", kind="nvidia-h200", timeout_s=600)   # alone, or before suite
 #
@@ -51,6 +56,49 @@ stage_talker() {
   summary+=("talker: run_gpu.sh exit $?")
 }
 
+stage_speech() {
+  local d="$out/speech" build=build-talker-gpu fixture=tests/fixtures/qwen3tts/tiny06
+  mkdir -p "$d"
+  if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -20 "$d/setup.log"; summary+=("speech: meson setup failed (speech/setup.log)"); return; }
+  fi
+  ninja -C "$build" -j "$(nproc)" tests/gpu/mstar_speech_gpu_tests examples/qwen3tts > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("speech: build failed (speech/build.log)"); return; }
+  timeout 240 "$build/tests/gpu/mstar_speech_gpu_tests" --no-intro > "$d/tests.log" 2>&1
+  local rc=$?
+  cat "$d/tests.log"
+  local san=skipped
+  if command -v compute-sanitizer > /dev/null; then
+    # The state gather/scatter and frame-output kernels, under memcheck (the direct talker_cuda test: short).
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/gpu/mstar_speech_gpu_tests" \
+      --no-intro --test-case='*follows it*' > "$d/memcheck.log" 2>&1
+    san=$?
+    tail -5 "$d/memcheck.log"
+  fi
+  local dev
+  for dev in host cuda; do
+    timeout 90 "$build/examples/qwen3tts" synth --model "$fixture" --text-ids 101,202,303,44,55,66,77 \
+      --speaker vivian --language auto --greedy --max-frames 40 --device "$dev" --out "$d/$dev.wav" \
+      --dump-codes "$d/$dev.json" >> "$d/synth.log" 2>&1 || echo "synth --device $dev: exit $?" >> "$d/synth.log"
+  done
+  cat "$d/synth.log"
+  local same
+  same=$(python3 - "$d/host.json" "$d/cuda.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(p))["frames"] for p in sys.argv[1:3])
+except Exception as e:
+    print(f"unreadable ({e})"); sys.exit()
+n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+print(f"{n} of {len(a)} host frames identical on cuda ({len(b)} frames)")
+PY
+)
+  local cases
+  cases=$(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')
+  summary+=("speech: mstar_speech_gpu_tests rc $rc ($cases), memcheck rc $san; synth: $same")
+}
+
 stage_suite() {
   OUT="$out/suite" MSTAR_BUILD_DIR=build-talker-gpu MSTAR_SKIP_SETUP=1 timeout 560 bash scripts/gpu_suite.sh
   summary+=("suite: $(tail -n1 "$out/suite/summary.txt" 2>/dev/null || echo 'no summary')")
@@ -82,8 +130,8 @@ stage_codec() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | suite | codec) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, suite, codec)" >&2; exit 2 ;;
+    wheels | reference | talker | speech | suite | codec) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec)" >&2; exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then
     tar -C "$out" -czf "$out/$s.tgz" "$s" && rm -rf "${out:?}/$s"

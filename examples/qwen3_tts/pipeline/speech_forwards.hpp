@@ -1,7 +1,8 @@
 // The forward functions of the real Qwen3-TTS's three nodes on the host backend: the Talker (prefill and
 // decode, each making one frame per row: code 0 from the Talker's logits, codes 1..15 from the code
 // predictor) over a paged KV cache addressed by the engine's kv_cache / attention / positions plans, and
-// the codec decoder over each request's state row in the codec_state pool (in-place slot addressing).
+// the codec decoder over each request's state row in the codec_state pool (in-place slot addressing). The
+// CUDA backend's forward functions are in speech_forwards_cuda.hpp; the pieces both use are in detail below.
 //
 //   speech_forwards<Spec, mstar::host_backend> fwd(backend, talker, codec, sampling, {.max_batch = 16});
 //   fwd.install(worker);
@@ -74,6 +75,55 @@ private:
   std::size_t next_ = 0, last_ = 0;
 };
 
+// What the forward functions of every backend share: installing the three nodes' steps (Forwards' talker_step
+// and codec_step) and counting them, copying each codec row's window of codes, and handing each row its share
+// of a step's output buffer.
+template <class Spec, class Forwards>
+class speech_steps {
+public:
+  template <class Worker>
+  void install(Worker& w) {
+    auto* self = static_cast<Forwards*>(this);
+    w.template forward<typename Spec::TalkerPrefill>([self](const auto& ctx) { self->talker_step(ctx, true); });
+    w.template forward<typename Spec::TalkerDecode>([self](const auto& ctx) { self->talker_step(ctx, false); });
+    w.template forward<typename Spec::CodecChunk>([self](const auto& ctx) { self->codec_step(ctx); });
+  }
+
+  // Steps launched (GPU thread; read after the worker stopped).
+  std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0, codec_frames = 0;
+};
+
+// Every codec row's window, [frames][groups] row after row, and the rows' frame offsets (first[i] .. first[i + 1]);
+// returns the step's frames.
+template <class Ctx>
+std::uint32_t copy_windows(const Ctx& ctx, int groups, std::vector<std::int32_t>& codes,
+                           std::vector<std::uint32_t>& first) {
+  codes.clear();
+  first.assign(1, 0);
+  std::uint32_t frames = 0;
+  for (const auto& p : ctx.payloads) {
+    const auto* src = p.req->codes.data() + std::size_t(p.first) * groups;
+    codes.insert(codes.end(), src, src + std::size_t(p.width) * groups);
+    frames += p.width;
+    first.push_back(frames);
+  }
+  return frames;
+}
+
+// Row i's Talker output: ints [i * talker_out_ints, (i + 1) * talker_out_ints) of the lease.
+template <class Ctx, class Lease>
+void lend_frames(const Ctx& ctx, const Lease& lease, int groups) {
+  for (std::size_t i = 0; i < ctx.payloads.size(); ++i)
+    ctx.payloads[i].req->talker_out = {lease.data + i * talker_out_ints(groups), lease.refs};
+}
+
+// Row i's audio: frames [first[i], first[i + 1]) of the lease, samples_per_frame samples each.
+template <class Ctx, class Lease>
+void lend_audio(const Ctx& ctx, const Lease& lease, const std::vector<std::uint32_t>& first, std::size_t spf) {
+  for (std::size_t i = 0; i < ctx.payloads.size(); ++i)
+    ctx.payloads[i].req->codec_out = {lease.data + std::size_t(first[i]) * spf, lease.refs};
+}
+
 struct talker_job {
   bool prefill = false;
   std::uint32_t rows = 0;
@@ -100,7 +150,10 @@ template <class Spec, class Backend>
 class speech_forwards;
 
 template <class Spec>
-class speech_forwards<Spec, mstar::host_backend> {
+class speech_forwards<Spec, mstar::host_backend>
+    : public detail::speech_steps<Spec, speech_forwards<Spec, mstar::host_backend>> {
+  friend class detail::speech_steps<Spec, speech_forwards>;
+
 public:
   using backend_type = mstar::host_backend;
 
@@ -132,15 +185,6 @@ public:
           " (speech_tokenizer/config.json decoder_config.codebook_size); the checkpoint's two configs disagree");
   }
 
-  template <class Worker>
-  void install(Worker& w) {
-    w.template forward<typename Spec::TalkerPrefill>([this](const auto& ctx) { talker_step(ctx, true); });
-    w.template forward<typename Spec::TalkerDecode>([this](const auto& ctx) { talker_step(ctx, false); });
-    w.template forward<typename Spec::CodecChunk>([this](const auto& ctx) { codec_step(ctx); });
-  }
-
-  // Steps launched (GPU thread; read after the worker stopped).
-  std::uint64_t prefill_steps = 0, decode_steps = 0, codec_steps = 0, codec_frames = 0;
   bool buffers_free() const { return frames_.all_free() && audio_.all_free(); }
 
 private:
@@ -152,7 +196,7 @@ private:
     const auto& smp = ctx.template plan<typename Spec::Sampler>();
     const auto rows = static_cast<std::uint32_t>(ctx.payloads.size());
     const int hidden = talker_->config().talker.hidden;
-    (prefill ? prefill_steps : decode_steps)++;
+    (prefill ? this->prefill_steps : this->decode_steps)++;
 
     auto& job = talker_jobs_.acquire();
     job.prefill = prefill;
@@ -190,8 +234,7 @@ private:
                          {kv.last_page_len, kv.bucket},
                          {pos.positions, pos.tokens}};
     auto lease = frames_.acquire(rows, std::size_t(rows) * talker_out_ints(groups_));
-    for (std::uint32_t i = 0; i < rows; ++i)
-      ctx.payloads[i].req->talker_out = {lease.data + std::size_t(i) * talker_out_ints(groups_), lease.refs};
+    detail::lend_frames(ctx, lease, groups_);
     job.out = lease.data;
     backend_->enqueue(ctx.stream, [this, &job] { run_talker(job); });
     talker_jobs_.release(ctx.stream);
@@ -229,30 +272,22 @@ private:
     const auto& st = ctx.template plan<typename Spec::CodecState>();
     const auto rows = static_cast<std::uint32_t>(ctx.payloads.size());
     const auto& seg = st.segments[0];
-    ++codec_steps;
+    ++this->codec_steps;
     auto& job = codec_jobs_.acquire();
     job.rows = rows;
-    job.codes.clear();
-    job.first.assign(1, 0);
+    const std::uint32_t frames = detail::copy_windows(ctx, groups_, job.codes, job.first);
     job.state.resize(rows);
-    std::uint32_t frames = 0;
     for (std::uint32_t i = 0; i < rows; ++i) {
-      const auto& p = ctx.payloads[i];
-      const auto* src = p.req->codes.data() + std::size_t(p.first) * groups_;
-      job.codes.insert(job.codes.end(), src, src + std::size_t(p.width) * groups_);
-      frames += p.width;
-      job.first.push_back(frames);
       const std::int32_t slot = st.host_slots[i];
       if (slot <= 0)
         throw std::logic_error("qwen3_tts::speech_forwards: codec row " + std::to_string(i) + " has slot " +
                                std::to_string(slot) + "; a real row always holds a slot of its own");
       job.state[i] = seg.pool_layer + std::size_t(slot) * std::size_t(seg.state_elems);
     }
-    codec_frames += frames;
+    this->codec_frames += frames;
     const std::size_t spf = codec_->samples_per_frame();
     auto lease = audio_.acquire(rows, std::size_t(frames) * spf);
-    for (std::uint32_t i = 0; i < rows; ++i)
-      ctx.payloads[i].req->codec_out = {lease.data + std::size_t(job.first[i]) * spf, lease.refs};
+    detail::lend_audio(ctx, lease, job.first, spf);
     job.audio = lease.data;
     backend_->enqueue(ctx.stream, [this, &job] { run_codec(job); });
     codec_jobs_.release(ctx.stream);

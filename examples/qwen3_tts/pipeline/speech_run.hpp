@@ -1,6 +1,7 @@
-// Runs requests of the real Qwen3-TTS through mstar's engine and threaded worker on the host backend: the
-// driver behind `qwen3tts synth` and the end-to-end tests. A fresh engine and worker per call, over the
-// caller's Talker and codec decoder (their weights outlive calls).
+// Runs requests of the real Qwen3-TTS through mstar's engine and threaded worker: the driver behind
+// `qwen3tts synth` and the end-to-end tests. A fresh engine and worker per call, over the caller's Talker and
+// codec decoder (their weights outlive calls). run_speech runs the host backend; run_speech_cuda
+// (speech_forwards_cuda.hpp) the CUDA Talker through the same run_speech_with.
 //
 //   auto out = qwen3_tts::pipeline::run_speech<host_speech>(talker, codec, requests, {.lane = mstar::lane_mode::on});
 //   out.results[1].codes / .audio / .how
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -41,27 +43,30 @@ struct speech_run_result {
   bool buffers_free = false;       // every output buffer came back (nothing held past its request's end)
   // After the worker stopped: what the engine's pools hold free, and their sizes.
   std::uint32_t kv_free_blocks = 0, kv_blocks = 0, codec_free_slots = 0, codec_slots = 0;
+  std::uint32_t talker_free_slots = 0, talker_slots = 0;
 };
 
-// requests[i] gets id i + 1.
-template <class Spec>
-speech_run_result run_speech(const talker_host& talker, const codec_decoder& codec,
-                             const std::vector<speech_request>& requests, const speech_run_options& o = {}) {
+// requests[i] gets id i + 1. make_forwards(backend, forward_options) gives the forward functions (a
+// unique_ptr to speech_forwards<Spec, Backend>); max_tokens bounds a step's tokens (a prefill step's prompts).
+template <class Spec, class Backend, class MakeForwards>
+speech_run_result run_speech_with(Backend& backend, const talker_host& talker, const codec_decoder& codec,
+                                  const std::vector<speech_request>& requests, const speech_run_options& o,
+                                  std::uint32_t max_tokens, MakeForwards&& make_forwards) {
   using Flow = speech_flow<Spec>;
-  using Worker = mstar::threaded_worker<typename Spec::Model, mstar::host_backend, Flow>;
-  mstar::host_backend backend;
+  using Worker = mstar::threaded_worker<typename Spec::Model, Backend, Flow>;
   mstar::engine_options eo;
   eo.max_batch = o.max_batch;
   eo.max_requests = std::max<std::uint32_t>(64, o.max_batch);
-  eo.max_tokens = std::uint32_t(Spec::kv_tokens); // a prefill row is a whole prompt: refuse none the KV cache holds
+  eo.max_tokens = max_tokens;
   eo.sampler_seed = o.seed;
-  mstar::engine<typename Spec::Model, mstar::host_backend> engine(backend, eo);
+  mstar::engine<typename Spec::Model, Backend> engine(backend, eo);
   Flow flow(talker, o.flow);
   flow.set_samples_per_frame(codec.samples_per_frame());
   speech_forward_options fo;
   fo.max_batch = o.max_batch;
   fo.max_window = flow.widest_window();
-  speech_forwards<Spec, mstar::host_backend> fwd(backend, talker, codec, o.sampling, fo);
+  auto fwd_owner = make_forwards(backend, fo);
+  auto& fwd = *fwd_owner;
 
   mstar::worker_options wo;
   wo.lane = o.lane;
@@ -133,7 +138,21 @@ speech_run_result run_speech(const talker_host& talker, const codec_decoder& cod
   out.kv_blocks = Spec::kv_blocks;
   out.codec_free_slots = engine.template resource<typename Spec::CodecState>().free_count();
   out.codec_slots = engine.template resource<typename Spec::CodecState>().capacity();
+  out.talker_free_slots = engine.template resource<typename Spec::TalkerState>().free_count();
+  out.talker_slots = engine.template resource<typename Spec::TalkerState>().capacity();
   return out;
+}
+
+template <class Spec>
+speech_run_result run_speech(const talker_host& talker, const codec_decoder& codec,
+                             const std::vector<speech_request>& requests, const speech_run_options& o = {}) {
+  mstar::host_backend backend;
+  // a prefill row is a whole prompt: refuse none the KV cache holds
+  return run_speech_with<Spec>(backend, talker, codec, requests, o, std::uint32_t(Spec::kv_tokens),
+                               [&](mstar::host_backend& b, const speech_forward_options& fo) {
+                                 return std::make_unique<speech_forwards<Spec, mstar::host_backend>>(
+                                     b, talker, codec, o.sampling, fo);
+                               });
 }
 
 } // namespace qwen3_tts::pipeline

@@ -1,11 +1,16 @@
-// A long-lived Qwen3-TTS service on the host backend: one engine, one threaded worker, one flow and its
-// forward functions, started once, taking requests from any thread until it is destroyed. Each request has its
-// own audio and end callbacks (run on the worker's main thread: they must not block). The server behind
-// `qwen3tts serve` is one of these; run_speech (speech_run.hpp) stays the one-shot driver of synth and tests.
+// A long-lived Qwen3-TTS service: one engine, one threaded worker, one flow and its forward functions, started
+// once, taking requests from any thread until it is destroyed. Each request has its own audio and end callbacks
+// (run on the worker's main thread: they must not block). The server behind `qwen3tts serve` is one of these;
+// run_speech (speech_run.hpp) stays the one-shot driver of synth and tests.
 //
 //   speech_service<host_speech> svc(talker, codec, {.sampling = sampling_from(dir), .max_live = 16});
 //   auto id = svc.submit(req, {.on_chunk = [](std::span<const float> a) {...}, .on_end = [](auto& r) {...}});
 //   svc.cancel(id);   // from any thread; the request ends as cancelled, its slot and KV blocks go back
+//
+// The backend is chosen at construction (speech_service_options::device): the host backend, or the CUDA Talker
+// (its weights uploaded from the host Talker's) with the host codec. The CUDA side is compiled only into
+// programs built with it, which register it (register_cuda_service in speech_service_cuda.hpp); this header
+// needs no CUDA, so a host-only program includes it as it is and gets the host backend.
 #pragma once
 
 #include <algorithm>
@@ -13,11 +18,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <mstar/backend/host.hpp>
 #include <mstar/engine.hpp>
@@ -37,6 +44,9 @@ struct speech_service_options {
   // codec pool's slots less its sink, so that an admitted request never waits for a codec slot with its KV
   // blocks held.
   std::uint32_t max_live = 16;
+  // Where the Talker runs: host, cuda (the CUDA Talker, the codec on the host) or auto (cuda when the program
+  // was built with it and a CUDA device is present and the sampling is one it computes; host otherwise).
+  std::string device = "auto";
 };
 
 // Per-request callbacks; either may be empty.
@@ -52,22 +62,104 @@ struct speech_service_counts {
   std::uint32_t queued = 0; // submitted, not admitted yet, not ended
 };
 
+namespace detail {
+
+// The engine side of a speech_service, whatever its backend: engine, flow, forward functions and worker.
 template <class Spec>
-class speech_service {
+class service_runtime {
+public:
+  virtual ~service_runtime() = default;
+  virtual speech_flow<Spec>& flow() = 0;
+  virtual void start() = 0;
+  virtual void submit(mstar::request_id id, speech_request in) = 0;
+  virtual void cancel(mstar::request_id id) = 0;
+  virtual void wait_idle() = 0;
+  virtual void stop() noexcept = 0;
+  virtual std::uint32_t kv_free_blocks() const = 0;
+  virtual std::uint32_t codec_free_slots() const = 0;
+  virtual std::uint32_t codec_slots() const = 0;
+  virtual const mstar::worker_counters& counters() const = 0;
+};
+
+template <class Spec, class Backend>
+class service_runtime_on final : public service_runtime<Spec> {
   using Flow = speech_flow<Spec>;
-  using Worker = mstar::threaded_worker<typename Spec::Model, mstar::host_backend, Flow>;
+  using Worker = mstar::threaded_worker<typename Spec::Model, Backend, Flow>;
 
 public:
-  speech_service(const talker_host& talker, const codec_decoder& codec, const speech_service_options& o = {})
-      : o_(o), engine_(backend_, engine_options_of(o)),
-        flow_(talker, speech_flow_options{.ramp = o.ramp, .keep_audio = false, .keep_results = false}),
-        fwd_(backend_, talker, codec, o.sampling, forward_options_of(o, flow_)) {
+  // make_forwards(backend, forward_options) gives the forward functions (a unique_ptr); `owned` is kept alive
+  // until the worker and the forward functions are gone (the CUDA Talker).
+  template <class MakeForwards>
+  service_runtime_on(const talker_host& talker, const codec_decoder& codec, const speech_service_options& o,
+                     const mstar::engine_options& eo, MakeForwards&& make_forwards, std::shared_ptr<void> owned = {})
+      : owned_(std::move(owned)), engine_(backend_, eo),
+        flow_(talker, speech_flow_options{.ramp = o.ramp, .keep_audio = false, .keep_results = false}) {
     flow_.set_samples_per_frame(codec.samples_per_frame());
-    flow_.on_start = [this](mstar::request_id id) {
+    speech_forward_options fo;
+    fo.max_batch = o.max_batch;
+    fo.max_window = flow_.widest_window();
+    fwd_ = make_forwards(backend_, fo);
+    mstar::worker_options wo;
+    wo.lane = o.lane;
+    wo.nodes.resize(Spec::Model::descriptor.nodes.size());
+    wo.nodes[Spec::codec_node].batch = mstar::batching::per_key;
+    wo.trace_events = 0;
+    worker_.emplace(engine_, flow_, wo);
+    fwd_->install(*worker_);
+  }
+  ~service_runtime_on() override {
+    worker_.reset(); // before the forward functions and the engine it runs on
+    fwd_.reset();
+  }
+
+  Flow& flow() override { return flow_; }
+  void start() override { worker_->start(); }
+  void submit(mstar::request_id id, speech_request in) override { worker_->submit(id, std::move(in)); }
+  void cancel(mstar::request_id id) override { worker_->cancel(id); }
+  void wait_idle() override { worker_->wait_idle(); }
+  void stop() noexcept override { worker_->stop(); }
+  std::uint32_t kv_free_blocks() const override {
+    return engine_.template resource<typename Spec::KvCache>().free_blocks();
+  }
+  std::uint32_t codec_free_slots() const override {
+    return engine_.template resource<typename Spec::CodecState>().free_count();
+  }
+  std::uint32_t codec_slots() const override {
+    return engine_.template resource<typename Spec::CodecState>().capacity();
+  }
+  const mstar::worker_counters& counters() const override { return worker_->counters(); }
+
+private:
+  std::shared_ptr<void> owned_;
+  Backend backend_;
+  mutable mstar::engine<typename Spec::Model, Backend> engine_; // its pools' counts are read locked
+  Flow flow_;
+  std::unique_ptr<speech_forwards<Spec, Backend>> fwd_;
+  std::optional<Worker> worker_;
+};
+
+} // namespace detail
+
+// Where a CUDA-built program's speech services get their CUDA runtime (null: none was built in). Given the
+// options and the engine options, it returns the runtime, or null where the host should serve (device auto and
+// no CUDA device, or a sampling the CUDA Talker does not compute); device cuda with no device throws.
+template <class Spec>
+using cuda_service_factory = std::unique_ptr<detail::service_runtime<Spec>> (*)(
+    const talker_host&, const codec_decoder&, const speech_service_options&, const mstar::engine_options&);
+template <class Spec>
+inline cuda_service_factory<Spec> cuda_service_runtime = nullptr;
+
+template <class Spec>
+class speech_service {
+public:
+  speech_service(const talker_host& talker, const codec_decoder& codec, const speech_service_options& o = {})
+      : o_(o), runtime_(make_runtime(talker, codec, o)) {
+    auto& flow = runtime_->flow();
+    flow.on_start = [this](mstar::request_id id) {
       std::lock_guard g(lock_);
       if (auto it = calls_.find(id); it != calls_.end()) it->second.started = true;
     };
-    flow_.on_chunk = [this](mstar::request_id id, std::span<const float> audio) {
+    flow.on_chunk = [this](mstar::request_id id, std::span<const float> audio) {
       std::function<void(std::span<const float>)>* f = nullptr;
       {
         std::lock_guard g(lock_);
@@ -76,7 +168,7 @@ public:
       // The entry is erased only by on_end, on this same thread: f stays valid through the call.
       if (f && *f) (*f)(audio);
     };
-    flow_.on_end = [this](mstar::request_id id, const speech_result& r) {
+    flow.on_end = [this](mstar::request_id id, const speech_result& r) {
       speech_callbacks cb;
       {
         std::lock_guard g(lock_);
@@ -93,14 +185,7 @@ public:
       }
       if (cb.on_end) cb.on_end(r);
     };
-    mstar::worker_options wo;
-    wo.lane = o.lane;
-    wo.nodes.resize(Spec::Model::descriptor.nodes.size());
-    wo.nodes[Spec::codec_node].batch = mstar::batching::per_key;
-    wo.trace_events = 0;
-    worker_.emplace(engine_, flow_, wo);
-    fwd_.install(*worker_);
-    worker_->start();
+    runtime_->start();
   }
   speech_service(const speech_service&) = delete;
   speech_service& operator=(const speech_service&) = delete;
@@ -113,12 +198,12 @@ public:
         ids.push_back(id);
     }
     for (auto id : ids)
-      worker_->cancel(id);
+      runtime_->cancel(id);
     try {
-      worker_->wait_idle();
+      runtime_->wait_idle();
     } catch (...) {
     }
-    worker_->stop();
+    runtime_->stop();
   }
 
   // Any thread. The request's id; its callbacks run on the worker's main thread.
@@ -131,7 +216,7 @@ public:
       ++counts_.submitted;
     }
     in.submitted = mstar::metrics::now_ns();
-    worker_->submit(id, std::move(in));
+    runtime_->submit(id, std::move(in));
     return id;
   }
   // Any thread; a request that already ended is left alone.
@@ -140,7 +225,7 @@ public:
       std::lock_guard g(lock_);
       if (!calls_.count(id)) return;
     }
-    worker_->cancel(id);
+    runtime_->cancel(id);
   }
 
   speech_service_counts counts() const {
@@ -150,12 +235,18 @@ public:
       (x.started ? c.live : c.queued)++;
     return c;
   }
-  std::uint32_t kv_free_blocks() const { return engine_.template resource<typename Spec::KvCache>().free_blocks(); }
+  std::uint32_t kv_free_blocks() const { return runtime_->kv_free_blocks(); }
   std::uint32_t kv_blocks() const { return Spec::kv_blocks; }
-  std::uint32_t codec_free_slots() const { return engine_.template resource<typename Spec::CodecState>().free_count(); }
-  std::uint32_t codec_slots() const { return engine_.template resource<typename Spec::CodecState>().capacity(); }
-  const Worker& worker() const { return *worker_; }
+  std::uint32_t codec_free_slots() const { return runtime_->codec_free_slots(); }
+  std::uint32_t codec_slots() const { return runtime_->codec_slots(); }
+  // What a caller reads of the worker, whatever its backend.
+  struct worker_view {
+    const mstar::worker_counters* c;
+    const mstar::worker_counters& counters() const { return *c; }
+  };
+  worker_view worker() const { return {&runtime_->counters()}; }
   const speech_service_options& options() const { return o_; }
+  bool on_cuda() const { return on_cuda_; }
 
 private:
   struct call {
@@ -173,19 +264,31 @@ private:
     eo.max_tokens = std::uint32_t(Spec::kv_tokens); // a prefill row is a whole prompt: refuse none the KV cache holds
     return eo;
   }
-  static speech_forward_options forward_options_of(const speech_service_options& o, const Flow& flow) {
-    speech_forward_options fo;
-    fo.max_batch = o.max_batch;
-    fo.max_window = flow.widest_window();
-    return fo;
+  std::unique_ptr<detail::service_runtime<Spec>> make_runtime(const talker_host& talker, const codec_decoder& codec,
+                                                               const speech_service_options& o) {
+    const mstar::engine_options eo = engine_options_of(o);
+    if (o.device != "host" && o.device != "cuda" && o.device != "auto")
+      throw std::invalid_argument("qwen3_tts::speech_service: device \"" + o.device + "\" is not host, cuda or auto");
+    if (o.device != "host") {
+      if (const auto make = cuda_service_runtime<Spec>) {
+        if (auto r = make(talker, codec, o, eo)) {
+          on_cuda_ = true;
+          return r;
+        }
+      } else if (o.device == "cuda") {
+        throw std::invalid_argument("qwen3_tts::speech_service: device cuda, but this program was built without the "
+                                    "CUDA Talker; use device host or auto");
+      }
+    }
+    return std::make_unique<detail::service_runtime_on<Spec, mstar::host_backend>>(
+        talker, codec, o, eo, [&](mstar::host_backend& b, const speech_forward_options& fo) {
+          return std::make_unique<speech_forwards<Spec, mstar::host_backend>>(b, talker, codec, o.sampling, fo);
+        });
   }
 
   speech_service_options o_;
-  mstar::host_backend backend_;
-  mutable mstar::engine<typename Spec::Model, mstar::host_backend> engine_; // its pools' counts are read locked
-  Flow flow_;
-  speech_forwards<Spec, mstar::host_backend> fwd_;
-  std::optional<Worker> worker_;
+  bool on_cuda_ = false;
+  std::unique_ptr<detail::service_runtime<Spec>> runtime_;
   mutable std::mutex lock_;
   std::map<mstar::request_id, call> calls_;
   mstar::request_id last_id_ = 0;

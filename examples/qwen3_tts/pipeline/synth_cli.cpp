@@ -19,12 +19,23 @@
 #include "talker_checkpoint.hpp"
 #include "talker_request.hpp"
 #include "wav.hpp"
+#ifdef QWEN3TTS_CUDA
+#include "qwen3_tts/checkpoint/checkpoint.hpp"
+#include "speech_forwards_cuda.hpp"
+#include "speech_service_cuda.hpp"
+#endif
 #ifdef QWEN3TTS_TEXT
 #include "tokenizer.hpp"
 #endif
 
 namespace qwen3_tts::pipeline {
 namespace {
+
+#ifdef QWEN3TTS_CUDA
+// Every speech_service of this program (`qwen3tts serve`'s) may run the CUDA Talker: this unit is always linked
+// into qwen3tts (main calls synth_main), so its static initialisation registers the CUDA runtime before main.
+[[maybe_unused]] const bool cuda_service_registered = (register_cuda_service<host_speech>(), true);
+#endif
 
 // The widest window sizes every codec output buffer (rows x width x samples per frame, 16 buffers).
 constexpr std::uint32_t widest_window = 1024; // 82 s of audio at 12.5 frames a second
@@ -63,13 +74,32 @@ mstar::lane_mode parse_lane(const std::string& s) {
   throw std::invalid_argument("--lane: \"" + s + "\" is not off, on or auto");
 }
 
+// --device: where the Talker runs. auto: the CUDA Talker when this build has it and a CUDA device is present,
+// the host backend otherwise.
+bool use_cuda(const std::string& device) {
+  if (device != "host" && device != "cuda" && device != "auto")
+    throw std::invalid_argument("--device: \"" + device + "\" is not host, cuda or auto");
+#ifdef QWEN3TTS_CUDA
+  if (device == "host") return false;
+  const bool present = cuda_device_present();
+  if (device == "cuda" && !present)
+    throw std::invalid_argument("--device cuda: no CUDA device is usable here; use --device host (or auto)");
+  return present;
+#else
+  if (device == "cuda")
+    throw std::invalid_argument("--device cuda: this build has no CUDA Talker (it was configured without CUDA: "
+                                "-Dgpu=disabled, or no nvcc); use --device host (or auto), or rebuild with CUDA");
+  return false;
+#endif
+}
+
 } // namespace
 
 int synth_main(int argc, char** argv) {
   CLI::App app{"qwen3tts synth: speak a text with a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) through "
                "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder"};
   std::string model_dir, text, text_ids, speaker, instruct, language = "auto", dump, out, window = "1,2,4,8",
-                                                                         lane = "on";
+                                                                         lane = "on", device = "auto";
   bool greedy = false, streaming = false, as_float = false;
   std::uint64_t seed = 0;
   std::uint32_t max_frames = 0;
@@ -97,6 +127,8 @@ int synth_main(int argc, char** argv) {
   app.add_flag("--float", as_float, "32-bit float samples (the decoder's bits) instead of 16-bit PCM");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating");
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
+  app.add_option("--device", device, "where the Talker runs: host, cuda (the CUDA Talker; the codec stays on the "
+                                     "host) or auto (cuda when a CUDA device is present)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -108,6 +140,7 @@ int synth_main(int argc, char** argv) {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
+    bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);
@@ -146,8 +179,29 @@ int synth_main(int argc, char** argv) {
     o.flow.ramp = parse_ramp(window);
     o.flow.keep_audio = true;
     o.max_batch = 4;
-    const auto t1 = std::chrono::steady_clock::now();
-    auto run = run_speech<host_speech>(talker, codec, {req}, o);
+    // The CUDA sampler computes no top_p < 1: auto falls back to the host, cuda refuses (set_sampling says why).
+    const auto top_p_sampled = [](const sampling_settings& s) { return s.do_sample && s.top_p < 1.0f; };
+    if (cuda && device == "auto" && (top_p_sampled(o.sampling.talker) || top_p_sampled(o.sampling.sub))) {
+      std::cerr << "qwen3tts synth: the checkpoint samples with top_p < 1, which the CUDA Talker does not compute "
+                   "yet: running on the host (--greedy runs on CUDA)\n";
+      cuda = false;
+    }
+    std::chrono::steady_clock::time_point t1;
+    speech_run_result run;
+#ifdef QWEN3TTS_CUDA
+    std::unique_ptr<talker_cuda> gpu;
+    if (cuda) {
+      gpu = std::make_unique<talker_cuda>(cuda_dims(talker.config()), speech_talker_limits<host_speech>(o.max_batch));
+      const checkpoint_folder checkpoint = open_checkpoint(model_dir);
+      gpu->load_weights(store_weight_source(checkpoint.weights));
+      t1 = std::chrono::steady_clock::now();
+      run = run_speech_cuda<host_speech>(talker, *gpu, codec, {req}, o);
+    }
+#endif
+    if (!cuda) {
+      t1 = std::chrono::steady_clock::now();
+      run = run_speech<host_speech>(talker, codec, {req}, o);
+    }
     const auto t2 = std::chrono::steady_clock::now();
     const speech_result& r = run.results.at(1);
     if (r.how != mstar::request_end::completed)
@@ -167,9 +221,10 @@ int synth_main(int argc, char** argv) {
     const double audio_s = double(r.audio.size()) / codec.config().output_sample_rate;
     std::fprintf(stderr,
                  "qwen3tts synth: %u frames (%s), %.2f s of audio in %zu chunks -> %s; load %.2f s, synthesis %.2f s "
-                 "(host backend, %llu prefill / %llu decode / %llu codec steps)\n",
+                 "(%s, %llu prefill / %llu decode / %llu codec steps)\n",
                  r.frames, r.ended_by_token ? "end token" : "frame limit", audio_s, std::size_t(r.chunks), out.c_str(),
-                 load_s, run_s, (unsigned long long)run.prefill_steps, (unsigned long long)run.decode_steps,
+                 load_s, run_s, cuda ? "CUDA Talker, host codec" : "host backend",
+                 (unsigned long long)run.prefill_steps, (unsigned long long)run.decode_steps,
                  (unsigned long long)run.codec_steps);
     return 0;
   } catch (const std::exception& e) {

@@ -130,7 +130,10 @@ struct talker_cuda::state {
     for (auto& [rows, g] : graphs)
       cudaGraphExecDestroy(g);
     if (blas) cublasDestroy(blas);
-    if (pinned) cudaFreeHost(pinned);
+    for (int i = 0; i < pinned_ring; ++i) {
+      if (pinned_mirrors[i]) cudaFreeHost(pinned_mirrors[i]);
+      if (copied[i]) cudaEventDestroy(copied[i]);
+    }
     for (void* p : owned)
       cudaFree(p);
     if (stream) cudaStreamDestroy(stream);
@@ -176,19 +179,37 @@ struct talker_cuda::state {
   // the step chooses (the next frame's), columns 1..15 this frame's predictor codes.
   std::int32_t* forced = nullptr;
   std::uint64_t* seeds = nullptr;
-  std::int32_t* chosen =
-      nullptr; // [rows][groups] the model's own choices, before forcing (tests) // [rows] each request's sampling seed
+  std::int32_t* chosen = nullptr; // [rows][groups] the model's own choices, before forcing (tests)
   float* past_hidden = nullptr; // [rows][hidden]
   bf16* past_hidden16 = nullptr;
   float* logits = nullptr; // [rows][codec_vocab]
   float* processed = nullptr;
   float* pred_logits = nullptr; // [groups - 1][rows][predictor_vocab]
+  std::int32_t* out_frames = nullptr; // [rows][groups + 1]: copy_frames_out's rows
+
+  // The slot store of the generation state (own or bound), and the row arrays above as its pieces.
+  unsigned char* store = nullptr;
+  std::size_t store_row_bytes = 0;
+  int store_slots = 0;
+  cuda::state_pieces pieces;
 
   // The Talker's plan (device, and a pinned host mirror for asynchronous uploads).
   std::int32_t *qo_indptr = nullptr, *page_indptr = nullptr, *page_indices = nullptr, *last_page_len = nullptr,
-               *positions = nullptr, *text_ids_dev = nullptr;
-  std::int32_t* pinned = nullptr; // same layout, contiguous
+               *positions = nullptr, *text_ids_dev = nullptr, *row_slots = nullptr;
+  // A ring of pinned mirrors, so that the host writes the next step's plan while the last step's copy may
+  // still be pending: a mirror is rewritten only once the copy from it (event `copied`) has run.
+  static constexpr int pinned_ring = 3;
+  std::int32_t* pinned_mirrors[pinned_ring] = {};
+  cudaEvent_t copied[pinned_ring] = {};
+  int mirror = 0;
+  std::int32_t* pinned = nullptr; // the mirror being written: same layout as the device block, contiguous
   std::size_t pinned_ints = 0;
+
+  // Copies the current mirror to the device block on `s`, and notes when the copy has run.
+  void upload_mirror(cudaStream_t s) {
+    TALKER_CHECK(cudaMemcpyAsync(qo_indptr, pinned, pinned_ints * 4, cudaMemcpyHostToDevice, s));
+    TALKER_CHECK(cudaEventRecord(copied[mirror], s));
+  }
 
   // The predictor's fixed plans: iteration 0 is a 2-token prefill per row at positions 0, 1; iteration
   // g >= 1 appends one token at position g + 1. Row r owns page r (one page of 16 slots).
@@ -215,6 +236,19 @@ struct talker_cuda::state {
 namespace {
 
 int qkv_width(const cuda_stack_dims& d) { return (d.heads + 2 * d.kv_heads) * d.head_dim; }
+
+// Where each piece of a request's generation state sits in its slot row (bytes): the seed first (8-byte
+// aligned), then code 0, the frame count, the last frame, the last hidden state and the seen-codes bitmap.
+struct state_layout {
+  std::size_t seed = 0, code0 = 8, generated = 12, frames = 16, hidden = 0, seen = 0, total = 0;
+};
+state_layout layout_of(const talker_cuda_dims& d) {
+  state_layout l;
+  l.hidden = l.frames + 4 * std::size_t(d.code_groups);
+  l.seen = l.hidden + 4 * std::size_t(d.talker.hidden);
+  l.total = (l.seen + std::size_t(d.codec_vocab) + 15) / 16 * 16;
+  return l;
+}
 
 // Runs the stack's layers over `tokens` tokens of x (float32 residual, modified), appending K/V by
 // `view`, and leaves the final norm in y16 (bf16) and, when given, y32.
@@ -372,11 +406,28 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cudaMemset(st.seen, 0, rows * dims.codec_vocab));
   TALKER_CHECK(cudaMemset(st.generated, 0, rows * 4));
   TALKER_CHECK(cudaMemset(st.past_hidden, 0, rows * T.hidden * 4)); // a decode before any prefill reads zeros
+  st.out_frames = device_alloc<std::int32_t>(rows * (groups + 1), own);
+
+  // The generation state's own store (zeros: a decode before any prefill reads zeros) and its pieces.
+  const state_layout sl = layout_of(dims);
+  st.store_slots = limits.state_slots > 0 ? limits.state_slots : limits.max_rows;
+  st.store_row_bytes = sl.total;
+  st.store = device_alloc<unsigned char>(std::size_t(st.store_slots) * sl.total, own);
+  TALKER_CHECK(cudaMemset(st.store, 0, std::size_t(st.store_slots) * sl.total));
+  auto piece = [&](void* rows_array, std::size_t offset, std::size_t bytes) {
+    st.pieces.piece[st.pieces.count++] = cuda::state_piece{rows_array, int(offset), int(bytes)};
+  };
+  piece(st.seeds, sl.seed, 8);
+  piece(st.code0, sl.code0, 4);
+  piece(st.generated, sl.generated, 4);
+  piece(st.frames, sl.frames, 4 * std::size_t(groups));
+  piece(st.past_hidden, sl.hidden, 4 * std::size_t(T.hidden));
+  piece(st.seen, sl.seen, std::size_t(dims.codec_vocab));
 
   // The Talker's plan: one device block, one pinned mirror, same layout.
   const std::size_t n_qo = rows + 1, n_pi = rows + 1, n_idx = std::size_t(limits.max_pages), n_last = rows,
-                    n_pos = tokens, n_text = rows;
-  st.pinned_ints = n_qo + n_pi + n_idx + n_last + n_pos + n_text;
+                    n_pos = tokens, n_text = rows, n_slots = rows;
+  st.pinned_ints = n_qo + n_pi + n_idx + n_last + n_pos + n_text + n_slots;
   std::int32_t* plan = device_alloc<std::int32_t>(st.pinned_ints, own);
   st.qo_indptr = plan;
   st.page_indptr = st.qo_indptr + n_qo;
@@ -384,7 +435,12 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.last_page_len = st.page_indices + n_idx;
   st.positions = st.last_page_len + n_last;
   st.text_ids_dev = st.positions + n_pos;
-  TALKER_CHECK(cudaMallocHost(&st.pinned, st.pinned_ints * 4));
+  st.row_slots = st.text_ids_dev + n_text;
+  for (int i = 0; i < state::pinned_ring; ++i) {
+    TALKER_CHECK(cudaMallocHost(&st.pinned_mirrors[i], st.pinned_ints * 4));
+    TALKER_CHECK(cudaEventCreateWithFlags(&st.copied[i], cudaEventDisableTiming));
+  }
+  st.pinned = st.pinned_mirrors[0];
 
   // The predictor's fixed plans.
   std::vector<std::int32_t> indptr(rows + 1), pages(rows);
@@ -609,8 +665,10 @@ void talker_cuda::upload_plan(const step_plan& plan, int tokens) {
   for (auto b : plan.page_indices)
     need(b >= 0 && b < limits_.kv_blocks,
          "names block " + std::to_string(b) + " of " + std::to_string(limits_.kv_blocks));
-  // The pinned mirror is rewritten only after the previous step's copy from it has completed.
-  TALKER_CHECK(cudaStreamSynchronize(stream_));
+  // The next mirror of the ring, once the copy from its last use has run.
+  st.mirror = (st.mirror + 1) % state::pinned_ring;
+  TALKER_CHECK(cudaEventSynchronize(st.copied[st.mirror]));
+  st.pinned = st.pinned_mirrors[st.mirror];
   std::int32_t* p = st.pinned;
   std::copy(plan.qo_indptr.begin(), plan.qo_indptr.end(), p);
   std::copy(plan.page_indptr.begin(), plan.page_indptr.end(), p + (st.page_indptr - st.qo_indptr));
@@ -619,7 +677,17 @@ void talker_cuda::upload_plan(const step_plan& plan, int tokens) {
   std::copy(plan.positions.begin(), plan.positions.end(), p + (st.positions - st.qo_indptr));
 }
 
-void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) {
+void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan, std::span<const std::int32_t> slots) {
+  run_prefill(embeds, plan, slots, false);
+}
+
+void talker_cuda::prefill_frame(std::span<const float> embeds, const step_plan& plan,
+                                std::span<const std::int32_t> slots) {
+  run_prefill(embeds, plan, slots, true);
+}
+
+void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& plan,
+                              std::span<const std::int32_t> slots, bool frame) {
   state& st = *s_;
   const auto& T = dims_.talker;
   const int rows = int(plan.rows());
@@ -632,9 +700,10 @@ void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) 
                                 " floats, the plan's " + std::to_string(tokens) + " tokens need " +
                                 std::to_string(std::size_t(tokens) * T.hidden));
   upload_plan(plan, tokens);
+  upload_slots(slots, rows);
   planned_rows_ = 0; // the plan buffers now hold a prefill's tables
   cudaStream_t s = stream_;
-  TALKER_CHECK(cudaMemcpyAsync(st.qo_indptr, st.pinned, st.pinned_ints * 4, cudaMemcpyHostToDevice, s));
+  st.upload_mirror(s);
   TALKER_CHECK(cudaMemcpyAsync(st.x, embeds.data(), embeds.size() * 4, cudaMemcpyHostToDevice, s));
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices, st.last_page_len,
                               st.positions, rows,           tokens,          limits_.block_tokens};
@@ -645,6 +714,8 @@ void talker_cuda::prefill(std::span<const float> embeds, const step_plan& plan) 
   TALKER_CHECK(cudaMemsetAsync(st.seen, 0, std::size_t(rows) * dims_.codec_vocab, s));
   TALKER_CHECK(cudaMemsetAsync(st.generated, 0, std::size_t(rows) * 4, s));
   choose_code0(rows);
+  if (frame) enqueue_predict(rows);
+  cuda::scatter_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, s);
   TALKER_CHECK(cudaStreamSynchronize(s));
 }
 
@@ -715,7 +786,8 @@ void talker_cuda::force_codes(std::span<const std::int32_t> codes) {
   TALKER_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids) {
+void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids,
+                                    std::span<const std::int32_t> slots) {
   state& st = *s_;
   const int rows = int(plan.rows());
   if (int(text_ids.size()) != rows)
@@ -731,12 +803,26 @@ void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::
                                   std::to_string(r) + " has " +
                                   std::to_string(plan.qo_indptr[std::size_t(r) + 1] - plan.qo_indptr[std::size_t(r)]));
   upload_plan(plan, rows);
+  upload_slots(slots, rows);
   planned_rows_ = rows;
   std::copy(text_ids.begin(), text_ids.end(), st.pinned + (st.text_ids_dev - st.qo_indptr));
-  TALKER_CHECK(cudaMemcpyAsync(st.qo_indptr, st.pinned, st.pinned_ints * 4, cudaMemcpyHostToDevice, stream_));
+  st.upload_mirror(stream_);
 }
 
-void talker_cuda::enqueue_decode(int rows) {
+void talker_cuda::enqueue_decode(int rows, bool frame_first) {
+  state& st = *s_;
+  cuda::gather_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, stream_);
+  if (frame_first) {
+    enqueue_talker(rows);
+    enqueue_predict(rows);
+  } else {
+    enqueue_predict(rows);
+    enqueue_talker(rows);
+  }
+  cuda::scatter_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, stream_);
+}
+
+void talker_cuda::enqueue_predict(int rows) {
   state& st = *s_;
   cudaStream_t s = stream_;
   const auto& T = dims_.talker;
@@ -778,6 +864,14 @@ void talker_cuda::enqueue_decode(int rows) {
     else
       cuda::argmax_rows(logits, pv, st.frames, groups, g + 1, st.forced, st.chosen, rows, s);
   }
+}
+
+void talker_cuda::enqueue_talker(int rows) {
+  state& st = *s_;
+  cudaStream_t s = stream_;
+  const auto& T = dims_.talker;
+  const int groups = dims_.code_groups;
+  const int pv = dims_.predictor_vocab;
   // The next Talker input: the frame's 16 embeddings plus the trailing text row.
   cuda::gather_rows(st.text_embedding, st.text_ids_dev, st.xn, rows, dims_.text_hidden, s);
   st.gemm(s, st.text_fc1, dims_.text_hidden, dims_.text_hidden, st.xn, dims_.text_hidden, st.gate_up, dims_.text_hidden,
@@ -796,7 +890,10 @@ void talker_cuda::enqueue_decode(int rows) {
   choose_code0(rows);
 }
 
-void talker_cuda::decode(int rows) {
+void talker_cuda::decode(int rows) { launch_decode(rows, false); }
+void talker_cuda::decode_frame(int rows) { launch_decode(rows, true); }
+
+void talker_cuda::launch_decode(int rows, bool frame_first) {
   if (rows <= 0 || rows > limits_.max_rows)
     throw std::invalid_argument("qwen3_tts CUDA talker: decode of " + std::to_string(rows) + " rows; max_rows is " +
                                 std::to_string(limits_.max_rows));
@@ -805,16 +902,17 @@ void talker_cuda::decode(int rows) {
                                 " rows, but set_decode_inputs planned " + std::to_string(planned_rows_) +
                                 "; plan every decode step with its own rows first");
   if (!use_graphs_) {
-    enqueue_decode(rows);
+    enqueue_decode(rows, frame_first);
     return;
   }
   state& st = *s_;
-  auto it = st.graphs.find(rows);
+  const int key = frame_first ? -rows : rows; // each order its own graphs
+  auto it = st.graphs.find(key);
   if (it == st.graphs.end()) {
     cudaGraph_t graph = nullptr;
     TALKER_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_decode(rows);
+      enqueue_decode(rows, frame_first);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -822,14 +920,57 @@ void talker_cuda::decode(int rows) {
     }
     TALKER_CHECK(cudaStreamEndCapture(stream_, &graph));
     std::size_t nodes = 0;
-    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) st.graph_nodes[rows] = nodes;
+    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) st.graph_nodes[key] = nodes;
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(e, "cudaGraphInstantiate (decode step)");
-    it = st.graphs.emplace(rows, exec).first;
+    it = st.graphs.emplace(key, exec).first;
   }
   TALKER_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+void talker_cuda::upload_slots(std::span<const std::int32_t> slots, int rows) {
+  state& st = *s_;
+  if (!slots.empty() && int(slots.size()) != rows)
+    throw std::invalid_argument("qwen3_tts CUDA talker: " + std::to_string(slots.size()) + " slots for a step of " +
+                                std::to_string(rows) + " rows; give one slot a row (or none: row r uses slot r)");
+  std::vector<std::uint8_t> taken(std::size_t(st.store_slots), 0);
+  std::int32_t* dst = st.pinned + (st.row_slots - st.qo_indptr);
+  for (int r = 0; r < rows; ++r) {
+    const std::int32_t slot = slots.empty() ? r : slots[std::size_t(r)];
+    if (slot < 0 || slot >= st.store_slots)
+      throw std::invalid_argument("qwen3_tts CUDA talker: row " + std::to_string(r) + " names state slot " +
+                                  std::to_string(slot) + "; the store holds slots 0.." +
+                                  std::to_string(st.store_slots - 1));
+    if (taken[std::size_t(slot)]++)
+      throw std::invalid_argument("qwen3_tts CUDA talker: two rows of one step name state slot " +
+                                  std::to_string(slot) + "; a request's state belongs to one row a step");
+    dst[r] = slot;
+  }
+}
+
+std::size_t talker_cuda::state_bytes() const { return layout_of(dims_).total; }
+
+void talker_cuda::bind_state(void* store, std::size_t row_bytes, int slots) {
+  if (!store || slots <= 0 || row_bytes < state_bytes())
+    throw std::invalid_argument("qwen3_tts CUDA talker: bind_state needs a store of slots > 0 rows of at least " +
+                                std::to_string(state_bytes()) + " bytes; got " + std::to_string(slots) +
+                                " rows of " + std::to_string(row_bytes) + " bytes" + (store ? "" : " at null"));
+  drop_graphs();
+  s_->store = static_cast<unsigned char*>(store);
+  s_->store_row_bytes = row_bytes;
+  s_->store_slots = slots;
+}
+
+void talker_cuda::copy_frames_out(std::int32_t* host, int rows) {
+  state& st = *s_;
+  if (rows <= 0 || rows > limits_.max_rows)
+    throw std::invalid_argument("qwen3_tts CUDA talker: copy_frames_out of " + std::to_string(rows) +
+                                " rows; max_rows is " + std::to_string(limits_.max_rows));
+  cuda::frames_with_end(st.frames, dims_.code_groups, dims_.eos_id, st.out_frames, rows, stream_);
+  TALKER_CHECK(cudaMemcpyAsync(host, st.out_frames, std::size_t(rows) * (dims_.code_groups + 1) * 4,
+                               cudaMemcpyDeviceToHost, stream_));
 }
 
 namespace {

@@ -7,9 +7,12 @@
 // enqueued as a single stream of work that a CUDA graph captures per batch size. The math follows
 // qwen-tts 0.1.1 (modeling_qwen3_tts.py) as the host float32 forward does.
 //
-// A row of a step is also the index of its request's generation state (seen codes, frame count,
-// seed): the caller keeps a request on the same row from prefill to its last decode step, and every
-// row of a step is a live request (padding rows, as the engine's plans may carry, are refused for now).
+// Each request's generation state (seed, frame count, the code-0 ids it chose for the repetition penalty,
+// its last frame and code 0, its last hidden state) is one row of a slot store, addressed per step by a
+// slot per row: a step gathers its rows' state from their slots first and scatters it back last, so a
+// request may sit on any row of any step. The store is the model's own (state_slots rows) or one bound
+// with bind_state (the engine's talker_state pool). Without slots a step's row r uses slot r. Every row of
+// a step is a live request: the caller passes the step's real rows, never an engine plan's padding.
 #pragma once
 
 #include "talker.hpp"
@@ -55,6 +58,7 @@ struct talker_cuda_limits {
   int kv_blocks = 64;
   int block_tokens = 16;
   int max_pages = 64; // entries of page_indices in one call
+  int state_slots = 0; // rows of the model's own state store (0: max_rows); bind_state replaces the store
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
@@ -86,6 +90,9 @@ weight_source store_weight_source(const weight_store& store);
 // to_f32); the tensors go to the device as bf16.
 weight_source
 f32_weight_source(std::function<std::vector<float>(const std::string&, const std::vector<std::int64_t>&)> source);
+// A weight_source over the host Talker's loaded weights, by checkpoint name (a service that holds the host
+// Talker uploads from it: bf16 checkpoint values come back exactly). The weights must outlive load_weights.
+weight_source host_weight_source(const talker_weights& weights);
 
 class talker_cuda {
 public:
@@ -105,27 +112,47 @@ public:
   std::size_t decode_weight_bytes() const;
   std::size_t weight_bytes() const { return weight_bytes_; }
 
-  // The prompt: embeds [tokens][talker hidden] float32 on the host (build_prompt's rows), addressed by
-  // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans). Runs the Talker, keeps
-  // each row's last post-norm hidden state, computes its code-0 logits and chooses code 0 of frame 0 (the row's
-  // generation state starts afresh). Synchronous.
-  void prefill(std::span<const float> embeds, const step_plan& plan);
+  // Bytes of one request's generation state (a slot row of the store holds at least this many).
+  std::size_t state_bytes() const;
+  // Keeps the generation state in device memory the caller owns from here on: slots rows of row_bytes
+  // (>= state_bytes()) at store, e.g. a recurrent pool's layer. Drops captured graphs (they bake the store).
+  void bind_state(void* store, std::size_t row_bytes, int slots);
 
-  // The addressing of the next decode step (one token per row) and each row's trailing text id (the
-  // next text token in the streaming layout, tts_eos after the text, then tts_pad). Asynchronous
-  // copies on the model's stream from pinned memory; the next decode() reads them.
-  void set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids);
+  // The prompt: embeds [tokens][talker hidden] float32 on the host (build_prompt's rows), addressed by
+  // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans) and by slots
+  // (row r's request's slot; empty: slot r). Runs the Talker, keeps each row's last post-norm hidden state,
+  // computes its code-0 logits and chooses code 0 of frame 0; each row's state starts afresh, its seed the
+  // one set_seeds gave the row. Synchronous.
+  void prefill(std::span<const float> embeds, const step_plan& plan, std::span<const std::int32_t> slots = {});
+  // prefill, then the code predictor: frame 0 complete (frames() reads it), as the speech flow's prefill
+  // step makes it.
+  void prefill_frame(std::span<const float> embeds, const step_plan& plan, std::span<const std::int32_t> slots = {});
+
+  // The addressing of the next decode step (one token per row), each row's trailing text id (the
+  // next text token in the streaming layout, tts_eos after the text, then tts_pad) and each row's slot
+  // (empty: slot r). Asynchronous copies on the model's stream from pinned memory; the next decode() or
+  // decode_frame() reads them.
+  void set_decode_inputs(const step_plan& plan, std::span<const std::int32_t> text_ids,
+                         std::span<const std::int32_t> slots = {});
   // One decode step for rows [0, rows): completes frame k (code 0 from the last step, codes 1..15
   // here) and chooses frame k+1's code 0. With graphs on, the first call for a row count captures
   // the step and later calls replay it. Asynchronous; the read functions below synchronise.
   void decode(int rows);
+  // The same work in the speech flow's order: the Talker's step on frame k - 1 chooses frame k's code 0,
+  // then the predictor completes frame k (frames() reads it). Each request's first such step follows its
+  // prefill_frame. Its own graph per row count.
+  void decode_frame(int rows);
+  // Enqueues a copy of the last step's frames to host (pinned) memory as [rows][code_groups + 1]: the
+  // frame, then 1 when its code 0 is the end token. Asynchronous.
+  void copy_frames_out(std::int32_t* host, int rows);
   void set_use_graphs(bool on) { use_graphs_ = on; }
   // Sampling as the host talker_sampler does it (default: greedy, as built). Code 0 and the predictor's
   // codes each sample or take the argmax per their do_sample; temperature and top-k are computed on the
   // GPU, top_p < 1 is refused (not computed here yet). Drops captured graphs (they bake the settings).
   void set_sampling(const talker_sampling& sampling);
   // Each row's request seed (Philox key; the counter is the frame, the lane the codebook), as the host
-  // sampler's seeds; rows past the span get 0. Synchronous.
+  // sampler's seeds; rows past the span get 0. The next prefill stores them in its rows' slots, where
+  // later steps find them. Synchronous.
   void set_seeds(std::span<const std::uint64_t> seeds);
   // Decode steps run each layer's q/k norm, RoPE, KV append and attention as one launch (off by
   // default until a GPU run has shown it equal to the two launches and faster). Drops captured graphs.
@@ -156,7 +183,13 @@ public:
   struct state; // device buffers and weights (talker_cuda.cu)
 
 private:
-  void enqueue_decode(int rows);
+  void run_prefill(std::span<const float> embeds, const step_plan& plan, std::span<const std::int32_t> slots,
+                   bool frame);
+  void launch_decode(int rows, bool frame_first);
+  void enqueue_decode(int rows, bool frame_first);
+  void enqueue_predict(int rows); // completes a frame from code 0 and the last hidden state
+  void enqueue_talker(int rows);  // the Talker's step on the last frame, and the next code 0
+  void upload_slots(std::span<const std::int32_t> slots, int rows);
   void choose_code0(int rows); // code 0 from st.logits, greedy or sampled per sampling_
   void upload_plan(const step_plan& plan, int tokens);
   void drop_graphs(); // after a change that captured graphs have baked in

@@ -587,6 +587,35 @@ __global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint
   }
 }
 
+// Block (r, i) copies piece i of row r between the slot store and the row array; 4-byte words when the
+// piece, its offset and the row stride allow it (every piece of the layout talker_cuda uses does).
+template <bool Gather>
+__global__ void move_state_kernel(unsigned char* store, std::size_t row_bytes, const std::int32_t* slots,
+                                  state_pieces pieces) {
+  const int r = blockIdx.x;
+  const state_piece p = pieces.piece[blockIdx.y];
+  unsigned char* slot_row = store + std::size_t(slots[r]) * row_bytes + p.offset;
+  unsigned char* row = static_cast<unsigned char*>(p.rows) + std::size_t(r) * p.bytes;
+  unsigned char* dst = Gather ? row : slot_row;
+  const unsigned char* src = Gather ? slot_row : row;
+  if (p.bytes % 4 == 0 && p.offset % 4 == 0 && row_bytes % 4 == 0) {
+    auto* d = reinterpret_cast<std::uint32_t*>(dst);
+    const auto* x = reinterpret_cast<const std::uint32_t*>(src);
+    for (int i = threadIdx.x; i < p.bytes / 4; i += blockDim.x)
+      d[i] = x[i];
+  } else {
+    for (int i = threadIdx.x; i < p.bytes; i += blockDim.x)
+      dst[i] = src[i];
+  }
+}
+
+__global__ void frames_with_end_kernel(const std::int32_t* frames, int groups, int eos, std::int32_t* out) {
+  const int r = blockIdx.x;
+  for (int g = threadIdx.x; g <= groups; g += blockDim.x)
+    out[std::size_t(r) * (groups + 1) + g] =
+        g < groups ? frames[std::size_t(r) * groups + g] : (frames[std::size_t(r) * groups] == eos ? 1 : 0);
+}
+
 unsigned grid_for(std::size_t n) {
   const std::size_t b = (n + 255) / 256;
   return unsigned(b < 1 ? 1 : (b > 8192 ? 8192 : b));
@@ -763,6 +792,28 @@ void sample_rows(const float* logits, int vocab, sample_settings settings, const
   sample_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
                                           out_offset, forced, chosen);
   check_launch("sample_rows");
+}
+
+void gather_state(const unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
+                  int rows, cudaStream_t s) {
+  if (rows == 0 || pieces.count == 0) return;
+  move_state_kernel<true><<<dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s>>>(
+      const_cast<unsigned char*>(store), row_bytes, slots, pieces);
+  check_launch("gather_state");
+}
+
+void scatter_state(unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
+                   int rows, cudaStream_t s) {
+  if (rows == 0 || pieces.count == 0) return;
+  move_state_kernel<false><<<dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s>>>(store, row_bytes, slots,
+                                                                                         pieces);
+  check_launch("scatter_state");
+}
+
+void frames_with_end(const std::int32_t* frames, int groups, int eos, std::int32_t* out, int rows, cudaStream_t s) {
+  if (rows == 0) return;
+  frames_with_end_kernel<<<rows, 32, 0, s>>>(frames, groups, eos, out);
+  check_launch("frames_with_end");
 }
 
 void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s) {

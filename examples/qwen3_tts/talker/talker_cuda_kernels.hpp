@@ -129,6 +129,30 @@ void sample_rows(const float* logits, int vocab, sample_settings settings, const
                  const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
                  int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s);
 
+// A request's generation state is one row of bytes in a slot store (the engine's talker_state pool, or the
+// model's own); a step works on row-indexed arrays, so it gathers each row's piece from the row's slot first
+// and scatters it back last. Piece i is bytes [offset, offset + bytes) of a slot row and row r's
+// [r * bytes, (r + 1) * bytes) of its array.
+struct state_piece {
+  void* rows = nullptr;
+  int offset = 0;
+  int bytes = 0;
+};
+constexpr int max_state_pieces = 8;
+struct state_pieces {
+  state_piece piece[max_state_pieces];
+  int count = 0;
+};
+// store: slots x row_bytes bytes; slots[r]: row r's slot (device).
+void gather_state(const unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
+                  int rows, cudaStream_t s);
+void scatter_state(unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
+                   int rows, cudaStream_t s);
+
+// out[r] = frames[r][0 .. groups) followed by 1 when frames[r][0] == eos, else 0 (a step's output rows as the
+// speech flow reads them: the frame, then whether code 0 was the end token).
+void frames_with_end(const std::int32_t* frames, int groups, int eos, std::int32_t* out, int rows, cudaStream_t s);
+
 // Deterministic pseudo-random bf16 values in [-scale, scale] (bench weights), and float32 values.
 void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s);
 void fill_random_f32(float* p, std::size_t n, std::uint32_t seed, float offset, float scale, cudaStream_t s);
