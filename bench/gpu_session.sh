@@ -15,6 +15,8 @@
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
 #              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
+#   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
+#              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
 #   run(command="bash bench/gpu_session.sh reference talker", carry=[".whl"], kind="nvidia-h200", timeout_s=600)
 #   run(command="bash bench/gpu_session.sh speech", kind="nvidia-h200", timeout_s=600)  # same warm machine
@@ -128,10 +130,31 @@ stage_codec() {
   while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench.log" | sed 's/^RESULT /codec /')
 }
 
+stage_split() {
+  local d="$out/split" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts
+  mkdir -p "$d"
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("split: meson setup failed (split/setup.log)"); return; }
+  fi
+  ninja -C "$b" -j"$(nproc)" examples/qwen3tts tests/split/mstar_edge_gpu_test > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("split: the build failed (split/build.log)"); return; }
+  timeout 60 "$b/tests/split/mstar_edge_gpu_test" 2>&1 | tee "$d/edge.log"
+  local edge=${PIPESTATUS[0]}
+  timeout 200 "$q" --backend cuda --config configs/qwen3tts.yaml -c 8,32,128 --lane off,on,auto --settle \
+    --no-progress --json "$d/colocated.json" > "$d/colocated.log" 2>&1
+  local colo=$?
+  timeout 150 "$q" --backend cuda --config configs/qwen3tts_split.yaml -c 8,32,128 --settle --no-progress \
+    --json "$d/split.json" > "$d/split.log" 2>&1
+  local split=$?
+  grep -E "^ *(c=|  c |digest|audio digest)|edge:" "$d/colocated.log" "$d/split.log" | tail -40
+  summary+=("split: edge test rc $edge, colocated rc $colo, split rc $split")
+}
+
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec)" >&2; exit 2 ;;
+    wheels | reference | talker | speech | suite | codec | split) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split)" >&2; exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then
     tar -C "$out" -czf "$out/$s.tgz" "$s" && rm -rf "${out:?}/$s"

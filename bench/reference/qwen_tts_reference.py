@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+import importlib.machinery
 import types
 
 
@@ -32,8 +33,12 @@ def stub_audio_io():
             __import__(name)
         except ImportError:
             mod = types.ModuleType(name)
+            # transformers asks importlib.util.find_spec about librosa, which refuses a module whose
+            # __spec__ is None: the stand-ins carry a spec.
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
             if name == "librosa":
                 filters = types.ModuleType("librosa.filters")
+                filters.__spec__ = importlib.machinery.ModuleSpec("librosa.filters", None)
                 filters.mel = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("librosa stand-in"))
                 mod.filters = filters
                 sys.modules["librosa.filters"] = filters
