@@ -22,27 +22,41 @@ import importlib.machinery
 import types
 
 
+class _StandIn(types.ModuleType):
+    """A module the measured code never uses: any attribute is a function that refuses to run."""
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError("%s.%s: a stand-in (bench/reference/qwen_tts_reference.py)" % (self.__name__, attr))
+
+        return refuse
+
+
 def stub_audio_io():
-    # qwen_tts imports librosa and soundfile at module level for reference-audio loading (voice
-    # cloning), which this benchmark never calls; the GPU machine has neither, so stand-ins keep the
-    # import working there. The measured code paths do not touch them.
-    for name in ("librosa", "soundfile"):
+    # qwen_tts imports, at module level, packages for reference-audio loading (voice cloning:
+    # librosa, soundfile) and for the 25 Hz tokenizer (sox, onnxruntime, torchaudio, einops), none of
+    # which the 12 Hz paths this benchmark measures call. Where the GPU machine lacks them, stand-ins
+    # keep the import working; each carries a module spec, since transformers asks
+    # importlib.util.find_spec about some of them and find_spec refuses a module whose __spec__ is None.
+    for name in ("librosa", "soundfile", "sox", "onnxruntime", "torchaudio", "einops"):
         if name in sys.modules:
             continue
         try:
             __import__(name)
+            continue
         except ImportError:
-            mod = types.ModuleType(name)
-            # transformers asks importlib.util.find_spec about librosa, which refuses a module whose
-            # __spec__ is None: the stand-ins carry a spec.
-            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
-            if name == "librosa":
-                filters = types.ModuleType("librosa.filters")
-                filters.__spec__ = importlib.machinery.ModuleSpec("librosa.filters", None)
-                filters.mel = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("librosa stand-in"))
-                mod.filters = filters
-                sys.modules["librosa.filters"] = filters
-            sys.modules[name] = mod
+            pass
+        parts = {"librosa": ["librosa.filters"], "torchaudio": ["torchaudio.compliance", "torchaudio.compliance.kaldi"]}
+        for full in [name] + parts.get(name, []):
+            mod = _StandIn(full)
+            mod.__spec__ = importlib.machinery.ModuleSpec(full, None)
+            sys.modules[full] = mod
+            if "." in full:
+                parent, child = full.rsplit(".", 1)
+                setattr(sys.modules[parent], child, mod)
 
 
 def talker_config(size):
