@@ -85,8 +85,36 @@
 
 namespace mstar {
 
-template <class Model, device_backend Backend, worker_flow Flow>
+template <class Model, class Backend, class Flow>
 class threaded_worker {
+  // Checked here, not as constraints on the parameters, so that the compiler says what is missing
+  // (nvcc says only "no instance of" for a constrained template). After a flow without its types, the
+  // hooks are not checked (they would only repeat it).
+  static_assert(device_backend<Backend>,
+                "mstar::threaded_worker: the Backend is not an mstar::device_backend (mstar/backend/backend.hpp lists "
+                "what one provides); use mstar::host_backend or mstar::cuda_backend.");
+  static_assert(flow_types<Flow>,
+                "mstar::threaded_worker: the flow lacks its types, or they do not fit: declare request_state "
+                "(default-constructible, move-assignable), request_input (move-constructible) and payload (trivially "
+                "copyable, default-constructible) in the flow.");
+  static_assert(!flow_types<Flow> || flow_start_hook<Flow>,
+                "mstar::threaded_worker: the flow has no start hook; add `void start(request_state&, mstar::request_id, "
+                "const request_input&)`.");
+  static_assert(!flow_types<Flow> || flow_ready_hook<Flow>,
+                "mstar::threaded_worker: the flow has no ready hook; add `bool ready(request_state&, std::uint8_t node, "
+                "mstar::row&, payload&)` (true when the request is ready for the node now).");
+  static_assert(!flow_types<Flow> || flow_landed_hook<Flow>,
+                "mstar::threaded_worker: the flow has no landed hook; add `bool landed(request_state&, std::uint8_t node, "
+                "const payload&)` (true when the step produced an output for the client).");
+  static_assert(!flow_types<Flow> || flow_finished_hook<Flow>,
+                "mstar::threaded_worker: the flow has no finished hook; add `bool finished(const request_state&) const`.");
+  static_assert(!flow_types<Flow> || flow_end_hook<Flow>,
+                "mstar::threaded_worker: the flow has no end hook; add `void end(request_state&, mstar::request_id, "
+                "mstar::request_end)` (or with a fourth std::string_view argument: why a request failed).");
+  static_assert(!flow_types<Flow> || flow_batch_key_hook<Flow>,
+                "mstar::threaded_worker: the flow has no batch_key hook; add `std::uint32_t batch_key(std::uint8_t node, "
+                "const payload&) const` (read only for a node that batches per_key).");
+
   using shared_type = detail::worker_shared<Model, Backend, Flow>;
   using inbox_type = detail::client_inbox<typename Flow::request_input>;
 
