@@ -397,7 +397,7 @@ private:
         // keys' teardown runs on it from now on.
         sh_.lane = sh_.backend->create_stream(sh_.options.lane_priority);
         for (std::uint8_t m = 0; m < node_count; ++m)
-          if (is_side(m)) sh_.engine->set_side_stream(Model::descriptor.nodes[m].name, *sh_.lane);
+          if (is_side(m)) sh_.engine->set_side_stream(m, *sh_.lane);
         sh_.counters.lane_created.fetch_add(1, std::memory_order_relaxed);
       }
       const auto begin = metrics::now_ns();
