@@ -107,8 +107,10 @@ public:
   template <class Node>
   requires runs_beside_the_stage<Model, Node>
   void set_side_stream(stream_type stream) { runner_.template set_side_stream<Node>(stream); }
+  // By the node's index in the model (Model::node_index<Node>, Model::node_index_of(name)).
+  void set_side_stream(std::uint8_t node, stream_type stream) { runner_.set_side_stream(node, stream); }
   void set_side_stream(std::string_view node, stream_type stream) {
-    const auto n = detail::named_index(Model::descriptor.nodes, node);
+    const auto n = Model::node_index_of(node);
     if (n == no_index)
       throw std::invalid_argument("mstar::engine::set_side_stream: the model has no node " + std::string(node));
     runner_.set_side_stream(n, stream);

@@ -333,6 +333,10 @@ public:
     static_assert(i != no_index, "mstar::model::node_index: the node is not part of this model");
     return i;
   }();
+  // A node's name from its index, and its index from its name (no_index when the model has none): for
+  // flow hooks, tests and tools that name a node at run time.
+  static constexpr std::string_view node_name(std::uint8_t node) { return descriptor.nodes[node].name; }
+  static constexpr std::uint8_t node_index_of(std::string_view node) { return detail::named_index(descriptor.nodes, node); }
 
   // Where Node runs (chain or side lane) and, on a side lane, the keys the lane owns.
   template <class Node>

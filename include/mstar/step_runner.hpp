@@ -435,7 +435,7 @@ public:
   }
   template <class Node>
   requires runs_beside_the_stage<Model, Node>
-  void set_side_stream(stream_type stream) { set_side_stream(resources_type::template node_index<Node>, stream); }
+  void set_side_stream(stream_type stream) { set_side_stream(Model::template node_index<Node>, stream); }
   std::optional<stream_type> owner_stream(std::size_t resource) const {
     std::lock_guard g(owner_lock_);
     if (resource >= resources_type::count || !has_owner_[resource]) return std::nullopt;

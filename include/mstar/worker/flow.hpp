@@ -61,23 +61,50 @@ namespace mstar {
 
 enum class request_end : std::uint8_t { completed, cancelled, failed };
 
+// A flow, piece by piece (threaded_worker names the piece a flow lacks): its three types, then each
+// hook as the table above writes it.
 template <class F>
-concept worker_flow =
-    requires(F& f, const F& cf, typename F::request_state& s, const typename F::request_state& cs,
-             const typename F::request_input& in, request_id id, std::uint8_t node, row& r,
-             typename F::payload& p, const typename F::payload& cp, request_end how) {
-      requires std::is_default_constructible_v<typename F::request_state>;
-      requires std::is_move_assignable_v<typename F::request_state>;
-      requires std::is_trivially_copyable_v<typename F::payload>;
-      requires std::is_default_constructible_v<typename F::payload>;
-      requires std::is_move_constructible_v<typename F::request_input>;
-      f.start(s, id, in);
-      { f.ready(s, node, r, p) } -> std::same_as<bool>;
-      { f.landed(s, node, cp) } -> std::same_as<bool>;
-      { cf.finished(cs) } -> std::same_as<bool>;
-      requires requires { f.end(s, id, how); } || requires { f.end(s, id, how, std::string_view{}); };
-      { cf.batch_key(node, cp) } -> std::convertible_to<std::uint32_t>;
-    };
+concept flow_types = requires {
+  typename F::request_state;
+  typename F::request_input;
+  typename F::payload;
+  requires std::is_default_constructible_v<typename F::request_state>;
+  requires std::is_move_assignable_v<typename F::request_state>;
+  requires std::is_trivially_copyable_v<typename F::payload>;
+  requires std::is_default_constructible_v<typename F::payload>;
+  requires std::is_move_constructible_v<typename F::request_input>;
+};
+template <class F>
+concept flow_start_hook = flow_types<F> && requires(F& f, typename F::request_state& s,
+                                                    const typename F::request_input& in, request_id id) {
+  f.start(s, id, in);
+};
+template <class F>
+concept flow_ready_hook = flow_types<F> && requires(F& f, typename F::request_state& s, std::uint8_t node, row& r,
+                                                    typename F::payload& p) {
+  { f.ready(s, node, r, p) } -> std::same_as<bool>;
+};
+template <class F>
+concept flow_landed_hook = flow_types<F> && requires(F& f, typename F::request_state& s, std::uint8_t node,
+                                                     const typename F::payload& cp) {
+  { f.landed(s, node, cp) } -> std::same_as<bool>;
+};
+template <class F>
+concept flow_finished_hook = flow_types<F> && requires(const F& cf, const typename F::request_state& cs) {
+  { cf.finished(cs) } -> std::same_as<bool>;
+};
+template <class F>
+concept flow_end_hook = flow_types<F> && requires(F& f, typename F::request_state& s, request_id id, request_end how) {
+  requires requires { f.end(s, id, how); } || requires { f.end(s, id, how, std::string_view{}); };
+};
+template <class F>
+concept flow_batch_key_hook = flow_types<F> && requires(const F& cf, std::uint8_t node, const typename F::payload& cp) {
+  { cf.batch_key(node, cp) } -> std::convertible_to<std::uint32_t>;
+};
+
+template <class F>
+concept worker_flow = flow_types<F> && flow_start_hook<F> && flow_ready_hook<F> && flow_landed_hook<F> &&
+                      flow_finished_hook<F> && flow_end_hook<F> && flow_batch_key_hook<F>;
 
 namespace detail {
 // The flow's end hook, with the reason where it takes one.
