@@ -2,7 +2,7 @@
 // sees it, walks the parsed document against the schema of docs/config.md, builds a model_desc and
 // hands it to the one validator. Every failure becomes a config_error with a position; nothing
 // throws out of here.
-#include "mstar/config.hpp"
+#include "mstar/model/config.hpp"
 
 #include <algorithm>
 #include <iterator>
@@ -1196,7 +1196,7 @@ private:
 #define MSTAR_WRITER_lane(id) &finding_writer::side_lane
     static constexpr writer writers[] = {
 #define MSTAR_RULE(kind, id, sentence) MSTAR_WRITER_##kind(id),
-#include "mstar/rules.def"
+#include "mstar/model/rules.def"
 #undef MSTAR_RULE
     };
 #undef MSTAR_WRITER_structure

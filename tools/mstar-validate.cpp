@@ -13,8 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <mstar/config.hpp>
 #include <mstar/detail/json.hpp>
+#include <mstar/model/config.hpp>
 
 namespace {
 
@@ -125,7 +125,7 @@ std::string json_of(const std::string& file, const mstar::load_result& r) {
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Validates mstar model configs (YAML) with the rules of include/mstar/rules.hpp, and prints each "
+  CLI::App app{"Validates mstar model configs (YAML) with the rules of include/mstar/model/rules.hpp, and prints each "
                "node's lane and side-lane keys, or each refusal.\nExit status: 0 all valid, 1 a file is not, 2 usage "
                "error.",
                "mstar-validate"};

@@ -16,7 +16,7 @@
 // Threads are pinned to two different CPUs when the process may run on at least two; the output
 // says whether they were. Target (issue 4): ring p99 under 1 us with both threads on their own cores.
 #include <mstar/detail/spsc_ring.hpp>
-#include <mstar/metrics.hpp>
+#include <mstar/worker/metrics.hpp>
 
 #include <algorithm>
 #include <atomic>

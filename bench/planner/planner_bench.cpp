@@ -21,7 +21,7 @@
 #include <benchmark/benchmark.h>
 
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #if defined(MSTAR_PLANNER_BENCH_CUDA)
 #include <mstar/backend/cuda_impl.hpp>
 #endif

@@ -21,7 +21,7 @@
 // is ready while a step runs, and only a prediction can be staged); 256 decode as two cohorts of
 // 128, where the other cohort's rows are ready while one cohort's step runs.
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/worker.hpp>
 
 #include "../common/tts_shape_flow.hpp"

@@ -11,7 +11,7 @@
 // on whether the side node ran on the lane or the chain stream: the flow's payload carries only the
 // request's own addresses, and each forward enqueues its work on the step's stream.
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/mstar.hpp>
 #include <mstar/worker.hpp>
 

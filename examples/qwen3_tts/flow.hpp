@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 
 #include "qwen3_tts/audio_hash.hpp"
 #include "qwen3_tts/forward.hpp"

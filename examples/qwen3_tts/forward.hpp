@@ -40,7 +40,7 @@
 #include <vector>
 
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/kernels/recurrent.hpp>
 
 #include "qwen3_tts/model.hpp"

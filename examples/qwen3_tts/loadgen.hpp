@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/worker.hpp>
 
 #include "qwen3_tts/tts_flow.hpp"

@@ -51,8 +51,8 @@
 #include <vector>
 
 #include <mstar/backend/host.hpp>
-#include <mstar/compare.hpp>
-#include <mstar/config.hpp>
+#include <mstar/model/compare.hpp>
+#include <mstar/model/config.hpp>
 
 #include "decode_cli.hpp"
 #include "qwen3_tts/loadgen.hpp"

@@ -34,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <mstar/edge/edge.hpp>
+#include <mstar/worker/edge.hpp>
 #include <mstar/worker/topology.hpp>
 
 #include "qwen3_tts/loadgen.hpp"

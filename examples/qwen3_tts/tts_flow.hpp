@@ -41,8 +41,8 @@
 #include <utility>
 #include <vector>
 
-#include <mstar/metrics.hpp>
 #include <mstar/worker.hpp>
+#include <mstar/worker/metrics.hpp>
 
 #include "qwen3_tts/audio_hash.hpp"
 #include "qwen3_tts/forward.hpp"

@@ -2,9 +2,9 @@
 // The umbrella header: it only includes.
 #pragma once
 
-#include "mstar/descriptor.hpp"
-#include "mstar/dtype.hpp"
-#include "mstar/model.hpp"
-#include "mstar/resources.hpp"
-#include "mstar/rules.hpp"
-#include "mstar/validate.hpp"
+#include "mstar/model/descriptor.hpp"
+#include "mstar/model/dtype.hpp"
+#include "mstar/model/model.hpp"
+#include "mstar/model/policies.hpp"
+#include "mstar/model/rules.hpp"
+#include "mstar/model/validate.hpp"

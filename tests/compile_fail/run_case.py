@@ -4,7 +4,7 @@
 A case is a small .cpp whose leading comment lines carry directives:
 
   // expect-rule: lane_kv_cache           the rule that must fire; its sentence is read from its
-                                          row of the rule table, include/mstar/rules.def, so the
+                                          row of the rule table, include/mstar/model/rules.def, so the
                                           case cannot drift from it
   // also-rule: duplicate_node            another rule that may fire with it (inherent to the shape)
   // expect-node: CodecChunk "codec_chunk"    the offending types, as the diagnostic names them:

@@ -1,6 +1,6 @@
 // A program outside mstar that loads a YAML model through the installed loader (CMake mstar::config):
 // one valid config, and one the side-lane rules refuse. run_consumers.py checks what it prints.
-#include <mstar/config.hpp>
+#include <mstar/model/config.hpp>
 
 #include <cstdio>
 

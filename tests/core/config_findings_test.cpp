@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <mstar/config.hpp>
+#include <mstar/model/config.hpp>
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <mstar/compare.hpp>
-#include <mstar/config.hpp>
+#include <mstar/model/compare.hpp>
+#include <mstar/model/config.hpp>
 
 #include "qwen3_tts/model.hpp"
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include <mstar/config.hpp>
+#include <mstar/model/config.hpp>
 
 namespace {
 

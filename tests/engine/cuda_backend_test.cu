@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <mstar/backend/cuda.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 
 #include "qwen3_tts/model.hpp"
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 
 #include <array>
 #include <atomic>

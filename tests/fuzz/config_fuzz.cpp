@@ -1,4 +1,4 @@
-// libFuzzer target for the YAML loader (include/mstar/config.hpp). Built and run by run_fuzz.sh with
+// libFuzzer target for the YAML loader (include/mstar/model/config.hpp). Built and run by run_fuzz.sh with
 // clang++ -fsanitize=fuzzer,address,undefined. Beyond "no crash, no hang, no leak", it checks the
 // loader's contract: a load gives a model the validator accepted, or well-formed errors.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include <mstar/config.hpp>
+#include <mstar/model/config.hpp>
 
 namespace {
 [[noreturn]] void broken(const char* what) {

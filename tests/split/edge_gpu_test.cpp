@@ -11,7 +11,7 @@
 
 #include <mstar/backend/cuda.hpp>
 #include <mstar/backend/cuda_impl.hpp> // this program's one definition of the CUDA backend
-#include <mstar/edge/edge.hpp>
+#include <mstar/worker/edge.hpp>
 
 namespace {
 

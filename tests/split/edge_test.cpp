@@ -11,7 +11,7 @@
 #include <thread>
 
 #include <mstar/backend/host.hpp>
-#include <mstar/edge/edge.hpp>
+#include <mstar/worker/edge.hpp>
 
 namespace {
 

@@ -21,7 +21,7 @@
 // queues, rings), so the warm-up only has to run each path once (each node, the lane, a pre-plan, a
 // cancel), not to reach a high-water mark.
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/worker.hpp>
 
 #include "../../bench/common/tts_shape_flow.hpp"

@@ -14,7 +14,7 @@
 #pragma once
 
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/worker.hpp>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // A chain node's batching across time (detail::batch_window): when a node with a min_batch makes a
 // step, and how the mean gap between its rows decides whether it waits at all.
-#include <mstar/worker/batch_window.hpp>
+#include <mstar/detail/batch_window.hpp>
 
 #include <doctest/doctest.h>
 

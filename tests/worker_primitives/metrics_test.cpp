@@ -1,6 +1,6 @@
 // Host metrics: the log-linear histogram against a sorted-vector oracle, merging across threads,
 // per-request latencies, the GPU busy fraction against a bitmap oracle, and the report.
-#include <mstar/metrics.hpp>
+#include <mstar/worker/metrics.hpp>
 
 #include <doctest/doctest.h>
 

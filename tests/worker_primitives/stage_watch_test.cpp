@@ -1,6 +1,6 @@
 // The GPU thread's estimate of when the plan thread's answer arrives (detail::stage_arrival): what it
 // learns from a run of answers, and how long a watch lasts before, around and after the expected time.
-#include <mstar/worker/stage_watch.hpp>
+#include <mstar/detail/stage_watch.hpp>
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 // name, keeps microsecond units, and drops and counts events past a buffer's capacity.
 #include "json_mini.hpp"
 
-#include <mstar/trace.hpp>
+#include <mstar/worker/trace.hpp>
 
 #include <doctest/doctest.h>
 

@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include <mstar/metrics.hpp>
 #include <mstar/worker.hpp>
+#include <mstar/worker/metrics.hpp>
 
 #include "qwen3_tts/step_io.hpp"
 #include "talker.hpp"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include <mstar/backend/host.hpp>
-#include <mstar/engine.hpp>
+#include <mstar/engine/engine.hpp>
 #include <mstar/worker.hpp>
 
 #include "speech_flow.hpp"

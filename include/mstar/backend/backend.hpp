@@ -37,8 +37,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "mstar/backend/ordering.hpp"
 #include "mstar/kernels/recurrent.hpp"
-#include "mstar/ordering.hpp"
 
 namespace mstar {
 

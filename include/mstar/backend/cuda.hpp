@@ -23,8 +23,8 @@
 #include <string_view>
 
 #include "mstar/backend/backend.hpp"
+#include "mstar/backend/ordering.hpp"
 #include "mstar/kernels/recurrent.hpp"
-#include "mstar/ordering.hpp"
 
 namespace mstar {
 

@@ -46,10 +46,10 @@
 #include <vector>
 
 #include "mstar/backend/backend.hpp"
+#include "mstar/backend/ordering.hpp"
 #include "mstar/detail/spin_lock.hpp"
 #include "mstar/detail/wake_word.hpp"
 #include "mstar/kernels/recurrent.hpp"
-#include "mstar/ordering.hpp"
 
 namespace mstar {
 

@@ -31,7 +31,7 @@
 // each direction once per element type.
 #pragma once
 
-#include <mstar/dtype.hpp>
+#include <mstar/model/dtype.hpp>
 
 #include <algorithm>
 #include <cstddef>

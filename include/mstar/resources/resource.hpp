@@ -35,9 +35,9 @@
 #include <string>
 #include <string_view>
 
-#include "mstar/descriptor.hpp"
 #include "mstar/detail/spin_lock.hpp"
-#include "mstar/detail/step_view.hpp"
+#include "mstar/model/descriptor.hpp"
+#include "mstar/resources/step_view.hpp"
 
 namespace mstar {
 

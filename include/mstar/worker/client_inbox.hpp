@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "mstar/detail/step_view.hpp"
-#include "mstar/metrics.hpp"
-#include "mstar/step_runner.hpp"
+#include "mstar/engine/step_runner.hpp"
+#include "mstar/resources/step_view.hpp"
+#include "mstar/worker/metrics.hpp"
 
 namespace mstar::detail {
 

@@ -54,8 +54,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "mstar/detail/step_view.hpp"
-#include "mstar/engine.hpp"
+#include "mstar/engine/engine.hpp"
+#include "mstar/resources/step_view.hpp"
 
 namespace mstar {
 

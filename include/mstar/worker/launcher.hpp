@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "mstar/detail/affinity.hpp"
+#include "mstar/detail/stage_watch.hpp"
 #include "mstar/detail/type_list.hpp"
-#include "mstar/metrics.hpp"
 #include "mstar/worker/client_inbox.hpp"
 #include "mstar/worker/flow.hpp"
 #include "mstar/worker/lane_policy.hpp"
+#include "mstar/worker/metrics.hpp"
 #include "mstar/worker/ready_queues.hpp"
-#include "mstar/worker/stage_watch.hpp"
 #include "mstar/worker/worker_shared.hpp"
 #include "mstar/worker/worker_trace.hpp"
 

@@ -16,9 +16,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "mstar/metrics.hpp"
-#include "mstar/step.hpp"
-#include "mstar/worker/batch_window.hpp"
+#include "mstar/detail/batch_window.hpp"
+#include "mstar/engine/step.hpp"
+#include "mstar/worker/metrics.hpp"
 #include "mstar/worker/options.hpp"
 
 namespace mstar::detail {

@@ -11,8 +11,8 @@
 #include <span>
 
 #include "mstar/detail/affinity.hpp"
-#include "mstar/metrics.hpp"
 #include "mstar/worker/client_inbox.hpp"
+#include "mstar/worker/metrics.hpp"
 #include "mstar/worker/worker_shared.hpp"
 #include "mstar/worker/worker_trace.hpp"
 

@@ -70,16 +70,16 @@
 #include <vector>
 
 #include "mstar/detail/affinity.hpp"
-#include "mstar/engine.hpp"
-#include "mstar/metrics.hpp"
-#include "mstar/trace.hpp"
+#include "mstar/engine/engine.hpp"
 #include "mstar/worker/admission.hpp"
 #include "mstar/worker/client_inbox.hpp"
 #include "mstar/worker/flow.hpp"
-#include "mstar/worker/launcher.hpp"
 #include "mstar/worker/lane_policy.hpp"
+#include "mstar/worker/launcher.hpp"
+#include "mstar/worker/metrics.hpp"
 #include "mstar/worker/options.hpp"
 #include "mstar/worker/stager.hpp"
+#include "mstar/worker/trace.hpp"
 #include "mstar/worker/worker_shared.hpp"
 #include "mstar/worker/worker_trace.hpp"
 

@@ -4,7 +4,7 @@
 // of them: a submit reaches each worker (with that worker's input), a cancel reaches each, and a
 // request ends once it ended on all of them; when it fails or is cancelled on one, it is cancelled
 // on the others, so nothing of it stays held anywhere. The workers' flows report their ends
-// (ended()), and move data between them through an edge (mstar/edge/edge.hpp), waking the consumer's
+// (ended()), and move data between them through an edge (mstar/worker/edge.hpp), waking the consumer's
 // request (threaded_worker::wake) when its next rows arrive.
 //
 //   using Talker = mstar::worker_model<SplitModel, 0>;   // a one-worker model per worker of the split
@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "mstar/model.hpp"
+#include "mstar/model/model.hpp"
 #include "mstar/worker/flow.hpp"
 
 namespace mstar {

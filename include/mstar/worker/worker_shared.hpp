@@ -25,8 +25,8 @@
 #include "mstar/detail/affinity.hpp"
 #include "mstar/detail/spsc_ring.hpp"
 #include "mstar/detail/type_list.hpp"
-#include "mstar/engine.hpp"
-#include "mstar/metrics.hpp"
+#include "mstar/engine/engine.hpp"
+#include "mstar/worker/metrics.hpp"
 #include "mstar/worker/options.hpp"
 #include "mstar/worker/ready_queues.hpp"
 

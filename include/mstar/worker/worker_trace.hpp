@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mstar/metrics.hpp"
-#include "mstar/trace.hpp"
+#include "mstar/worker/metrics.hpp"
+#include "mstar/worker/trace.hpp"
 
 namespace mstar::detail {
 

@@ -22,8 +22,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "mstar/detail/step_view.hpp"
-#include "mstar/model.hpp"
+#include "mstar/model/model.hpp"
+#include "mstar/resources/step_view.hpp"
 
 namespace mstar {
 

@@ -18,11 +18,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "mstar/descriptor.hpp"
-#include "mstar/detail/fixed_string.hpp"
 #include "mstar/detail/type_list.hpp"
-#include "mstar/resources.hpp"
-#include "mstar/validate.hpp"
+#include "mstar/model/descriptor.hpp"
+#include "mstar/model/fixed_string.hpp"
+#include "mstar/model/policies.hpp"
+#include "mstar/model/validate.hpp"
 
 namespace mstar {
 
@@ -259,7 +259,7 @@ struct built {
 template <rule Rule, class Node, class Resource, class Group, class Worker>
 struct model_rule_broken {
 #define MSTAR_RULE(kind, id, sentence) static_assert(Rule != rule::id, sentence);
-#include "mstar/rules.def"
+#include "mstar/model/rules.def"
 #undef MSTAR_RULE
   static constexpr bool value = true;
 };

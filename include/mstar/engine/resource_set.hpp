@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "mstar/backend/backend.hpp"
-#include "mstar/model.hpp"
+#include "mstar/model/model.hpp"
 #include "mstar/resources/attention.hpp"
 #include "mstar/resources/kv_cache.hpp"
 #include "mstar/resources/positions.hpp"

@@ -25,11 +25,11 @@
 #include <utility>
 
 #include "mstar/backend/backend.hpp"
-#include "mstar/detail/resource_set.hpp"
-#include "mstar/model.hpp"
+#include "mstar/engine/resource_set.hpp"
+#include "mstar/engine/step.hpp"
+#include "mstar/engine/step_runner.hpp"
+#include "mstar/model/model.hpp"
 #include "mstar/resources/resource.hpp"
-#include "mstar/step.hpp"
-#include "mstar/step_runner.hpp"
 
 namespace mstar {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "mstar/detail/static_vector.hpp"
-#include "mstar/dtype.hpp"
+#include "mstar/model/dtype.hpp"
+#include "mstar/model/static_vector.hpp"
 
 namespace mstar {
 

@@ -47,12 +47,12 @@
 #include <vector>
 
 #include "mstar/backend/backend.hpp"
-#include "mstar/detail/node_staging.hpp"
-#include "mstar/detail/resource_set.hpp"
 #include "mstar/detail/spin_lock.hpp"
-#include "mstar/model.hpp"
+#include "mstar/engine/node_staging.hpp"
+#include "mstar/engine/resource_set.hpp"
+#include "mstar/engine/step.hpp"
+#include "mstar/model/model.hpp"
 #include "mstar/resources/resource.hpp"
-#include "mstar/step.hpp"
 
 namespace mstar {
 

@@ -20,7 +20,7 @@
 #pragma once
 
 #include <mstar/detail/json.hpp>
-#include <mstar/metrics.hpp>
+#include <mstar/worker/metrics.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -25,9 +25,9 @@
 #include <variant>
 #include <vector>
 
-#include "mstar/descriptor.hpp"
-#include "mstar/rules.hpp"
-#include "mstar/validate.hpp"
+#include "mstar/model/descriptor.hpp"
+#include "mstar/model/rules.hpp"
+#include "mstar/model/validate.hpp"
 
 namespace mstar {
 

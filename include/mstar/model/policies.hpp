@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "mstar/descriptor.hpp"
-#include "mstar/detail/fixed_string.hpp"
+#include "mstar/model/descriptor.hpp"
+#include "mstar/model/fixed_string.hpp"
 
 namespace mstar {
 

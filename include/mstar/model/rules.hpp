@@ -17,7 +17,7 @@ enum class rule_kind : std::uint8_t { structure, value, dependency, lane };
 
 enum class rule : std::uint8_t {
 #define MSTAR_RULE(kind, id, sentence) id,
-#include "mstar/rules.def"
+#include "mstar/model/rules.def"
 #undef MSTAR_RULE
 };
 
@@ -29,7 +29,7 @@ struct rule_row {
 };
 inline constexpr rule_row rule_table[] = {
 #define MSTAR_RULE(kind, id, sentence) rule_row{rule_kind::kind, #id, sentence},
-#include "mstar/rules.def"
+#include "mstar/model/rules.def"
 #undef MSTAR_RULE
 };
 } // namespace detail

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "mstar/descriptor.hpp"
+#include "mstar/model/descriptor.hpp"
 
 namespace mstar {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "mstar/descriptor.hpp"
-#include "mstar/detail/static_vector.hpp"
-#include "mstar/rules.hpp"
+#include "mstar/model/descriptor.hpp"
+#include "mstar/model/rules.hpp"
+#include "mstar/model/static_vector.hpp"
 
 namespace mstar {
 
