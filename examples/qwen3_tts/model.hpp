@@ -7,7 +7,7 @@
 // of a [16 x 1024] bf16 state (a causal conv/attention cache), 32 KiB per layer.
 #pragma once
 
-#include <mstar/mstar.hpp>
+#include <mstar/model/model.hpp>
 
 namespace qwen3_tts {
 

@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <mstar/mstar.hpp>
+#include <mstar/model/model.hpp>
 
 namespace qwen3_tts::pipeline {
 
