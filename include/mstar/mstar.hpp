@@ -43,12 +43,20 @@
 #include "mstar/engine/step.hpp"
 #include "mstar/engine/step_runner.hpp"
 
-// worker
+// worker (threaded_worker and the parts it is composed of, one thread each)
+#include "mstar/worker/admission.hpp"
+#include "mstar/worker/client_inbox.hpp"
 #include "mstar/worker/edge.hpp"
 #include "mstar/worker/flow.hpp"
 #include "mstar/worker/lane_policy.hpp"
+#include "mstar/worker/launcher.hpp"
 #include "mstar/worker/metrics.hpp"
+#include "mstar/worker/nvtx.hpp"
 #include "mstar/worker/options.hpp"
+#include "mstar/worker/ready_queues.hpp"
+#include "mstar/worker/stager.hpp"
 #include "mstar/worker/threaded_worker.hpp"
 #include "mstar/worker/topology.hpp"
 #include "mstar/worker/trace.hpp"
+#include "mstar/worker/worker_shared.hpp"
+#include "mstar/worker/worker_trace.hpp"

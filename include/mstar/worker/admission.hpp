@@ -393,7 +393,7 @@ private:
         s.parked[n] = true;
         parked_[n].push_back({index, s.ref, r, p});
         sh_.counters.parked.fetch_add(1, std::memory_order_relaxed);
-        tr_.main_buf->instant(tr_.t_main, tr_.park, metrics::now_ns(), {tr_.rows, 1});
+        tr_.main_buf->instant(tr_.t_main, tr_.park, metrics::now_ns(), trace::arg{tr_.rows, 1});
       }
     }
     if (s.failed) settle(index); // to the failed branch above

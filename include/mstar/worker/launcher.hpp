@@ -492,7 +492,8 @@ private:
     }
     const auto t4 = metrics::now_ns();
     tr_.gpu_rec.record(n, metrics::phase::commit, t4 - t3);
-    tr_.gpu_buf->complete(tr_.t_gpu, tr_.node_name[n], t0, t4, {tr_.rows, rec.count}, {tr_.promoted, p.promoted ? 1 : 0});
+    tr_.gpu_buf->complete(tr_.t_gpu, tr_.node_name[n], t0, t4, trace::arg{tr_.rows, rec.count},
+                          trace::arg{tr_.promoted, p.promoted ? 1 : 0});
     if (rec.status != record_status::ok) sh_.counters.failed_steps.fetch_add(1, std::memory_order_relaxed);
     (rec.side ? sh_.counters.side_steps : sh_.counters.chain_steps).fetch_add(1, std::memory_order_relaxed);
     if (rec.on_lane) sh_.counters.side_steps_on_lane.fetch_add(1, std::memory_order_relaxed);
@@ -527,7 +528,7 @@ private:
     const auto n = rec.node;
     sh_.counters.refusals.fetch_add(1, std::memory_order_relaxed);
     if (rec.side) sh_.counters.side_refusals.fetch_add(1, std::memory_order_relaxed);
-    tr_.gpu_buf->instant(tr_.t_gpu, tr_.refused, metrics::now_ns(), {tr_.rows, rec.count});
+    tr_.gpu_buf->instant(tr_.t_gpu, tr_.refused, metrics::now_ns(), trace::arg{tr_.rows, rec.count});
     admit_action action = sh_.node_opts[n].on_refusal;
     if (sh_.options.on_refusal) {
       refusal_event ev{n, Model::descriptor.nodes[n].name, rec.side, rec.count,
@@ -611,7 +612,8 @@ private:
     const auto shown = std::min(std::max(b, stream_end), e);
     stream_end = std::max(stream_end, e);
     busy_.add(shown, e);
-    tr_.gpu_buf->complete(rec.on_lane ? tr_.t_lane : tr_.t_chain, tr_.node_name[rec.node], shown, e, {tr_.rows, rec.count});
+    tr_.gpu_buf->complete(rec.on_lane ? tr_.t_lane : tr_.t_chain, tr_.node_name[rec.node], shown, e,
+                          trace::arg{tr_.rows, rec.count});
     const double d = double(e - b);
     if (rec.side) {
       side_in_flight_ = false;

@@ -63,7 +63,7 @@ private:
       });
       const auto end = metrics::now_ns();
       tr_.plan_rec.record(rec.node, metrics::phase::plan, end - begin);
-      tr_.plan_buf->complete(tr_.t_plan, tr_.preplan, begin, end, {tr_.rows, rec.count});
+      tr_.plan_buf->complete(tr_.t_plan, tr_.preplan, begin, end, trace::arg{tr_.rows, rec.count});
       sh_.from_plan.push_wait(typename shared_type::plan_ack{rec_index, staged, metrics::now_ns()});
     }
   }
