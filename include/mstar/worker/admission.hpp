@@ -105,7 +105,8 @@ private:
     // requests' buffers, so it runs out before their end hooks.
     while (!sh_.gpu_exited.load(std::memory_order_acquire))
       std::this_thread::yield();
-    for (auto stream : {std::optional<stream_type>(sh_.chain), sh_.lane})
+    const std::optional<stream_type> streams[] = {sh_.chain, sh_.lane}; // an array: nvcc 13 rejects the braced list
+    for (const auto& stream : streams)
       if (stream) {
         try {
           sh_.backend->synchronize(*stream);
