@@ -155,7 +155,8 @@ def test_health_and_metrics(srv):
     m = srv.metrics()
     for name in ["qwen3tts_live_requests", "qwen3tts_queued_requests", "qwen3tts_first_audio_seconds_count",
                  "qwen3tts_chunk_gap_seconds_count", "qwen3tts_audio_seconds_total", "qwen3tts_kv_free_blocks",
-                 "qwen3tts_codec_free_slots", "qwen3tts_lane_on_share", 'qwen3tts_requests_total{outcome="rejected"}']:
+                 "qwen3tts_codec_free_slots", "qwen3tts_lane_on_share", 'qwen3tts_requests_total{outcome="rejected"}',
+                 "qwen3tts_gpu_busy_seconds_total", "qwen3tts_gpu_busy_fraction"]:
         check(name in m, "/metrics has %s" % name)
 
 
@@ -171,6 +172,11 @@ def test_equal_to_synth(srv):
     check(complete and wav[4:8] == b"\xff\xff\xff\xff" and wav[40:44] == b"\xff\xff\xff\xff",
           "a streamed WAV's header has the streaming sizes 0xFFFFFFFF")
     check(wav_data(wav) == wav_data(ref), "streamed WAV samples equal synth's")
+    m = srv.metrics()
+    check(m.get("qwen3tts_gpu_busy_seconds_total", 0) > 0,
+          "after two requests the worker's busy time is above 0: %r" % m.get("qwen3tts_gpu_busy_seconds_total"))
+    check(0 < m.get("qwen3tts_gpu_busy_fraction", 0) <= 1,
+          "the busy fraction is in (0, 1]: %r" % m.get("qwen3tts_gpu_busy_fraction"))
     status, ctype, whole = srv.speech(body)
     check(status == 200 and ctype == "audio/wav" and whole == ref,
           "the whole-file answer equals synth's WAV file byte for byte")

@@ -454,7 +454,13 @@ private:
     const double side = double(w.side_steps.load());
     gauge("qwen3tts_lane_on_share", "share of codec steps run on the side lane",
           side > 0 ? double(w.side_steps_on_lane.load()) / side : 0.0);
-    // The worker's GPU busy fraction is known only after it stopped (threaded_worker::summary): not exported.
+    // The worker's steps' busy time (the union over its streams; on the host backend, its stream threads).
+    const auto busy = svc_.worker().busy_so_far();
+    const double since_start = double(mstar::metrics::now_ns() - busy.t0);
+    gauge("qwen3tts_gpu_busy_seconds_total", "time the device ran the worker's steps (the union over its streams)",
+          double(busy.busy) / 1e9, "counter");
+    gauge("qwen3tts_gpu_busy_fraction", "GPU busy time over the time since the worker started",
+          since_start > 0 ? std::min(1.0, double(busy.busy) / since_start) : 0.0);
     return o.str();
   }
 

@@ -272,6 +272,7 @@ private:
         continue;
       }
       if (!ref) break;
+      const nvtx::range range(tr_.nvtx_domain, tr_.nvtx_admit);
       auto sub = std::move(backlog_.front());
       backlog_.pop_front();
       auto& s = slots_[ref->index];
@@ -303,6 +304,7 @@ private:
     typename shared_type::done_item d;
     while (sh_.done_ring.try_pop(d)) {
       did = true;
+      const nvtx::range range(tr_.nvtx_domain, tr_.nvtx_route[d.node]);
       auto timer = tr_.main_rec.time(d.node, worker_trace::route);
       if (d.record == shared_type::no_record) {
         returned(d.r, d.node);
@@ -567,6 +569,7 @@ private:
   }
 
   void teardown(std::uint32_t index, request_end how) {
+    const nvtx::range range(tr_.nvtx_domain, tr_.nvtx_teardown);
     auto& s = slots_[index];
     const auto begin = metrics::now_ns();
     try {

@@ -411,6 +411,7 @@ private:
   // admit -> plan (or promote) -> forward -> commit, for one record. False when nothing was enqueued.
   bool launch(std::uint32_t rec_index, stream_type stream, bool on_lane) {
     auto& rec = sh_.records[rec_index];
+    const nvtx::range range(tr_.nvtx_domain, tr_.nvtx_launch[rec.node]);
     rec.stream = stream;
     rec.on_lane = on_lane;
     rec.status = record_status::ok;
@@ -467,6 +468,7 @@ private:
       try {
         const context_type<Node> ctx(sh_.engine->resources(), stream, engine_type::runner_type::view(step),
                                      std::span<const payload_type>(rec.payloads.data(), rec.count), *sh_.backend);
+        const nvtx::range forward(tr_.nvtx_domain, tr_.nvtx_forward[n]);
         std::get<Model::template node_index<Node>>(forwards_)(ctx);
       } catch (...) {
         open = false;
@@ -599,6 +601,7 @@ private:
   }
 
   void landed(step_record& rec, metrics::nanos now) {
+    const nvtx::range range(tr_.nvtx_domain, tr_.nvtx_land[rec.node]);
     auto b = rec.device_begin.load(std::memory_order_relaxed);
     auto e = rec.device_end.load(std::memory_order_relaxed);
     if (b == 0 || e == 0 || e < b) {

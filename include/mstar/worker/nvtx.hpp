@@ -107,6 +107,13 @@ private:
 #endif
 };
 
+// The library's domain, "mstar", one per process: every worker's ranges go to it. Never destroyed (a
+// worker may push ranges while statics are torn down, and tools key a domain by its handle).
+inline domain& mstar_domain() {
+  static domain* d = new domain("mstar");
+  return *d;
+}
+
 // A range from its construction to its end of scope, on the calling thread.
 class range {
 public:

@@ -52,6 +52,7 @@ private:
       }
       wait.reset();
       auto& rec = sh_.records[rec_index];
+      const nvtx::range range(tr_.nvtx_domain, tr_.nvtx_stage[rec.node]);
       const auto begin = metrics::now_ns();
       bool staged = false;
       shared_type::with_node(rec.node, [&]<class Node>() {

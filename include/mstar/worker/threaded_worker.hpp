@@ -239,6 +239,10 @@ public:
   stream_type chain_stream() const noexcept { return shared_.chain; }
   // The lane's stream, once the first side step on the lane created it (read after stop()).
   std::optional<stream_type> lane_stream() const { return shared_.lane; }
+  // The GPU busy time so far, readable from any thread while the worker runs (a server's /metrics):
+  // the union of the landed steps' intervals (as summary()'s fraction counts them), the latest
+  // landing, and start()'s time. Busy fraction since start: busy / (now - t0).
+  metrics::busy_tracker::live_reading busy_so_far() const noexcept { return launcher_.busy().live(); }
   // The steps' busy intervals (read after stop()): the latest, up to worker_options::busy_intervals
   // (the busy fraction covers every step).
   std::span<const metrics::interval> busy_intervals() const { return launcher_.busy().kept(); }
@@ -258,6 +262,8 @@ private:
   // another thread failed to pin, so none runs).
   bool thread_begins(int thread, int cpu) {
     static constexpr const char* names[] = {"the main thread", "the GPU thread", "the plan thread"};
+    static constexpr const char* roles[] = {"main", "GPU", "plan"};
+    nvtx::name_this_thread("mstar " + std::string(Model::descriptor.name) + " " + roles[thread]);
     std::string error;
     std::vector<int> got;
     try {

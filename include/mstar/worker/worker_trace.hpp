@@ -1,17 +1,22 @@
 // The worker's metrics and trace names: one recorder per thread (rows: the model's nodes, then
 // "request" for what concerns a request as a whole), the request recorder, and the trace session with
 // one track per thread and per stream, one buffer per thread and the names its events carry. Each
-// recorder and buffer is written by its own thread only.
+// recorder and buffer is written by its own thread only. The NVTX labels (registered once, a colour per
+// node) name the ranges each thread pushes for an Nsight Systems timeline: "<node> launch" (admit, plan,
+// forward, commit) with "<node> forward" inside it and "<node> land" on the GPU thread, "<node> stage"
+// on the plan thread, "<node> route", "admit" and "teardown" on the main thread.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "mstar/worker/metrics.hpp"
+#include "mstar/worker/nvtx.hpp"
 #include "mstar/worker/trace.hpp"
 
 namespace mstar::detail {
@@ -48,6 +53,17 @@ struct worker_trace {
     main_buf = &session.add_buffer(cap);
     gpu_buf = &session.add_buffer(cap);
     plan_buf = &session.add_buffer(cap);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const std::string name(nodes[i]);
+      const auto color = nvtx::color_of(static_cast<std::uint32_t>(i));
+      nvtx_launch.push_back(nvtx_domain.make_label(name + " launch", color));
+      nvtx_forward.push_back(nvtx_domain.make_label(name + " forward", color));
+      nvtx_land.push_back(nvtx_domain.make_label(name + " land", color));
+      nvtx_stage.push_back(nvtx_domain.make_label(name + " stage", color));
+      nvtx_route.push_back(nvtx_domain.make_label(name + " route", color));
+    }
+    nvtx_admit = nvtx_domain.make_label("admit");
+    nvtx_teardown = nvtx_domain.make_label("teardown");
   }
   worker_trace(const worker_trace&) = delete;
   worker_trace& operator=(const worker_trace&) = delete;
@@ -64,6 +80,9 @@ struct worker_trace {
   trace::track_id t_main = 0, t_gpu = 0, t_plan = 0, t_chain = 0, t_lane = 0;
   std::vector<trace::name_id> node_name; // per node index
   trace::name_id rows = 0, preplan = 0, teardown_name = 0, cancel = 0, park = 0, refused = 0, promoted = 0;
+  nvtx::domain& nvtx_domain = nvtx::mstar_domain();
+  std::vector<nvtx::label> nvtx_launch, nvtx_forward, nvtx_land, nvtx_stage, nvtx_route; // per node index
+  nvtx::label nvtx_admit, nvtx_teardown;
 
 private:
   static std::vector<std::string> rows_of(const std::vector<std::string_view>& nodes) {
