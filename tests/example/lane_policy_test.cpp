@@ -118,7 +118,7 @@ TEST_CASE("LaneChooser.a side step's time goes to the arm it ran on, and a side 
 }
 
 TEST_CASE("LaneChooser.ends on the better arm: H200-like costs, the lane pays") {
-  const device_model h200; // the example's decode with a codec window beside it (docs/example.md)
+  const device_model h200; // the example's decode with a codec window beside it (docs/benchmarks.md, the lane study)
   REQUIRE(h200.lane_better());
   mstar::lane_chooser c;
   CHECK(simulate(c, h200, 2000, 1000) > 0.95);
@@ -221,7 +221,7 @@ TEST_CASE("LaneChooser.set() measurements stand until some chain-step kind has b
 
 TEST_CASE("LaneChooser.explores explore_stretch times less often while the rule is clear, and as often as before near "
           "the line") {
-  // The H200's case (docs/example.md): a codec step costs 2 ms on the chain stream and nearly nothing
+  // The H200's case (docs/benchmarks.md, the lane study): a codec step costs 2 ms on the chain stream and nearly nothing
   // beside the decode. Exploring 1 decision in 32 there cost auto 3-4 % of its throughput next to `on`.
   const device_model clear = costs(2.5, 2.51, 2.0, 1.0, 0.01, 1);
   REQUIRE(clear.lane_better());

@@ -1,5 +1,5 @@
 // How long the GPU thread watches the plan thread's ring while it waits for a staged step's answer
-// (worker_options::stage_watch, watch_expected; docs/worker.md, "The handoff").
+// (worker_options::stage_watch, watch_expected; docs/worker.md, "Threads").
 //
 // The GPU thread alternates looks at the ring (stage_watch long) with passes of its whole loop. An
 // answer that lands during a pass waits for the rest of it, and a pass reads lines other threads write

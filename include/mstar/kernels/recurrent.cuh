@@ -1,6 +1,6 @@
 // Device code of <mstar/kernels/recurrent.hpp>: the gather / scatter / zero kernel and the launchers.
 // Include it only from the .cu that instantiates the launchers for a model (kernels/<model>.cu);
-// everyone else includes the CUDA-free .hpp. docs/kernels.md gives the design and the measurements.
+// everyone else includes the CUDA-free .hpp. docs/kernels.md gives the design, docs/benchmarks.md the measurements.
 //
 // The direction (gather, scatter, zero) is a template argument. Work is a flat space of "items":
 // item = one unit of g bytes of one row of one segment, segments one after another, rows of a segment
@@ -95,7 +95,7 @@ struct strided_params {
 //  - 1-D grid of tiles (recurrent_tiles_kernel): each group starts on a tile; a block finds its group
 //    by a binary search over tile_begin (log2(groups) dependent reads, the same for all its threads
 //    and hot in the constant cache). No block is empty.
-// Measured (docs/kernels.md): cutting groups into many entries to fill the 2-D grid was slower (every
+// Measured (docs/benchmarks.md): cutting groups into many entries to fill the 2-D grid was slower (every
 // SM then reads many distinct entries; each is a constant-cache miss in the chain).
 struct grid_entry {
   char* pool;                 // the group's first segment in the pool
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(Threads) recurrent_tiles_kernel(const __grid_c
 // Compute: mio_throttle + short_scoreboard about a third of the stall cycles); reading the entry once
 // a block into shared memory instead measured slower (the barrier took their place), and so did
 // reading it at immediate offsets through the uniform datapath (a ladder of block-uniform branches);
-// docs/kernels.md.
+// docs/benchmarks.md.
 template <copy_op Op, int Threads, int Unroll, int Cap, int MapCap, bool Wide>
 __global__ void __launch_bounds__(Threads) recurrent_map_kernel(const __grid_constant__ map_params<Cap, MapCap> p) {
   const std::uint32_t g = p.group_of[blockIdx.x];
@@ -391,7 +391,7 @@ inline int sm_count() {
 // threads (2048 a SM) a thread moves `small_unroll` units, beyond it `unroll` (1 or 2). strided:
 // strided tables take recurrent_strided_kernel (off: every table takes the general kernel).
 // Default: one unit a thread at every size (but gather_small_unroll below), chosen by the sweep in
-// bench/kernels (H200, 2026-12-03, HBM-resident, us per call, gather / scatter; docs/kernels.md has
+// bench/kernels (H200, 2026-12-03, HBM-resident, us per call, gather / scatter; docs/benchmarks.md has
 // the whole sweep):
 //   rows x row      moved     u1              u1, 2 beyond 8 waves   u2 throughout   memcpy
 //   1024 x 4 KiB    8 MiB     3.95 / 3.63     3.94 / 3.65            3.84 / 3.96     3.51
@@ -657,7 +657,7 @@ inline void launch_grouped(copy_op op, const launch_policy& policy, const resolv
   }
   const std::uint64_t idle = most * ng - tiles;
   const bool map_fits = (ng <= 64 && tiles <= std::uint64_t(map_tiles_small)) || tiles <= std::uint64_t(map_tiles_large);
-  // automatic (H200, 2026-12-04, docs/kernels.md): the 2-D grid when at most 1/16 of its blocks would
+  // automatic (H200, 2026-12-04, docs/benchmarks.md): the 2-D grid when at most 1/16 of its blocks would
   // be empty, or for up to 4 groups up to 2048 tiles (8 MiB moved one way; 2 pools of 4 and 12 KiB
   // rows at 8 MiB moved: 0.91 / 0.97 of memcpy against 0.88 / 0.93 for the map kernel; 4 pools 0.88 /
   // 0.93 against 0.87 / 0.93; at 32 MiB the map kernel won, 0.93-0.94 against 0.90-0.92); else the map

@@ -37,7 +37,7 @@
 // beside" and "side step" has min_samples samples it alternates lane and chain; afterwards it follows
 // the rule, and every explore_every-th decision takes the other arm once so that the arm it is not
 // using keeps being measured (the GPU's load changes). Exploring costs what the other arm costs more:
-// on the H200 (docs/example.md) a codec step explored on the chain stream took 2 ms of chain time
+// on the H200 (docs/benchmarks.md, the lane study) a codec step explored on the chain stream took 2 ms of chain time
 // against about nothing on the lane, and 1 step in 32 took 3-4 % off auto's throughput next to `on`.
 // So when the rule is clear (the arms differ by at least clear_margin of side_ns) the chooser explores
 // explore_stretch times less often, and a sample of a series that came after a longer gap (side_ns,
