@@ -79,6 +79,7 @@ public:
   virtual std::uint32_t codec_free_slots() const = 0;
   virtual std::uint32_t codec_slots() const = 0;
   virtual const mstar::worker_counters& counters() const = 0;
+  virtual mstar::metrics::busy_tracker::live_reading busy_so_far() const = 0;
 };
 
 template <class Spec, class Backend>
@@ -128,6 +129,7 @@ public:
     return engine_.template resource<typename Spec::CodecState>().capacity();
   }
   const mstar::worker_counters& counters() const override { return worker_->counters(); }
+  mstar::metrics::busy_tracker::live_reading busy_so_far() const override { return worker_->busy_so_far(); }
 
 private:
   std::shared_ptr<void> owned_;
@@ -241,10 +243,11 @@ public:
   std::uint32_t codec_slots() const { return runtime_->codec_slots(); }
   // What a caller reads of the worker, whatever its backend.
   struct worker_view {
-    const mstar::worker_counters* c;
-    const mstar::worker_counters& counters() const { return *c; }
+    const detail::service_runtime<Spec>* r;
+    const mstar::worker_counters& counters() const { return r->counters(); }
+    mstar::metrics::busy_tracker::live_reading busy_so_far() const { return r->busy_so_far(); }
   };
-  worker_view worker() const { return {&runtime_->counters()}; }
+  worker_view worker() const { return {runtime_.get()}; }
   const speech_service_options& options() const { return o_; }
   bool on_cuda() const { return on_cuda_; }
 
