@@ -8,7 +8,7 @@
 //   svc.cancel(id);   // from any thread; the request ends as cancelled, its slot and KV blocks go back
 //
 // The backend is chosen at construction (speech_service_options::device): the host backend, or the CUDA Talker
-// (its weights uploaded from the host Talker's) with the host codec. The CUDA side is compiled only into
+// (its weights uploaded from the host Talker's) with the CUDA codec. The CUDA side is compiled only into
 // programs built with it, which register it (register_cuda_service in speech_service_cuda.hpp); this header
 // needs no CUDA, so a host-only program includes it as it is and gets the host backend.
 #pragma once
@@ -44,7 +44,7 @@ struct speech_service_options {
   // codec pool's slots less its sink, so that an admitted request never waits for a codec slot with its KV
   // blocks held.
   std::uint32_t max_live = 16;
-  // Where the Talker runs: host, cuda (the CUDA Talker, the codec on the host) or auto (cuda when the program
+  // Where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda when the program
   // was built with it and a CUDA device is present and the sampling is one it computes; host otherwise).
   std::string device = "auto";
 };
@@ -79,6 +79,7 @@ public:
   virtual std::uint32_t codec_free_slots() const = 0;
   virtual std::uint32_t codec_slots() const = 0;
   virtual const mstar::worker_counters& counters() const = 0;
+  virtual mstar::metrics::busy_tracker::live_reading busy_so_far() const = 0;
 };
 
 template <class Spec, class Backend>
@@ -128,6 +129,7 @@ public:
     return engine_.template resource<typename Spec::CodecState>().capacity();
   }
   const mstar::worker_counters& counters() const override { return worker_->counters(); }
+  mstar::metrics::busy_tracker::live_reading busy_so_far() const override { return worker_->busy_so_far(); }
 
 private:
   std::shared_ptr<void> owned_;
@@ -241,10 +243,11 @@ public:
   std::uint32_t codec_slots() const { return runtime_->codec_slots(); }
   // What a caller reads of the worker, whatever its backend.
   struct worker_view {
-    const mstar::worker_counters* c;
-    const mstar::worker_counters& counters() const { return *c; }
+    const detail::service_runtime<Spec>* r;
+    const mstar::worker_counters& counters() const { return r->counters(); }
+    mstar::metrics::busy_tracker::live_reading busy_so_far() const { return r->busy_so_far(); }
   };
-  worker_view worker() const { return {&runtime_->counters()}; }
+  worker_view worker() const { return {runtime_.get()}; }
   const speech_service_options& options() const { return o_; }
   bool on_cuda() const { return on_cuda_; }
 
