@@ -6,10 +6,12 @@
 #              qwen-tts 0.1.1 + transformers 4.57.3, carried as wheels in .whl/; about 2 minutes)
 #   talker     the CUDA Talker's GPU tests, memcheck and real-size bench (examples/qwen3_tts/talker/run_gpu.sh;
 #              at most 6 minutes, building included)
-#   speech     the real model through the engine on the CUDA backend (CUDA Talker, host codec):
-#              mstar_speech_gpu_tests (fixture codes against the reference's, requests moving between rows), then
-#              `qwen3tts synth` on a fixture with --device host and --device cuda, greedy, codes compared
-#              (reuses the talker stage's build directory; about 3 minutes, building included)
+#   speech     the real model through the engine on the CUDA backend (CUDA Talker, CUDA codec):
+#              mstar_speech_gpu_tests (fixture codes against the reference's, audio against the reference
+#              decoder's for the codes made, cancellations, requests moving between rows; the state tests under
+#              memcheck), then `qwen3tts synth` on a fixture with --device host and --device cuda, greedy, codes
+#              and the audio of the frames both made compared (reuses the talker stage's build directory; about 4
+#              minutes, building included)
 #   suite      the whole test suite with the CUDA sources (scripts/gpu_suite.sh; reuses the talker stage's
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
@@ -72,28 +74,47 @@ stage_speech() {
   cat "$d/tests.log"
   local san=skipped
   if command -v compute-sanitizer > /dev/null; then
-    # The state gather/scatter and frame-output kernels, under memcheck (the direct talker_cuda test: short).
+    # The Talker's state gather/scatter and frame output (the direct talker_cuda test), and the codec decoding
+    # in place in the engine's codec_state slots with its audio copied out (the engine's moving-rows test).
     timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/gpu/mstar_speech_gpu_tests" \
-      --no-intro --test-case='*follows it*' > "$d/memcheck.log" 2>&1
+      --no-intro --test-case='*Talker state follows it*' > "$d/memcheck.log" 2>&1
     san=$?
     tail -5 "$d/memcheck.log"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/gpu/mstar_speech_gpu_tests" \
+      --no-intro --test-case='*codec state follows it*' > "$d/memcheck_codec.log" 2>&1
+    san="$san/$?"
+    tail -5 "$d/memcheck_codec.log"
   fi
   local dev
   for dev in host cuda; do
     timeout 90 "$build/examples/qwen3tts" synth --model "$fixture" --text-ids 101,202,303,44,55,66,77 \
-      --speaker vivian --language auto --greedy --max-frames 40 --device "$dev" --out "$d/$dev.wav" \
+      --speaker vivian --language auto --greedy --max-frames 40 --device "$dev" --float --out "$d/$dev.wav" \
       --dump-codes "$d/$dev.json" >> "$d/synth.log" 2>&1 || echo "synth --device $dev: exit $?" >> "$d/synth.log"
   done
   cat "$d/synth.log"
   local same
-  same=$(python3 - "$d/host.json" "$d/cuda.json" <<'PY'
-import json, sys
+  # The decoder is causal, so the audio of the frames both made must agree (host decoder against CUDA codec).
+  same=$(python3 - "$d/host.json" "$d/cuda.json" "$d/host.wav" "$d/cuda.wav" <<'PY'
+import array, json, struct, sys
+def samples(path):  # a float32 WAV's data chunk
+    b = open(path, "rb").read()
+    at = 12
+    while at + 8 <= len(b):
+        tag, n = b[at:at + 4], struct.unpack("<I", b[at + 4:at + 8])[0]
+        if tag == b"data":
+            return array.array("f", b[at + 8:at + 8 + n])
+        at += 8 + n + (n & 1)
+    raise ValueError(f"{path}: no data chunk")
 try:
     a, b = (json.load(open(p))["frames"] for p in sys.argv[1:3])
+    x, y = samples(sys.argv[3]), samples(sys.argv[4])
 except Exception as e:
     print(f"unreadable ({e})"); sys.exit()
-n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-print(f"{n} of {len(a)} host frames identical on cuda ({len(b)} frames)")
+n = next((i for i, (u, v) in enumerate(zip(a, b)) if u != v), min(len(a), len(b)))
+spf = len(x) // max(len(a), 1)
+err = max((abs(u - v) for u, v in zip(x[:n * spf], y[:n * spf])), default=0.0)
+verdict = "ok" if err <= 1e-4 else "OVER 1e-4"
+print(f"{n} of {len(a)} host frames identical on cuda ({len(b)} frames); their audio within {err:.3g} ({verdict})")
 PY
 )
   local cases

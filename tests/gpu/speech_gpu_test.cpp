@@ -1,6 +1,6 @@
-// The real Qwen3-TTS through mstar's engine and worker on the CUDA backend (the CUDA Talker, the host codec),
-// on the reference's fixtures (tests/fixtures/qwen3tts, written by tools/make_fixtures.py), and the CUDA
-// Talker's per-request state under rows that move.
+// The real Qwen3-TTS through mstar's engine and worker on the CUDA backend (the CUDA Talker, the CUDA codec),
+// on the reference's fixtures (tests/fixtures/qwen3tts, written by tools/make_fixtures.py), and both models'
+// per-request state under rows that move.
 //
 // Rules. Against the reference, greedy: the CUDA pipeline's codes equal the reference's until a first
 // difference, which must fall on a decision the reference made by a margin within tol x max|logit| (tol 5e-2,
@@ -10,6 +10,11 @@
 // in request order, one with both shuffled at every step, give every request bit-identical codes (a GEMM's
 // row does not depend on its position). Through the engine: a request among many of different lengths makes
 // its codes alone, up to a low-margin flip (batches of other sizes change the GEMMs' summation order).
+// Audio: the CUDA pipeline's speech for each request is within 1e-4 (max absolute error) of the host decoder's
+// whole-sequence decode of the codes the pipeline made, which the parity suite holds equal to the reference
+// decoder's forward; the codes may differ from the reference's (bf16), the audio is checked for the codes made.
+// A codec state left in a reused slot, or given to another request's row, breaks that bound from its first
+// window on.
 // Without a GPU the speech service's backend choice still runs: auto serves on the host, cuda refuses.
 #include <mstar/backend/cuda_impl.hpp> // this program's one definition of the CUDA backend
 
@@ -25,6 +30,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +53,10 @@ using qwen3_tts::testing::fixture_root;
 using qwen3_tts::testing::prompt_of;
 
 constexpr float tol = 5e-2f;
+constexpr double audio_tol = 1e-4;
+constexpr codec_cuda_math codec_maths[] = {codec_cuda_math::cublas_f32, codec_cuda_math::double_sums};
+
+const char* math_name(codec_cuda_math m) { return m == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32"; }
 
 struct fixture {
   std::string dir;
@@ -82,6 +92,49 @@ int first_difference(const std::vector<std::int32_t>& got, const std::vector<std
   for (std::size_t i = 0; i < n; ++i)
     if (got[i] != want[i]) return int(i / std::size_t(groups));
   return got.size() == want.size() ? -1 : int(n / std::size_t(groups));
+}
+
+// The largest absolute difference between a request's audio and the host decoder's whole-sequence decode of the
+// codes it made (infinite where the lengths differ or a sample is not a number).
+double audio_error(const fixture& c, const speech_result& r) {
+  const std::size_t codes = std::size_t(r.frames) * std::size_t(c.talker.config().code_groups);
+  if (r.codes.size() < codes) return INFINITY;
+  const std::vector<float> want = c.codec.decode_all(std::span<const std::int32_t>(r.codes).first(codes));
+  if (r.audio.size() != want.size()) return INFINITY;
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(double(r.audio[i]) - double(want[i]));
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+// Checks every completed request's audio against the host decoder's for its codes; returns the largest error.
+double check_completed_audio(const fixture& c, const speech_run_result& run) {
+  double worst = 0;
+  for (const auto& [id, r] : run.results) {
+    if (r.how != mstar::request_end::completed) continue;
+    CAPTURE(id);
+    CHECK(r.frames > 0);
+    const double e = audio_error(c, r);
+    CHECK(e <= audio_tol);
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+std::size_t count_ended(const speech_run_result& run, mstar::request_end how) {
+  return std::size_t(std::count_if(run.results.begin(), run.results.end(),
+                                   [&](const auto& kv) { return kv.second.how == how; }));
+}
+
+// count requests cycling through the fixture's prompts, request i making frames(i) frames at most.
+template <class Frames>
+std::vector<speech_request> cycled_requests(const fixture& c, std::size_t count, Frames frames) {
+  std::vector<speech_request> out;
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(request_of(c.prompts[i % c.prompts.size()], frames(i)));
+  return out;
 }
 
 void check_pools_full(const speech_run_result& r) {
@@ -156,6 +209,88 @@ TEST_CASE("through the CUDA pipeline the greedy codes follow the reference's on 
                    " frames, short of 32: a bf16 flip of a low-margin decision");
     }
     std::printf("\n");
+    check_pools_full(run);
+  }
+}
+
+TEST_CASE("through the CUDA pipeline every fixture prompt's audio is the reference decoder's for the codes it made, "
+          "within 1e-4, in both codec maths" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  for (const char* name : {"tiny06", "tiny17"}) {
+    const fixture c = load_fixture(name);
+    std::vector<speech_request> requests;
+    for (const auto& p : c.prompts)
+      requests.push_back(request_of(p, p.at("generation").at("max_new_tokens").get<std::uint32_t>() - 1));
+    speech_run_options o;
+    o.sampling = talker_sampling::greedy();
+    o.max_batch = 4;
+    auto gpu = cuda_talker(c, speech_talker_limits<host_speech>(o.max_batch));
+    for (const codec_cuda_math math : codec_maths) {
+      CAPTURE(name);
+      CAPTURE(math_name(math));
+      const auto run = run_speech_cuda<host_speech>(c.talker, *gpu, c.codec, requests, o, math);
+      REQUIRE(run.results.size() == c.prompts.size());
+      CHECK(count_ended(run, mstar::request_end::completed) == run.results.size());
+      const double worst = check_completed_audio(c, run);
+      std::printf("%s, codec %s: audio through the CUDA pipeline within %.3g of the reference decoder's for its "
+                  "codes (%zu prompts)\n", name, math_name(math), worst, run.results.size());
+      check_pools_full(run);
+    }
+  }
+}
+
+TEST_CASE("through the CUDA pipeline cancelled requests give every codec slot back and the requests that reuse "
+          "the slots start from silence" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // More requests than codec_state slots (host_speech: 16 besides the sink), so slots are reused, some of
+  // them after a request cancelled while its windows were in flight.
+  const fixture c = load_fixture("tiny06");
+  const auto requests = cycled_requests(c, 24, [](std::size_t i) { return 6 + 3 * std::uint32_t(i % 7); });
+  speech_run_options o;
+  o.sampling = talker_sampling::greedy();
+  o.flow.ramp = {1, 2};
+  o.max_batch = 4;
+  o.concurrency = 6;
+  o.cancel_after_chunks = {{2, 0}, {4, 1}, {7, 2}, {9, 3}, {13, 1}, {18, 2}};
+  auto gpu = cuda_talker(c, speech_talker_limits<host_speech>(o.max_batch));
+  const auto run = run_speech_cuda<host_speech>(c.talker, *gpu, c.codec, requests, o);
+  REQUIRE(run.results.size() == requests.size());
+  for (const auto& [id, r] : run.results) {
+    CAPTURE(id);
+    // A request may complete before its cancel arrives; one that did must still speak correctly.
+    CHECK((r.how == mstar::request_end::completed ||
+           (r.how == mstar::request_end::cancelled && o.cancel_after_chunks.count(id))));
+  }
+  CHECK(count_ended(run, mstar::request_end::cancelled) >= 4);
+  check_completed_audio(c, run);
+  check_pools_full(run);
+}
+
+TEST_CASE("through the CUDA pipeline a request's codec state follows it to whatever row each codec step gives "
+          "it, in both codec batchings" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // Requests of different lengths, more live than rows, a ramp of several widths: a request's codec rows
+  // change position and step companions from window to window.
+  const fixture c = load_fixture("tiny06");
+  const auto requests = cycled_requests(c, 10, [](std::size_t i) { return 6 + 5 * std::uint32_t(i); });
+  auto gpu = cuda_talker(c, speech_talker_limits<host_speech>(4));
+  for (const bool per_width : {true, false}) {
+    CAPTURE(per_width);
+    speech_run_options o;
+    o.sampling = talker_sampling::greedy();
+    o.flow.ramp = {1, 3, 2, 4};
+    o.flow.codec_per_width = per_width;
+    o.max_batch = 4;
+    o.concurrency = 6;
+    const auto run = run_speech_cuda<host_speech>(c.talker, *gpu, c.codec, requests, o);
+    REQUIRE(run.results.size() == requests.size());
+    CHECK(count_ended(run, mstar::request_end::completed) == run.results.size());
+    for (const auto& [id, r] : run.results)
+      CHECK(r.chunks > 1); // windows of 1 and then 3 frames at least
+    const double worst = check_completed_audio(c, run);
+    std::printf("CUDA pipeline, codec %s, 10 requests of 6..51 frames on 4 rows: audio within %.3g of the "
+                "reference decoder's, %llu codec steps\n", per_width ? "one step per width" : "every width a step",
+                worst, (unsigned long long)run.codec_steps);
     check_pools_full(run);
   }
 }
@@ -251,9 +386,7 @@ TEST_CASE("through the CUDA pipeline a request among many of different lengths m
           doctest::skip(!mstar::test::has_gpu())) {
   const fixture c = load_fixture("tiny06");
   const int groups = c.talker.config().code_groups;
-  std::vector<speech_request> requests;
-  for (std::size_t i = 0; i < 10; ++i)
-    requests.push_back(request_of(c.prompts[i % c.prompts.size()], 6 + 5 * std::uint32_t(i)));
+  const auto requests = cycled_requests(c, 10, [](std::size_t i) { return 6 + 5 * std::uint32_t(i); });
   speech_run_options o;
   o.sampling = talker_sampling::greedy();
   o.max_batch = 4;

@@ -62,6 +62,7 @@ public:
   codec_decoder(codec_config config, codec_weights weights);
 
   const codec_config& config() const { return config_; }
+  const codec_weights& weights() const { return weights_; } // what the CUDA decoder uploads
   const codec_state_layout& state_layout() const { return layout_; }
   std::size_t samples_per_frame() const { return std::size_t(config_.samples_per_frame()); }
 

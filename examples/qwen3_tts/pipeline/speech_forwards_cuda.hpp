@@ -1,8 +1,7 @@
 // The forward functions of the real Qwen3-TTS on the CUDA backend: the Talker and its code predictor on the
 // GPU (talker_cuda: bf16 weights, the prefill eager, each decode step one CUDA graph per row count), and the
-// codec decoder on the host for now -- the host float32 decoder, fed the Talker's codes as the flow copied
-// them to the host, run on the codec step's stream as a host function (cudaLaunchHostFunc), its per-request
-// state in a host mirror of the codec_state pool indexed by the pool's slots.
+// codec decoder on the GPU (codec_cuda: float32, the math chosen by codec_cuda_math), fed each row's window
+// from the request's codes as the flow copied them to the host.
 //
 //   talker_cuda gpu(cuda_dims(talker.config()), speech_talker_limits<Spec>(16));
 //   gpu.load_weights(store_weight_source(checkpoint.weights));
@@ -10,24 +9,27 @@
 //   fwd.install(worker);
 //   auto out = run_speech_cuda<Spec>(talker, gpu, codec, requests, options);   // or the whole run (speech_run.hpp)
 //
-// A request's generation state lives in the engine's talker_state pool (talker_cuda::bind_state), addressed
-// per step by the slot of each row, so a request keeps its state whichever row the engine gives it. The
-// Talker runs on talker_cuda's own stream, ordered after the step's stream by an event and the step's stream
-// after it by another. The step passes talker_cuda only its real rows (no padding).
+// A request's per-request state lives in the engine's pools, addressed per step by the slot of each row, so a
+// request keeps its state whichever row the engine gives it: the Talker's generation state in talker_state
+// (talker_cuda::bind_state, gathered and scattered by the Talker), the codec's streaming state in codec_state,
+// decoded in place in the row's slot. The Talker and the codec each run on their own stream, ordered after the
+// step's stream by an event and the step's stream after them by another, so a slot's zero at its last owner's
+// end comes after the owner's last step and before the next owner's first. A step passes only its real rows
+// (no padding).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <new>
+#include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <mstar/backend/cuda.hpp>
 
+#include "codec_cuda.hpp"
 #include "speech_forwards.hpp"
 #include "speech_run.hpp"
 #include "talker_cuda.hpp"
@@ -60,23 +62,16 @@ talker_cuda_limits speech_talker_limits(std::uint32_t max_batch) {
   return l;
 }
 
+// The codec's math unless the caller picks another: cuBLAS float32 keeps the fixtures' audio within 4.3e-6 of
+// the reference (the tests' bound is 1e-4) and runs a step 3-10x faster than the double-sum kernels
+// (docs/benchmarks.md); what it gives up is a row's bits not depending on its step's other rows.
+inline constexpr codec_cuda_math default_codec_math = codec_cuda_math::cublas_f32;
+
 namespace detail {
 
-// Plain host memory for output_pool: the host codec writes its audio from a CUDA host function, so the
-// buffers need not be pinned.
-struct plain_host_memory {
-  void* allocate_host(std::size_t bytes) { return ::operator new(bytes); }
-  void free_host(void* p) noexcept { ::operator delete(p); }
-};
-
-struct cuda_codec_job {
-  void* self = nullptr;
-  std::uint32_t rows = 0;
-  std::vector<std::int32_t> codes;  // every row's window, [frames][groups], row after row
-  std::vector<std::uint32_t> first; // [rows + 1] frame offsets into codes
-  std::vector<float*> state;        // [rows] the row's state in the host mirror
-  std::vector<std::uint8_t> fresh;  // [rows] 1: the slot holds no state yet (zeroed before use)
-  float* audio = nullptr;           // [frames][samples_per_frame], rows in order
+struct device_free {
+  mstar::cuda_backend* backend;
+  void operator()(float* p) const noexcept { backend->free_device(p); }
 };
 
 } // namespace detail
@@ -89,13 +84,20 @@ class speech_forwards<Spec, mstar::cuda_backend>
 public:
   using backend_type = mstar::cuda_backend;
 
+  // codec's weights are uploaded to a codec_cuda of max_batch rows and max_window frames; codec_math picks
+  // its sums.
   speech_forwards(backend_type& b, const talker_host& talker, talker_cuda& gpu, const codec_decoder& codec,
-                  talker_sampling sampling, speech_forward_options o)
-      : backend_(&b), talker_(&talker), gpu_(&gpu), codec_(&codec), o_(o), groups_(talker.config().code_groups),
+                  talker_sampling sampling, speech_forward_options o, codec_cuda_math codec_math = default_codec_math)
+      : backend_(&b), talker_(&talker), gpu_(&gpu), o_(o), groups_(talker.config().code_groups),
+        spf_(codec.samples_per_frame()),
+        codec_(codec.config(), codec.weights(), codec_cuda_limits{int(o_.max_batch), int(o_.max_window)}, codec_math),
         frames_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * talker_out_ints(groups_)),
-        audio_(memory_, std::max(o_.buffers, 4u),
-               std::size_t(o_.max_batch) * o_.max_window * codec.samples_per_frame()),
-        codec_jobs_(b, o_.jobs), to_talker_(b.create_event()), from_talker_(b.create_event()) {
+        audio_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * o_.max_window * spf_),
+        audio_dev_(static_cast<float*>(b.allocate_device(std::size_t(o_.max_batch) * o_.max_window * spf_ *
+                                                         sizeof(float))),
+                   detail::device_free{&b}),
+        to_talker_(b.create_event()), from_talker_(b.create_event()), to_codec_(b.create_event()),
+        from_codec_(b.create_event()) {
     const auto& l = gpu.limits();
     if (l.max_rows < int(o_.max_batch) || l.kv_blocks < int(Spec::kv_blocks) || l.block_tokens != 16 ||
         l.max_pages < int(Spec::kv_blocks))
@@ -109,6 +111,11 @@ public:
                                   std::to_string(gpu.state_bytes()) + " bytes a request, the compiled talker_state "
                                   "pool holds " + std::to_string(Spec::talker_state_floats * sizeof(float)) +
                                   "; build a speech_model with a larger pool");
+    if (codec.state_layout().total > Spec::codec_state_floats)
+      throw std::invalid_argument(
+          "qwen3_tts::speech_forwards (CUDA): the checkpoint's codec decoder carries " +
+          std::to_string(codec.state_layout().total) + " floats of state per request, the compiled codec_state pool " +
+          "holds " + std::to_string(Spec::codec_state_floats) + "; build a speech_model with a larger pool");
     if (codec.config().num_quantizers != groups_)
       throw std::invalid_argument("qwen3_tts::speech_forwards (CUDA): the Talker makes frames of " +
                                   std::to_string(groups_) + " codes, the codec decodes " +
@@ -117,12 +124,14 @@ public:
     gpu.set_sampling(sampling); // refuses what the CUDA sampler does not compute (top_p < 1)
   }
   ~speech_forwards() {
-    try {
-      backend_->synchronize(cuda_stream());
-    } catch (...) { // a failed step's error was reported to its caller
+    for (const mstar::cuda_stream s : {cuda_stream(), codec_stream()}) {
+      try {
+        backend_->synchronize(s);
+      } catch (...) { // a failed step's error was reported to its caller
+      }
     }
-    backend_->destroy_event(to_talker_);
-    backend_->destroy_event(from_talker_);
+    for (const mstar::cuda_event e : {to_talker_, from_talker_, to_codec_, from_codec_})
+      backend_->destroy_event(e);
   }
   speech_forwards(const speech_forwards&) = delete;
   speech_forwards& operator=(const speech_forwards&) = delete;
@@ -131,6 +140,7 @@ public:
 
 private:
   mstar::cuda_stream cuda_stream() const { return mstar::cuda_stream{gpu_->stream()}; }
+  mstar::cuda_stream codec_stream() const { return mstar::cuda_stream{codec_.stream()}; }
 
   template <class Ctx>
   void talker_step(const Ctx& ctx, bool prefill) {
@@ -196,107 +206,75 @@ private:
     backend_->wait(ctx.stream, from_talker_);
   }
 
+  // Each row's window decoded in place in its slot of codec_state (device memory), into the device audio
+  // buffer, then copied to a pinned output buffer that the flow's landed hook reads.
   template <class Ctx>
   void codec_step(const Ctx& ctx) {
-    rethrow_codec_error();
     const auto& st = ctx.template plan<typename Spec::CodecState>();
     const auto rows = static_cast<std::uint32_t>(ctx.payloads.size());
     const auto& seg = st.segments[0];
-    const std::size_t n = codec_->state_layout().total;
-    if (states_.empty()) states_.assign(std::size_t(seg.slot_count) * n, 0.0f);
     ++this->codec_steps;
-    auto& job = codec_jobs_.acquire();
-    job.self = this;
-    job.rows = rows;
-    const std::uint32_t frames = detail::copy_windows(ctx, groups_, job.codes, job.first);
-    job.state.resize(rows);
-    job.fresh.resize(rows);
+    codec_rows_.resize(rows);
+    first_.assign(1, 0);
     for (std::uint32_t i = 0; i < rows; ++i) {
       const std::int32_t slot = st.host_slots[i];
       if (slot <= 0 || slot >= seg.slot_count)
         throw std::logic_error("qwen3_tts::speech_forwards (CUDA): codec row " + std::to_string(i) + " has slot " +
                                std::to_string(slot) + "; a real row always holds a slot of its own");
-      job.state[i] = states_.data() + std::size_t(slot) * n;
-      job.fresh[i] = st.host_has_state[i] ? 0 : 1;
+      const auto& p = ctx.payloads[i];
+      codec_rows_[i] = {seg.pool_layer + std::size_t(slot) * std::size_t(seg.state_elems),
+                        std::span<const std::int32_t>(p.req->codes.data() + std::size_t(p.first) * groups_,
+                                                      std::size_t(p.width) * groups_),
+                        audio_dev_.get() + std::size_t(first_.back()) * spf_};
+      first_.push_back(first_.back() + p.width);
     }
+    const std::uint32_t frames = first_.back();
     this->codec_frames += frames;
-    const std::size_t spf = codec_->samples_per_frame();
-    auto lease = audio_.acquire(rows, std::size_t(frames) * spf);
-    detail::lend_audio(ctx, lease, job.first, spf);
-    job.audio = lease.data;
-    const cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(ctx.stream.handle), &run_codec_job, &job);
-    if (e != cudaSuccess)
-      throw std::runtime_error(std::string("qwen3_tts::speech_forwards (CUDA): cudaLaunchHostFunc (codec step) "
-                                           "failed: ") + cudaGetErrorString(e));
-    codec_jobs_.release(ctx.stream);
-  }
-
-  // On CUDA's host-function thread, in the codec stream's order: no CUDA calls here, and no exception may
-  // leave (the next codec step rethrows it on the GPU thread).
-  static void CUDART_CB run_codec_job(void* p) {
-    auto& job = *static_cast<detail::cuda_codec_job*>(p);
-    auto& self = *static_cast<speech_forwards*>(job.self);
-    try {
-      self.run_codec(job);
-    } catch (const std::exception& e) {
-      std::lock_guard g(self.error_lock_);
-      if (self.codec_error_.empty()) self.codec_error_ = e.what();
-      self.failed_.store(true, std::memory_order_release);
-    }
-  }
-
-  void run_codec(detail::cuda_codec_job& job) {
-    const std::size_t spf = codec_->samples_per_frame(), n = codec_->state_layout().total;
-    for (std::uint32_t i = 0; i < job.rows; ++i) {
-      if (job.fresh[i]) std::fill_n(job.state[i], n, 0.0f); // the engine zeroes its own (device) slot alike
-      const std::size_t f0 = job.first[i], f1 = job.first[i + 1];
-      codec_->decode_window(std::span<float>(job.state[i], n),
-                            std::span<const std::int32_t>(job.codes.data() + f0 * groups_, (f1 - f0) * groups_),
-                            std::span<float>(job.audio + f0 * spf, (f1 - f0) * spf));
-    }
-  }
-
-  void rethrow_codec_error() {
-    if (!failed_.load(std::memory_order_acquire)) return;
-    std::lock_guard g(error_lock_);
-    failed_.store(false, std::memory_order_relaxed);
-    const std::string why = std::move(codec_error_);
-    codec_error_.clear();
-    throw std::runtime_error("qwen3_tts::speech_forwards (CUDA): the host codec failed on an earlier step: " + why);
+    // The codec's stream runs the step's state accesses after the step stream's work (a slot's zero at its
+    // last owner's end among them). decode_step copies the codes before it returns and enqueues nothing for
+    // a window it refuses.
+    backend_->record(to_codec_, ctx.stream);
+    backend_->wait(codec_stream(), to_codec_);
+    codec_.decode_step(codec_rows_);
+    auto lease = audio_.acquire(rows, std::size_t(frames) * spf_);
+    detail::lend_audio(ctx, lease, first_, spf_);
+    backend_->copy_to_host(lease.data, audio_dev_.get(), std::size_t(frames) * spf_ * sizeof(float), codec_stream());
+    backend_->record(from_codec_, codec_stream());
+    backend_->wait(ctx.stream, from_codec_);
   }
 
   backend_type* backend_;
   const talker_host* talker_;
   talker_cuda* gpu_;
-  const codec_decoder* codec_;
   speech_forward_options o_;
   int groups_;
-  // What a pending host function touches is declared before codec_jobs_, whose destructor waits for them.
-  std::vector<float> states_; // the codec state's host mirror, [slots][state floats]
-  std::mutex error_lock_;
-  std::string codec_error_;
-  std::atomic<bool> failed_{false};
-  detail::plain_host_memory memory_;
-  qwen3_tts::detail::output_pool<backend_type, std::int32_t> frames_;     // pinned: the Talker copies into it
-  qwen3_tts::detail::output_pool<detail::plain_host_memory, float> audio_; // the host codec writes it
-  detail::job_ring<backend_type, detail::cuda_codec_job> codec_jobs_;
-  mstar::cuda_event to_talker_, from_talker_;
+  std::size_t spf_; // audio samples a frame
+  codec_cuda codec_;
+  qwen3_tts::detail::output_pool<backend_type, std::int32_t> frames_; // pinned: the Talker copies into it
+  qwen3_tts::detail::output_pool<backend_type, float> audio_;         // pinned: the codec's audio lands here
+  // [max_batch * max_window][samples a frame]: one step's audio, written and read on the codec's stream only
+  std::unique_ptr<float, detail::device_free> audio_dev_;
+  mstar::cuda_event to_talker_, from_talker_, to_codec_, from_codec_;
   const float* bound_ = nullptr; // the talker_state pool's layer, once bound
   std::vector<float> embeds_;    // GPU thread's scratch
   std::vector<std::uint64_t> seeds_;
   std::vector<std::int32_t> text_;
+  std::vector<codec_cuda::row> codec_rows_;
+  std::vector<std::uint32_t> first_; // [rows + 1] the rows' frame offsets in the step's audio
 };
 
 // run_speech on the CUDA backend: the Talker on `gpu` (built with speech_talker_limits<Spec>(o.max_batch), its
-// weights loaded), the codec on the host. The program defines the CUDA backend once (backend/cuda_impl.hpp).
+// weights loaded), the codec on a codec_cuda of `codec`'s weights and codec_math. The program defines the CUDA
+// backend once (backend/cuda_impl.hpp).
 template <class Spec>
 speech_run_result run_speech_cuda(const talker_host& talker, talker_cuda& gpu, const codec_decoder& codec,
-                                  const std::vector<speech_request>& requests, const speech_run_options& o = {}) {
+                                  const std::vector<speech_request>& requests, const speech_run_options& o = {},
+                                  codec_cuda_math codec_math = default_codec_math) {
   mstar::cuda_backend backend;
   return run_speech_with<Spec>(backend, talker, codec, requests, o, std::uint32_t(cuda_prefill_tokens),
                                [&](mstar::cuda_backend& b, const speech_forward_options& fo) {
                                  return std::make_unique<speech_forwards<Spec, mstar::cuda_backend>>(
-                                     b, talker, gpu, codec, o.sampling, fo);
+                                     b, talker, gpu, codec, o.sampling, fo, codec_math);
                                });
 }
 

@@ -8,7 +8,7 @@
 //   svc.cancel(id);   // from any thread; the request ends as cancelled, its slot and KV blocks go back
 //
 // The backend is chosen at construction (speech_service_options::device): the host backend, or the CUDA Talker
-// (its weights uploaded from the host Talker's) with the host codec. The CUDA side is compiled only into
+// (its weights uploaded from the host Talker's) with the CUDA codec. The CUDA side is compiled only into
 // programs built with it, which register it (register_cuda_service in speech_service_cuda.hpp); this header
 // needs no CUDA, so a host-only program includes it as it is and gets the host backend.
 #pragma once
@@ -44,7 +44,7 @@ struct speech_service_options {
   // codec pool's slots less its sink, so that an admitted request never waits for a codec slot with its KV
   // blocks held.
   std::uint32_t max_live = 16;
-  // Where the Talker runs: host, cuda (the CUDA Talker, the codec on the host) or auto (cuda when the program
+  // Where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda when the program
   // was built with it and a CUDA device is present and the sampling is one it computes; host otherwise).
   std::string device = "auto";
 };

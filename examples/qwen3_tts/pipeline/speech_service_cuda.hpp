@@ -1,5 +1,5 @@
 // The CUDA runtime of speech_service: the CUDA Talker, its weights uploaded from the host Talker's (bf16
-// checkpoints round-trip exactly through float32), and the host codec (speech_forwards_cuda.hpp). A program
+// checkpoints round-trip exactly through float32), and the CUDA codec (speech_forwards_cuda.hpp). A program
 // built with CUDA registers it once, before its first service is built; speech_service then runs on it where
 // its options' device asks for it and a CUDA device is present.
 //

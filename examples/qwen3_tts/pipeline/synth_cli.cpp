@@ -99,7 +99,8 @@ int synth_main(int argc, char** argv) {
   CLI::App app{"qwen3tts synth: speak a text with a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) through "
                "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder"};
   std::string model_dir, text, text_ids, speaker, instruct, language = "auto", dump, out, window = "1,2,4,8",
-                                                                         lane = "on", device = "auto";
+                                                                         lane = "on", device = "auto",
+                                                                         codec_math = "cublas";
   bool greedy = false, streaming = false, as_float = false;
   std::uint64_t seed = 0;
   std::uint32_t max_frames = 0;
@@ -127,8 +128,10 @@ int synth_main(int argc, char** argv) {
   app.add_flag("--float", as_float, "32-bit float samples (the decoder's bits) instead of 16-bit PCM");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating");
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
-  app.add_option("--device", device, "where the Talker runs: host, cuda (the CUDA Talker; the codec stays on the "
-                                     "host) or auto (cuda when a CUDA device is present)");
+  app.add_option("--device", device, "where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda "
+                                     "when a CUDA device is present)");
+  app.add_option("--codec-math", codec_math, "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster) or "
+                                             "double (double sums: a request's audio independent of its batch)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -140,6 +143,8 @@ int synth_main(int argc, char** argv) {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
+    if (codec_math != "cublas" && codec_math != "double")
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas or double");
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
@@ -195,7 +200,9 @@ int synth_main(int argc, char** argv) {
       const checkpoint_folder checkpoint = open_checkpoint(model_dir);
       gpu->load_weights(store_weight_source(checkpoint.weights));
       t1 = std::chrono::steady_clock::now();
-      run = run_speech_cuda<host_speech>(talker, *gpu, codec, {req}, o);
+      run = run_speech_cuda<host_speech>(talker, *gpu, codec, {req}, o,
+                                         codec_math == "double" ? codec_cuda_math::double_sums
+                                                                : codec_cuda_math::cublas_f32);
     }
 #endif
     if (!cuda) {
@@ -223,7 +230,7 @@ int synth_main(int argc, char** argv) {
                  "qwen3tts synth: %u frames (%s), %.2f s of audio in %zu chunks -> %s; load %.2f s, synthesis %.2f s "
                  "(%s, %llu prefill / %llu decode / %llu codec steps)\n",
                  r.frames, r.ended_by_token ? "end token" : "frame limit", audio_s, std::size_t(r.chunks), out.c_str(),
-                 load_s, run_s, cuda ? "CUDA Talker, host codec" : "host backend",
+                 load_s, run_s, cuda ? "CUDA Talker, CUDA codec" : "host backend",
                  (unsigned long long)run.prefill_steps, (unsigned long long)run.decode_steps,
                  (unsigned long long)run.codec_steps);
     return 0;
