@@ -97,23 +97,29 @@ class threaded_worker {
                 "mstar::threaded_worker: the flow lacks its types, or they do not fit: declare request_state "
                 "(default-constructible, move-assignable), request_input (move-constructible) and payload (trivially "
                 "copyable, default-constructible) in the flow.");
+  // The hooks' sentences quote no code in backticks: nvcc prints a backtick as '?'.
   static_assert(!flow_types<Flow> || flow_start_hook<Flow>,
-                "mstar::threaded_worker: the flow has no start hook; add `void start(request_state&, mstar::request_id, "
-                "const request_input&)`.");
+                "mstar::threaded_worker: the flow has no start hook; add the member "
+                "void start(request_state&, mstar::request_id, const request_input&).");
   static_assert(!flow_types<Flow> || flow_ready_hook<Flow>,
-                "mstar::threaded_worker: the flow has no ready hook; add `bool ready(request_state&, std::uint8_t node, "
-                "mstar::row&, payload&)` (true when the request is ready for the node now).");
+                "mstar::threaded_worker: the flow has no ready hook; add the member "
+                "bool ready(request_state&, std::uint8_t node, mstar::row&, payload&) (true when the request is ready "
+                "for the node now).");
   static_assert(!flow_types<Flow> || flow_landed_hook<Flow>,
-                "mstar::threaded_worker: the flow has no landed hook; add `bool landed(request_state&, std::uint8_t node, "
-                "const payload&)` (true when the step produced an output for the client).");
+                "mstar::threaded_worker: the flow has no landed hook; add the member "
+                "bool landed(request_state&, std::uint8_t node, const payload&) (true when the step produced an "
+                "output for the client).");
   static_assert(!flow_types<Flow> || flow_finished_hook<Flow>,
-                "mstar::threaded_worker: the flow has no finished hook; add `bool finished(const request_state&) const`.");
+                "mstar::threaded_worker: the flow has no finished hook; add the member "
+                "bool finished(const request_state&) const.");
   static_assert(!flow_types<Flow> || flow_end_hook<Flow>,
-                "mstar::threaded_worker: the flow has no end hook; add `void end(request_state&, mstar::request_id, "
-                "mstar::request_end)` (or with a fourth std::string_view argument: why a request failed).");
+                "mstar::threaded_worker: the flow has no end hook; add the member "
+                "void end(request_state&, mstar::request_id, mstar::request_end) (or with a fourth std::string_view "
+                "argument: why a request failed).");
   static_assert(!flow_types<Flow> || flow_batch_key_hook<Flow>,
-                "mstar::threaded_worker: the flow has no batch_key hook; add `std::uint32_t batch_key(std::uint8_t node, "
-                "const payload&) const` (read only for a node that batches per_key).");
+                "mstar::threaded_worker: the flow has no batch_key hook; add the member "
+                "std::uint32_t batch_key(std::uint8_t node, const payload&) const (read only for a node that batches "
+                "per_key).");
 
   using shared_type = detail::worker_shared<Model, Backend, Flow>;
   using inbox_type = detail::client_inbox<typename Flow::request_input>;

@@ -1,5 +1,5 @@
 // clang-format off
-// expect: mstar::threaded_worker: the flow has no batch_key hook; add `std::uint32_t batch_key(std::uint8_t node, const payload&) const` (read only for a node that batches per_key).
+// expect: mstar::threaded_worker: the flow has no batch_key hook; add the member std::uint32_t batch_key(std::uint8_t node, const payload&) const (read only for a node that batches per_key).
 // A flow that forgot its batch_key hook: the worker names the missing hook (a constrained template
 // would leave nvcc to say only "no instance of").
 #include "qwen3_tts/model.hpp"
