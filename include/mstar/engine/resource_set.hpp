@@ -91,13 +91,13 @@ public:
   static constexpr bool preplans(std::size_t i) { return Model::descriptor.resources[i].preplans && !is_side(i); }
 
   template <class Node>
-  static constexpr std::uint8_t node_index = detail::named_index(Model::descriptor.nodes, Node::name);
+  static constexpr std::uint8_t node_index = Model::template node_index<Node>;
 
   // Node's resources in dependency order.
   template <class Node>
   static constexpr auto order = [] {
     static_vector<std::uint8_t, max_node_resources> v;
-    const auto& node = Model::descriptor.nodes[detail::named_index(Model::descriptor.nodes, Node::name)];
+    const auto& node = Model::descriptor.nodes[Model::template node_index<Node>];
     for (auto i : Model::verdict.order)
       if (node.resources.contains(Model::descriptor.resources[i].key)) v.push_back(i);
     return v;

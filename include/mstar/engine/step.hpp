@@ -29,8 +29,8 @@ namespace mstar {
 
 // Node is one of Model's nodes.
 template <class Model, class Node>
-concept node_of = detail::is_node<Node>::value && detail::named_index(Model::descriptor.nodes, Node::name)
-!= no_index;
+concept node_of =
+    detail::is_node<Node>::value && detail::named_index(Model::descriptor.nodes, Node::name) != no_index;
 
 // Node runs on Model's chain.
 template <class Model, class Node>
@@ -46,7 +46,7 @@ struct chain_step {
   using model_type = Model;
   using node_type = Node;
   static constexpr bool beside_stage = false;
-  static constexpr std::uint8_t node = detail::named_index(Model::descriptor.nodes, Node::name);
+  static constexpr std::uint8_t node = Model::template node_index<Node>;
 
   std::span<const row> rows;
   std::uint32_t bucket = 0; // the batch the step's CUDA graph replays (rows padded to it); 0: rows.size()
@@ -58,7 +58,7 @@ struct side_step {
   using model_type = Model;
   using node_type = Node;
   static constexpr bool beside_stage = true;
-  static constexpr std::uint8_t node = detail::named_index(Model::descriptor.nodes, Node::name);
+  static constexpr std::uint8_t node = Model::template node_index<Node>;
 
   std::span<const row> rows;
   std::uint32_t bucket = 0;

@@ -341,7 +341,7 @@ public:
   // Where Node runs (chain or side lane) and, on a side lane, the keys the lane owns.
   template <class Node>
   static constexpr const node_lane& lane_of() {
-    return verdict.lanes[detail::named_index(descriptor.nodes, Node::name)];
+    return verdict.lanes[node_index<Node>];
   }
   template <class Node>
   static constexpr bool is_side_node = lane_of<Node>().lane == lane::side;
