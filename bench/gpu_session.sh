@@ -17,6 +17,8 @@
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
 #              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
+#   compare    the comparison with the reference on one random-weight checkpoint of the real 0.6B size
+#              (stage_compare below; carry .whl; about 8 minutes, building included)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
@@ -42,10 +44,18 @@ stage_wheels() {
   ls -la .whl
 }
 
+# The pinned reference (qwen-tts 0.1.1, transformers 4.57.3) from the carried wheels into /tmp/site, once.
+install_reference() {
+  [ -f /tmp/site/.installed ] && return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/qwen_tts-*.whl .whl/transformers-*.whl .whl/huggingface_hub-*.whl .whl/tokenizers-*.whl &&
+    touch /tmp/site/.installed
+}
+
 stage_reference() {
   local d="$out/reference"
   mkdir -p "$d"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+  install_reference ||
     { summary+=("reference: the carried wheels did not install (carry .whl; fill it with: bash $0 wheels)"); return; }
   local py="env PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/reference/qwen_tts_reference.py"
   timeout 150 $py --size 0.6b --frames 24 --batches 1,8,32,64,128 --json "$d/ref06.json" 2>&1 |
@@ -172,10 +182,65 @@ stage_split() {
   summary+=("split: edge test rc $edge, colocated rc $colo, split rc $split")
 }
 
+# Issue 18's comparison: one random-weight checkpoint of the real 0.6B size in the official layout, the same
+# text and the same frame count (the end token masked throughout) for every system: mstar in process and
+# through its server, lane off / on / auto, and the reference implementation (qwen-tts, its own decoder
+# included), at c = 1, 4, 16, 64; then the ratios. MSTAR_COMPARE_FRAMES (64), MSTAR_COMPARE_C (1,4,16,64).
+stage_compare() {
+  local d="$out/compare" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts ck=/tmp/qwen3tts_06b
+  local frames=${MSTAR_COMPARE_FRAMES:-64} cs=${MSTAR_COMPARE_C:-1,4,16,64}
+  local text="The quick brown fox jumps over the lazy dog, and the speech server reads it aloud."
+  local widest=${cs##*,}
+  mkdir -p "$d"
+  install_reference || { summary+=("compare: the carried wheels did not install (carry .whl)"); return; }
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("compare: meson setup failed (compare/setup.log)"); return; }
+  fi
+  ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("compare: the build failed (compare/build.log)"); return; }
+  local py="env PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3"
+  timeout 240 $py bench/reference/write_checkpoint.py --size 0.6b --out "$ck" --frames "$frames" --device cuda \
+    > "$d/checkpoint.log" 2>&1 ||
+    { tail -30 "$d/checkpoint.log"; summary+=("compare: writing the checkpoint failed (compare/checkpoint.log)"); return; }
+  tail -3 "$d/checkpoint.log"
+  local common=(--voice ryan --text "$text")
+  timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$cs" --lane off,on,auto \
+    --warmup "$widest" --json "$d/inproc.json" 2>&1 | tee "$d/inproc.log"
+  local inproc=${PIPESTATUS[0]} http=0 lane
+  for lane in off on auto; do
+    "$q" serve --model "$ck" --port 0 --lane "$lane" --max-live "$widest" --max-batch "$widest" --max-queued 256 \
+      > "$d/serve_$lane.out" 2> "$d/serve_$lane.err" &
+    local pid=$! url=""
+    for _ in $(seq 1 300); do
+      url=$(grep -o 'http://[0-9.:]*' "$d/serve_$lane.out" 2>/dev/null | head -1)
+      [ -n "$url" ] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if [ -z "$url" ]; then
+      tail -5 "$d/serve_$lane.err"; http=1
+    else
+      timeout 240 "$q" loadgen-http --url "$url" "${common[@]}" -c "$cs" --warmup "$widest" \
+        --json "$d/http_$lane.json" 2>&1 | tee "$d/http_$lane.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || http=1
+      curl -s "$url/metrics" > "$d/metrics_$lane.txt" 2>/dev/null
+    fi
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  done
+  timeout 300 $py bench/reference/reference_load.py --model "$ck" -c "$cs" --text "$text" --voice ryan \
+    --language english --frames "$frames" --json "$d/reference.json" 2>&1 | grep -v pad_token_id | tee "$d/reference.log"
+  local ref=${PIPESTATUS[0]}
+  python3 bench/reference/compare_table.py "$d" | tee "$d/table.md"
+  summary+=("compare: in process rc $inproc, http rc $http, reference rc $ref (table: compare/table.md)")
+  while read -r line; do summary+=("  $line"); done < <(grep '^RATIO' "$d/table.md")
+}
+
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split)" >&2; exit 2 ;;
+    wheels | reference | talker | speech | suite | codec | split | compare) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split, compare)" >&2
+       exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then
     tar -C "$out" -czf "$out/$s.tgz" "$s" && rm -rf "${out:?}/$s"

@@ -4,6 +4,7 @@
 //   qwen3tts decode --model DIR --codes codes.json --out a.wav                # codes -> speech (the codec alone)
 //   qwen3tts serve --model DIR --port 8000                                     # HTTP server (docs/serve.md)
 //   qwen3tts loadgen-http --url http://127.0.0.1:8000 -c 8 -n 64 --voice ryan  # load a running server
+//   qwen3tts loadgen --model DIR -c 1,4,16 --lane off,on --voice ryan          # the same load, in process
 //
 // Without a subcommand it is the Qwen3-TTS-shaped cost model under the worker, as a closed-loop load
 // generator (the scheduling workload of the lane study):
@@ -713,6 +714,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "serve") return qwen3_tts::serve::serve_main(argc - 1, argv + 1);
   if (argc > 1 && std::string_view(argv[1]) == "loadgen-http")
     return qwen3_tts::serve::loadgen_http_main(argc - 1, argv + 1);
+  if (argc > 1 && std::string_view(argv[1]) == "loadgen") return qwen3_tts::serve::loadgen_main(argc - 1, argv + 1);
 #endif
   cli_options cli;
   for (int i = 0; i < argc; ++i)

@@ -8,7 +8,8 @@ Starts the server on a free port and checks: /health and /metrics; one streamed 
 100 concurrent streaming clients, a third of which hang up mid-stream: the server cancels those, gives back
 every KV block and codec slot, and the others' audio equals a run without the hang-ups; every malformed
 request gets a 4xx JSON error and changes no outcome count but `rejected`; a seeded fuzz of the JSON body
-gets only 2xx/4xx answers and leaves the server up.
+gets only 2xx/4xx answers and leaves the server up; `qwen3tts loadgen` (the same closed loop in process)
+prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames.
 """
 import http.client
 import json
@@ -315,14 +316,47 @@ def test_loadgen_http(srv):
                           "-n", "16", "--voice", VOICE, "--max-frames", "40"], capture_output=True, text=True,
                          timeout=60)
     check(out.returncode == 0, "loadgen-http exits 0: %s" % out.stderr)
-    row = [line for line in out.stdout.splitlines() if re.match(r"\|\s+4 \|\s+16 \|", line)]
+    row = [line for line in out.stdout.splitlines() if re.search(r"\|\s+4 \|\s+16 \|", line)]
     check(len(row) == 1, "loadgen-http prints its table row: %r" % out.stdout)
     if row:
         cells = [c.strip() for c in row[0].strip("|").split("|")]
-        check(cells[2] == "16" and cells[3] == "0" and float(cells[4]) > 0,
-              "16 requests ok, none failed, audio produced: %r" % cells)
+        check(cells[0] == "mstar-http" and cells[1] == "on" and cells[4] == "16" and cells[5] == "0" and
+              float(cells[6]) > 0, "16 requests ok, none failed, audio produced, the server's lane named: %r" % cells)
     after = srv.metrics()
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
+
+
+def test_loadgen_in_process():
+    """`qwen3tts loadgen` runs the closed loop in process: a row per lane and c with every request ok, and a
+    checkpoint whose generation_config.json sets min_new_tokens = max_new_tokens makes every request exactly
+    max_new_tokens - 1 frames (the end token masked throughout: how benchmarks fix the work)."""
+    import shutil
+    with tempfile.TemporaryDirectory() as scratch:
+        model = os.path.join(scratch, "fixed")
+        shutil.copytree(MODEL, model)
+        gen_path = os.path.join(model, "generation_config.json")
+        gen = json.load(open(gen_path))
+        gen["max_new_tokens"] = gen["min_new_tokens"] = 13
+        json.dump(gen, open(gen_path, "w"))
+        out_json = os.path.join(scratch, "rows.json")
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1,3", "--lane",
+                              "off,on", "-n", "6", "--warmup", "1", "--json", out_json],
+                             capture_output=True, text=True, timeout=120)
+        check(out.returncode == 0, "loadgen exits 0: %s" % out.stderr)
+        rows = [line for line in out.stdout.splitlines() if line.startswith("| mstar ")]
+        check(len(rows) == 4, "loadgen prints a row per lane and c: %r" % out.stdout)
+        data = json.load(open(out_json)) if os.path.exists(out_json) else []
+        check([(r["lane"], r["c"]) for r in data] == [("off", 1), ("off", 3), ("on", 1), ("on", 3)],
+              "the JSON rows name each arm: %r" % data)
+        for r in data:
+            check(r["ok"] == 6 and r["failed"] == 0 and r["audio_s_per_s"] > 0, "every request ok: %r" % r)
+            check(r["frames"] == 6 * 12, "min_new_tokens = max_new_tokens = 13: 12 frames a request: %r" % r)
+        gen["min_new_tokens"] = -1
+        json.dump(gen, open(gen_path, "w"))
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1", "-n", "1"],
+                             capture_output=True, text=True, timeout=60)
+        check(out.returncode == 1 and "generation_config.json: min_new_tokens is -1" in out.stderr,
+              "a negative min_new_tokens is refused, naming the file and field: %r" % out.stderr)
 
 
 def test_full_and_voice_design():
@@ -378,9 +412,10 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
-    t = time.time()
-    test_full_and_voice_design()
-    print("test_full_and_voice_design: %.1f s" % (time.time() - t), flush=True)
+    for test in (test_full_and_voice_design, test_loadgen_in_process):
+        t = time.time()
+        test()
+        print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)
     print("%d failures, %.1f s" % (len(failures), time.time() - t0))
     return 1 if failures else 0
 

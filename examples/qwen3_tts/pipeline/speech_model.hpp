@@ -69,8 +69,9 @@ struct speech_model {
   static_assert(Model::template is_side_node<CodecChunk>, "the codec runs beside the Talker's chain");
 };
 
-// The host build: 16 live requests' codec state (83 MB) and 1024 KV blocks of 16 tokens (16,384 tokens: at
-// the 0.6B size 1.9 GB of float32 K/V; the random-weight fixtures take a few MB).
-using host_speech = speech_model<released_codec_state_floats, 17, 1024>;
+// The build of synth and serve, on either backend: up to 64 live requests' codec state (338 MB, in host memory
+// or on the device) and 2048 KV blocks of 16 tokens (32,768 tokens, shared by the live requests: on the
+// device at the 0.6B size 3.8 GB of bf16 K/V; the random-weight fixtures take a few MB).
+using host_speech = speech_model<released_codec_state_floats, 65, 2048>;
 
 } // namespace qwen3_tts::pipeline

@@ -42,7 +42,7 @@ struct serve_options {
   int port = 8000;
   std::size_t max_text = 4096;     // bytes of input, and of instructions
   std::uint32_t max_frames = 1200; // 96 s of audio
-  std::uint32_t max_live = 16, max_queued = 128;
+  std::uint32_t max_live = 16, max_queued = 128, max_batch = 16;
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
@@ -144,7 +144,9 @@ public:
                 {"model", o_.model_dir},
                 {"tts_model_type", talker_.config().tts_model_type},
                 {"tts_model_size", talker_.config().tts_model_size},
-                {"sample_rate", rate_}};
+                {"sample_rate", rate_},
+                {"lane", o_.lane},
+                {"device", svc_.on_cuda() ? "cuda" : "host"}};
       r.set_content(j.dump() + "\n", "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
@@ -206,7 +208,7 @@ private:
     pipeline::speech_service_options so;
     so.sampling = sampling_from(o_.model_dir);
     so.max_live = o_.max_live;
-    so.max_batch = std::min<std::uint32_t>(16, o_.max_live);
+    so.max_batch = std::min(o_.max_batch, o_.max_live);
     so.ramp.clear();
     for (auto id : parse_ids(o_.window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
@@ -288,7 +290,8 @@ private:
       if (!j["seed"].is_number_unsigned()) return bad("seed", "seed must be an integer >= 0");
       seed = j["seed"].get<std::uint64_t>();
     }
-    a.req.max_frames = o_.max_frames;
+    // The checkpoint's generation_config.json max_new_tokens bounds a request too, as it bounds synth's.
+    a.req.max_frames = std::min(o_.max_frames, std::uint32_t(svc_.options().sampling.max_frames));
     if (j.contains("max_frames")) {
       const auto& m = j["max_frames"];
       if (!m.is_number_unsigned() || m.get<std::uint64_t>() == 0 || m.get<std::uint64_t>() > o_.max_frames)
@@ -491,6 +494,9 @@ int serve_main(int argc, char** argv) {
       ->check(CLI::Range(1u, 8191u))
       ->capture_default_str();
   app.add_option("--max-live", o.max_live, "requests computed at once")
+      ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
+      ->capture_default_str();
+  app.add_option("--max-batch", o.max_batch, "rows of a step at most (of the Talker's decode, of the codec's)")
       ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
       ->capture_default_str();
   app.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more get 429")

@@ -13,4 +13,8 @@ int serve_main(int argc, char** argv);
 // (loadgen_http.cpp).
 int loadgen_http_main(int argc, char** argv);
 
+// `qwen3tts loadgen --model DIR -c 1,4,16 --lane off,on`: the same closed loop in process, one speech_service per
+// lane mode (loadgen.cpp).
+int loadgen_main(int argc, char** argv);
+
 } // namespace qwen3_tts::serve

@@ -58,6 +58,13 @@ talker_sampling sampling_from(const std::string& model_dir) {
   int max_new_tokens = 0;
   take("max_new_tokens", max_new_tokens);
   if (max_new_tokens > 1) s.max_frames = max_new_tokens - 1;
+  // Transformers' own generation-config key (the released checkpoints leave it out, and the reference's
+  // generate() then masks the end token for 2 code-0 ids). A benchmark checkpoint of random weights sets it
+  // to max_new_tokens so that every request makes exactly max_frames frames.
+  take("min_new_tokens", s.min_new_tokens);
+  if (s.min_new_tokens < 0)
+    throw std::runtime_error(model_dir + "/generation_config.json: min_new_tokens is " +
+                             std::to_string(s.min_new_tokens) + "; give a count >= 0 or delete the field");
   // The reference's logits processors refuse these values at generate(); without the check a temperature of
   // 0 divides every logit by zero and the draw picks from NaNs.
   const auto refuse = [&](const char* key, const std::string& value, const char* rule) {

@@ -1,0 +1,179 @@
+// `qwen3tts loadgen`: the closed loop of `loadgen-http`, in process. The checkpoint is loaded once; for each
+// lane mode one speech_service runs, and for each concurrency c, c clients (the service's callbacks) each send
+// their next request as soon as the last one ended. Every request speaks the same text with its own seed.
+// First audio runs from submit to the first codec window's audio, gaps between consecutive windows: the
+// figures the server's clients see, less HTTP.
+#include "serve.hpp"
+#include "load_report.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "codec_checkpoint.hpp"
+#include "speech_model.hpp"
+#include "speech_service.hpp"
+#include "talker_checkpoint.hpp"
+#include "talker_request.hpp"
+#include "tokenizer.hpp"
+
+namespace qwen3_tts::serve {
+namespace {
+
+using service = pipeline::speech_service<pipeline::host_speech>;
+
+mstar::lane_mode lane_mode_of(const std::string& s) {
+  if (s == "off") return mstar::lane_mode::off;
+  if (s == "on") return mstar::lane_mode::on;
+  return mstar::lane_mode::automatic;
+}
+
+// Requests first..first+n-1 through svc, at most c in flight; request i samples with seed mix(seed + i, 1), as
+// the server does for a body with "seed": seed + i.
+load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64_t seed, std::uint32_t c,
+                 std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
+  load_row row;
+  row.system = "mstar";
+  row.c = c;
+  row.n = n;
+  std::mutex lock;
+  std::condition_variable cv;
+  std::uint32_t in_flight = 0, ended = 0;
+  std::uint64_t samples = 0;
+  const auto started = mstar::metrics::now_ns();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    {
+      std::unique_lock g(lock);
+      cv.wait(g, [&] { return in_flight < c; });
+      ++in_flight;
+    }
+    pipeline::speech_request r = base;
+    r.seed = mstar::mix_seed(seed + first + i, 1);
+    pipeline::speech_callbacks cb;
+    cb.on_end = [&](const pipeline::speech_result& x) {
+      std::lock_guard g(lock);
+      if (x.how == mstar::request_end::completed) {
+        ++row.ok;
+        samples += x.samples;
+        row.frames += x.frames;
+        if (x.first_audio >= 0) row.first.push_back(1e-9 * double(x.first_audio - x.submitted));
+        for (const auto gap : x.gaps)
+          row.gaps.push_back(1e-9 * double(gap));
+      } else {
+        ++row.failed;
+        if (first_error.empty()) first_error = x.why.empty() ? "ended without completing" : x.why;
+      }
+      --in_flight;
+      ++ended;
+      cv.notify_all();
+    };
+    svc.submit(std::move(r), std::move(cb));
+  }
+  std::unique_lock g(lock);
+  cv.wait(g, [&] { return ended == n; });
+  row.wall_s = 1e-9 * double(mstar::metrics::now_ns() - started);
+  row.audio_s = double(samples) / double(rate);
+  return row;
+}
+
+} // namespace
+
+int loadgen_main(int argc, char** argv) {
+  CLI::App app{"qwen3tts loadgen: closed-loop requests in process on a checkpoint (no HTTP); prints the columns of "
+               "`qwen3tts loadgen-http`: audio seconds per second, first audio p50/p95, the gap p95 between audio "
+               "windows"};
+  std::string model_dir, text = "Hello there, this is a test of the speech server.", voice, instructions;
+  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path;
+  std::vector<std::uint32_t> cs = {1, 4, 16};
+  std::vector<std::string> lanes = {"on"};
+  std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
+  std::uint64_t seed = 1;
+  app.add_option("--model", model_dir, "checkpoint folder in the official layout")->required();
+  app.add_option("-c,--concurrency", cs, "clients at once; a list runs each")
+      ->delimiter(',')
+      ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
+      ->capture_default_str();
+  app.add_option("--lane", lanes, "the codec's side lane: off, on, auto; a list runs each")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "on", "auto"}))
+      ->capture_default_str();
+  app.add_option("-n,--requests", n, "requests per arm (0: 4 x c)")->capture_default_str();
+  app.add_option("--warmup", warmup, "requests per arm sent first and left out of the figures (CUDA graphs are "
+                                     "captured on first use)")
+      ->capture_default_str();
+  app.add_option("--text", text, "the input of every request")->capture_default_str();
+  app.add_option("--voice", voice, "voice (CustomVoice checkpoints)");
+  app.add_option("--instructions", instructions, "instructions (VoiceDesign checkpoints)");
+  app.add_option("--language", language, "auto or a language of the checkpoint")->capture_default_str();
+  app.add_option("--max-frames", max_frames, "frames at most per request, 12.5 a second (0: generation_config.json "
+                                             "max_new_tokens - 1)")
+      ->check(CLI::Range(0u, 8191u))
+      ->capture_default_str();
+  app.add_option("--max-batch", max_batch, "rows of a step at most (0: the largest c)")->capture_default_str();
+  app.add_option("--device", device, "host, cuda or auto")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}))
+      ->capture_default_str();
+  app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
+  app.add_option("--json", json_path, "also write the rows as a JSON array here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const talker_host talker = load_talker(model_dir);
+    const codec_decoder codec = load_codec_decoder(model_dir);
+    const text_tokenizer tok = text_tokenizer::from_folder(model_dir);
+    request_parts parts;
+    parts.text_ids = assistant_text_ids(tok, text);
+    if (!instructions.empty())
+      if (auto ids = instruct_ids(tok, instructions)) parts.instruct_ids = *ids;
+    parts.templated = true;
+    parts.speaker = voice;
+    parts.language = language;
+    pipeline::speech_request base;
+    base.prompt = make_prompt(model_dir, talker.config(), parts);
+
+    const std::uint32_t widest = *std::max_element(cs.begin(), cs.end());
+    pipeline::speech_service_options so;
+    so.sampling = sampling_from(model_dir);
+    base.max_frames = max_frames ? max_frames : std::uint32_t(so.sampling.max_frames);
+    so.max_live = widest;
+    so.max_batch = max_batch ? std::min(max_batch, widest) : widest;
+    so.device = device;
+    so.ramp.clear();
+    for (auto id : parse_ids(window, "--window")) {
+      if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
+      so.ramp.push_back(std::uint32_t(id));
+    }
+    const int rate = codec.config().output_sample_rate;
+
+    std::vector<load_row> rows;
+    std::string first_error;
+    std::uint32_t next_seed = 0;
+    for (const auto& lane : lanes) {
+      so.lane = lane_mode_of(lane);
+      service svc(talker, codec, so);
+      if (rows.empty()) {
+        std::printf("qwen3tts loadgen: %s on %s, %u frames a request at most, max batch %u\n", model_dir.c_str(),
+                    svc.on_cuda() ? "cuda" : "host", base.max_frames, so.max_batch);
+        print_load_header();
+      }
+      run_sweep(cs, n, warmup, lane, next_seed, rows, first_error,
+                [&](std::uint32_t c, std::uint32_t first, std::uint32_t count, std::string& error) {
+                  return run_arm(svc, base, seed, c, first, count, rate, error);
+                });
+    }
+    return finish_load("qwen3tts loadgen", rows, json_path, first_error);
+  } catch (const std::exception& e) {
+    std::cerr << "qwen3tts loadgen: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+} // namespace qwen3_tts::serve
