@@ -77,17 +77,18 @@ inline void write_load_json_file(const std::string& path, const std::vector<load
   if (!o.flush()) throw std::runtime_error("--json " + path + ": cannot write it");
 }
 
-// One lane's arms, for each c: `warmup` requests first (left out of the figures), then n (0: 4 x c); each row
-// printed as it ends. run(c, first, count, first_error) runs requests first..first+count-1 at concurrency c.
+// One lane's arms, for each c: `warmup` x c requests first (left out of the figures: CUDA graphs are captured for
+// each batch size on its first use), then n (0: 4 x c, at least 16);
+// each row printed as it ends. run(c, first, count, first_error) runs requests first..first+count-1 at concurrency c.
 template <class RunArm>
 void run_sweep(const std::vector<std::uint32_t>& cs, std::uint32_t n, std::uint32_t warmup, const std::string& lane,
                std::uint32_t& next_seed, std::vector<load_row>& rows, std::string& first_error, RunArm&& run) {
   for (const std::uint32_t c : cs) {
-    const std::uint32_t count = n ? n : 4 * c;
+    const std::uint32_t count = n ? n : std::max(16u, 4 * c);
     if (warmup) {
       std::string ignored;
-      run(c, next_seed, warmup, ignored);
-      next_seed += warmup;
+      run(c, next_seed, warmup * c, ignored);
+      next_seed += warmup * c;
     }
     load_row row = run(c, next_seed, count, first_error);
     next_seed += count;

@@ -103,9 +103,8 @@ int loadgen_main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"off", "on", "auto"}))
       ->capture_default_str();
-  app.add_option("-n,--requests", n, "requests per arm (0: 4 x c)")->capture_default_str();
-  app.add_option("--warmup", warmup, "requests per arm sent first and left out of the figures (CUDA graphs are "
-                                     "captured on first use)")
+  app.add_option("-n,--requests", n, "requests per arm (0: 4 x c, at least 16)")->capture_default_str();
+  app.add_option("--warmup", warmup, "waves of c requests sent first at each c, left out of the figures")
       ->capture_default_str();
   app.add_option("--text", text, "the input of every request")->capture_default_str();
   app.add_option("--voice", voice, "voice (CustomVoice checkpoints)");

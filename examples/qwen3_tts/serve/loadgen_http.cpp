@@ -111,17 +111,17 @@ int loadgen_http_main(int argc, char** argv) {
   http_load l;
   l.text = "Hello there, this is a test of the speech server.";
   std::vector<std::uint32_t> cs = {4};
-  std::uint32_t n = 32, warmup = 0;
+  std::uint32_t n = 0, warmup = 0;
   std::string json_path;
   app.add_option("--url", l.url, "the server, e.g. http://127.0.0.1:8000")->required();
   app.add_option("-c,--concurrency", cs, "clients at once; a list runs each")
       ->delimiter(',')
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
-  app.add_option("-n,--requests", n, "requests in all per concurrency (0: 4 x c)")
+  app.add_option("-n,--requests", n, "requests per concurrency (0: 4 x c, at least 16)")
       ->check(CLI::Range(0u, 1000000u))
       ->capture_default_str();
-  app.add_option("--warmup", warmup, "requests per concurrency sent first and left out of the figures")
+  app.add_option("--warmup", warmup, "waves of c requests sent first at each c, left out of the figures")
       ->capture_default_str();
   app.add_option("--text", l.text, "the input of every request")->capture_default_str();
   app.add_option("--voice", l.voice, "voice (CustomVoice checkpoints)");
