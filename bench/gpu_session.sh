@@ -19,6 +19,7 @@
 #              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
 #   compare    the comparison with the reference on one random-weight checkpoint of the real 0.6B size
 #              (stage_compare below; carry .whl; about 8 minutes, building included)
+#   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
@@ -236,10 +237,32 @@ stage_compare() {
   while read -r line; do summary+=("  $line"); done < <(grep '^RATIO' "$d/table.md")
 }
 
+# Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
+# and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel (bench/reference/kernel_profile.py).
+stage_profile() {
+  local d="$out/profile" b=build-talker-gpu rows
+  mkdir -p "$d"
+  command -v ncu > /dev/null || { summary+=("profile: no ncu on PATH"); return; }
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("profile: meson setup failed (profile/setup.log)"); return; }
+  fi
+  ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/talker/qwen3tts_talker_bench > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("profile: the build failed (profile/build.log)"); return; }
+  for rows in 1 64; do
+    timeout 150 ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+      --print-units base "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model 0.6b --rows "$rows" \
+      --profile > "$d/ncu_rows$rows.csv" 2> "$d/ncu_rows$rows.err"
+    python3 bench/reference/kernel_profile.py "$d/ncu_rows$rows.csv" > "$d/kernels_rows$rows.md" 2>&1
+    echo "== rows $rows"; cat "$d/kernels_rows$rows.md"
+    summary+=("profile rows $rows: $(grep '^KERNELS' "$d/kernels_rows$rows.md" || echo 'no kernels read')")
+  done
+}
+
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split, compare)" >&2
+    wheels | reference | talker | speech | suite | codec | split | compare | profile) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split, compare, profile)" >&2
        exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then

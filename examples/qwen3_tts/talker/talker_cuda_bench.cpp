@@ -5,10 +5,12 @@
 // copy rate measured in the same run.
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
-//                         [--rows 1,8,32,64,128] [--sample]
+//                         [--rows 1,8,32,64,128] [--sample] [--profile]
 //
 // --sample: the reference's default sampling (top-k 50, temperature 0.9, for code 0 and the predictor's
-// codes) instead of greedy choices.
+// codes) instead of greedy choices. --profile: for each row count, one replay of the fused decode graph
+// between cudaProfilerStart and cudaProfilerStop and nothing timed, for a kernel profiler started with
+// profiling off (ncu --profile-from-start off --graph-profiling node; bench/gpu_session.sh stage profile).
 //
 // Sizes: the published config.json files as issue 16 quotes them (0.6B: 28 layers, hidden 1024, MLP
 // 3072, 16/8 heads of 128; 1.7B: hidden 2048, MLP 6144 by two quotes and 8192 by one, hence the flag;
@@ -16,6 +18,7 @@
 // 3072; text 151936 x 2048).
 #include "talker_cuda.hpp"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -83,7 +86,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
-                 int iters, double rate, bool sample) {
+                 int iters, double rate, bool sample, bool profile) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
   lim.max_rows = max_rows;
@@ -117,6 +120,17 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
     for (int r = 0; r < rows; ++r)
       text[std::size_t(r)] = 1000 + 37 * r;
     model.set_decode_inputs(plan, text);
+    if (profile) {
+      model.set_fused_decode(true);
+      model.decode(rows); // captures the graph
+      check(cudaStreamSynchronize(model.stream()), "the captured decode step");
+      check(cudaProfilerStart(), "cudaProfilerStart");
+      model.decode(rows);
+      check(cudaStreamSynchronize(model.stream()), "the profiled decode step");
+      check(cudaProfilerStop(), "cudaProfilerStop");
+      std::printf("PROFILED %s rows %d: one fused decode step, %zu graph nodes\n", name, rows, model.graph_nodes(rows));
+      continue;
+    }
     // Both attention variants: qk-norm/RoPE/append and attention as two launches a layer, or fused.
     for (const bool fused : {false, true}) {
       model.set_fused_decode(fused);
@@ -153,7 +167,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
 int main(int argc, char** argv) {
   std::string which = "both";
   int mlp = 6144, kv = 256, iters = 200;
-  bool sample = false;
+  bool sample = false, profile = false;
   std::vector<int> rows = {1, 8, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -173,6 +187,8 @@ int main(int argc, char** argv) {
       rows = parse_list(value());
     else if (a == "--sample")
       sample = true;
+    else if (a == "--profile")
+      profile = true;
     else {
       std::fprintf(stderr, "unknown option %s (see the comment at the top of talker_cuda_bench.cpp)\n", a.c_str());
       return 2;
@@ -196,8 +212,8 @@ int main(int argc, char** argv) {
     std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
                 "tokens a row, median of %d graph replays\n",
                 kv, iters);
-    if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate, sample);
-    if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate, sample);
+    if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate, sample, profile);
+    if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate, sample, profile);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;
