@@ -5,9 +5,10 @@ The reference's row of the comparison with mstar in process and through its serv
 the official `qwen-tts` wrapper (`Qwen3TTSModel.from_pretrained`, bf16, PyTorch SDPA attention, on CUDA when
 present) on a checkpoint folder (bench/reference/write_checkpoint.py), each batch one
 `generate_custom_voice` call, its own 12 Hz decoder included. For each c: one warm-up batch (left out),
-then n requests as n/c batches back to back.
+then n requests as n/c batches back to back (-n takes one count, or one per c, so that small c need
+not run as many requests as large c).
 
-    python3 bench/reference/reference_load.py --model DIR -c 1,4,16,64 -n 64 --text "..." --voice ryan \\
+    python3 bench/reference/reference_load.py --model DIR -c 1,4,16,64 -n 4,8,32,128 --text "..." --voice ryan \\
         --language english --frames 48 --json out.json
 
 Every request makes exactly --frames frames, as mstar does on the same folder: the end token is made
@@ -88,12 +89,15 @@ def measure(wrapper, c, n, text, voice, language, frames, suppressed, samples_pe
 
 
 def table(rows):
-    lines = ["| system | c | n | ok | failed | audio s/s | first audio p50 | first audio p95 | gap p95 | ms/frame step |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    """The rows as `qwen3tts loadgen-http` prints its summary, a system column first ("-": not measured)."""
+    def ms(v):
+        return "-" if v is None else f"{v:.1f} ms"
+
+    lines = ["| system | c | n | ok | failed | audio s/s | first audio p50 | first audio p95 | gap p95 |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['system']} | {r['c']} | {r['n']} | {r['ok']} | {r['failed']} | {r['audio_s_per_s']:.2f} | "
-                     f"{r['first_audio_p50_ms']:.1f} ms | {r['first_audio_p95_ms']:.1f} ms | - | "
-                     f"{r['ms_per_frame_step']:.1f} |")
+                     f"{ms(r['first_audio_p50_ms'])} | {ms(r['first_audio_p95_ms'])} | {ms(r['gap_p95_ms'])} |")
     return "\n".join(lines)
 
 
@@ -101,7 +105,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint folder (bench/reference/write_checkpoint.py)")
     ap.add_argument("-c", "--concurrency", default="1,4,16,64", help="batch sizes, comma-separated")
-    ap.add_argument("-n", "--requests", type=int, default=64, help="requests per batch size")
+    ap.add_argument("-n", "--requests", default="64",
+                    help="requests per batch size: one count for every c, or one per c, comma-separated")
     ap.add_argument("--text", default="Hello there, this is a test of the speech server.")
     ap.add_argument("--voice", default="ryan")
     ap.add_argument("--language", default="english")
@@ -109,6 +114,13 @@ def main():
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--json")
     a = ap.parse_args()
+    concurrency = [int(x) for x in a.concurrency.split(",")]
+    requests = [int(x) for x in a.requests.split(",")]
+    if len(requests) == 1:
+        requests *= len(concurrency)
+    if len(requests) != len(concurrency) or min(concurrency + requests) < 1:
+        sys.exit(f"reference_load.py: -c {a.concurrency} -n {a.requests}: give one request count, or one per c; "
+                 f"every value at least 1")
     stub_audio_io()
     import torch
     import transformers
@@ -123,16 +135,16 @@ def main():
     info["load_s"] = time.perf_counter() - t0
     samples_per_frame = wrapper.model.speech_tokenizer.get_decode_upsample_rate()
     rows = []
-    for c in [int(x) for x in a.concurrency.split(",")]:
-        row = measure(wrapper, c, a.requests, a.text, a.voice, a.language, a.frames, suppressed, samples_per_frame)
+    for c, n in zip(concurrency, requests):
+        row = measure(wrapper, c, n, a.text, a.voice, a.language, a.frames, suppressed, samples_per_frame)
         rows.append(row)
-        print(f"c={c}: {row['frames_each']} frames a request, {row['audio_s']:.2f} s of audio in {row['wall_s']:.2f} s",
-              flush=True)
+        print(f"c={c}: {row['frames_each']} frames a request, {row['audio_s']:.2f} s of audio in {row['wall_s']:.2f} s, "
+              f"{row['ms_per_frame_step']:.1f} ms per frame step", flush=True)
         if row["frames_each"] != a.frames:
             print(f"reference_load.py: c={c}: requests made {row['frames_each']} frames, not {a.frames}", flush=True)
+        if a.json:  # after every c, so that a run cut short keeps the rows it made
+            Path(a.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
     print(table(rows), flush=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
