@@ -42,8 +42,13 @@ def quantile(values, q):
 def load(model_dir, device, dtype):
     import torch
     from qwen_tts import Qwen3TTSModel
-    wrapper = Qwen3TTSModel.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation="sdpa",
-                                            device_map=device)
+    # Loaded on the host, then moved: transformers 4.57 places weights by device_map only through accelerate,
+    # which the GPU machine need not have. The wrapper and its speech tokenizer keep the device they found.
+    wrapper = Qwen3TTSModel.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    codec = wrapper.model.speech_tokenizer
+    wrapper.model.to(device)
+    codec.model.to(device)
+    wrapper.device = codec.device = torch.device(device)
     talker = wrapper.model.config.talker_config
     eos = talker.codec_eos_token_id
 
