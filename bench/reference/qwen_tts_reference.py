@@ -81,6 +81,17 @@ def talker_config(size):
     }
 
 
+def decoder_config():
+    # The released speech_tokenizer/config.json's decoder (the class defaults differ: hidden 1024,
+    # intermediate 3072, and no codebook_dim).
+    return dict(
+        codebook_size=2048, codebook_dim=512, hidden_size=512, head_dim=64, latent_dim=1024,
+        intermediate_size=1024, num_attention_heads=16, num_key_value_heads=16, num_hidden_layers=8,
+        sliding_window=72, rms_norm_eps=1e-5, rope_theta=10000, layer_scale_initial_scale=0.01,
+        num_quantizers=16, num_semantic_quantizers=1, semantic_codebook_size=4096,
+        upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=1536, max_position_embeddings=8000)
+
+
 def build(size, device, dtype):
     import torch
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
@@ -97,14 +108,7 @@ def build(size, device, dtype):
     cfg.talker_config.code_predictor_config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = Qwen3TTSForConditionalGeneration(cfg).to(device=device, dtype=dtype).eval()
-    # The released speech_tokenizer/config.json's decoder (the class defaults differ: hidden 1024,
-    # intermediate 3072, and no codebook_dim).
-    dcfg = Qwen3TTSTokenizerV2DecoderConfig(
-        codebook_size=2048, codebook_dim=512, hidden_size=512, head_dim=64, latent_dim=1024,
-        intermediate_size=1024, num_attention_heads=16, num_key_value_heads=16, num_hidden_layers=8,
-        sliding_window=72, rms_norm_eps=1e-5, rope_theta=10000, layer_scale_initial_scale=0.01,
-        num_quantizers=16, num_semantic_quantizers=1, semantic_codebook_size=4096,
-        upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=1536, max_position_embeddings=8000)
+    dcfg = Qwen3TTSTokenizerV2DecoderConfig(**decoder_config())
     dcfg._attn_implementation = "sdpa"
     decoder = Qwen3TTSTokenizerV2Decoder(dcfg).to(device=device, dtype=dtype).eval()
     return model, decoder
