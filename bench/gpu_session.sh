@@ -17,8 +17,9 @@
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
 #              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
-#   compare    the comparison with the reference on one random-weight checkpoint of the real 0.6B size
-#              (stage_compare below; carry .whl; about 8 minutes, building included)
+#   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
+#   peers      the reference and faster-qwen3-tts on that checkpoint, then the table and ratios (both below;
+#              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
@@ -183,31 +184,40 @@ stage_split() {
   summary+=("split: edge test rc $edge, colocated rc $colo, split rc $split")
 }
 
-# Issue 18's comparison: one random-weight checkpoint of the real 0.6B size in the official layout, the same
-# text and the same frame count (the end token masked throughout) for every system: mstar in process and
-# through its server, lane off / on / auto, and the reference implementation (qwen-tts, its own decoder
-# included), at c = 1, 4, 16, 64; then the ratios. MSTAR_COMPARE_FRAMES (64), MSTAR_COMPARE_C (1,4,16,64).
+# The comparison with the reference (docs/benchmarks.md): one random-weight checkpoint of the real 0.6B size in the
+# official layout (bench/reference/write_checkpoint.py; its generation_config.json masks the end token, so every
+# request makes exactly MSTAR_COMPARE_FRAMES frames), the same text and frame count for every system, c = 1, 4,
+# 16, 64 (MSTAR_COMPARE_C). Two stages, for two calls on one warm machine (the checkpoint and the rows stay in
+# build-talker-gpu/compare/ between them):
+#   compare  builds qwen3tts, writes the checkpoint, runs mstar in process (`qwen3tts loadgen`) and through its
+#            server (`qwen3tts serve` + `qwen3tts loadgen-http`), lane off / on / auto (about 6 minutes)
+#   peers    the reference (qwen-tts, its own decoder included) and faster-qwen3-tts on the same checkpoint
+#            (bench/reference/peers.sh; about 4 minutes), then the table and ratios of every row
+#            (bench/reference/compare_table.py)
+compare_dir=build-talker-gpu/compare
+compare_frames=${MSTAR_COMPARE_FRAMES:-48}
+compare_c=${MSTAR_COMPARE_C:-1,4,16,64}
+compare_text="Hello there, this is a test of the speech server."
+
 stage_compare() {
-  local d="$out/compare" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts ck=/tmp/qwen3tts_06b
-  local frames=${MSTAR_COMPARE_FRAMES:-64} cs=${MSTAR_COMPARE_C:-1,4,16,64}
-  local text="The quick brown fox jumps over the lazy dog, and the speech server reads it aloud."
-  local widest=${cs##*,}
+  local d="$out/compare" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts ck=$compare_dir/ckpt06
+  local widest=${compare_c##*,}
   mkdir -p "$d"
-  install_reference || { summary+=("compare: the carried wheels did not install (carry .whl)"); return; }
   if [ ! -f "$b/build.ninja" ]; then
     meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
       { tail -30 "$d/setup.log"; summary+=("compare: meson setup failed (compare/setup.log)"); return; }
   fi
   ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
     { tail -40 "$d/build.log"; summary+=("compare: the build failed (compare/build.log)"); return; }
-  local py="env PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3"
-  timeout 240 $py bench/reference/write_checkpoint.py --size 0.6b --out "$ck" --frames "$frames" --device cuda \
-    > "$d/checkpoint.log" 2>&1 ||
-    { tail -30 "$d/checkpoint.log"; summary+=("compare: writing the checkpoint failed (compare/checkpoint.log)"); return; }
-  tail -3 "$d/checkpoint.log"
-  local common=(--voice ryan --text "$text")
-  timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$cs" --lane off,on,auto \
-    --warmup 1 --json "$d/inproc.json" 2>&1 | tee "$d/inproc.log"
+  mkdir -p "$compare_dir"
+  if [ ! -f "$ck/config.json" ]; then
+    SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
+      { tail -30 "$d/checkpoint.log"; summary+=("compare: writing the checkpoint failed (compare/checkpoint.log)")
+        return; }
+  fi
+  local common=(--voice ryan --text "$compare_text")
+  timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+    --lane off,on,auto --warmup 1 --json "$compare_dir/inproc.json" 2>&1 | tee "$d/inproc.log"
   local inproc=${PIPESTATUS[0]} http=0 lane
   for lane in off on auto; do
     "$q" serve --model "$ck" --port 0 --lane "$lane" --max-live "$widest" --max-batch "$widest" --max-queued 256 \
@@ -222,18 +232,27 @@ stage_compare() {
     if [ -z "$url" ]; then
       tail -5 "$d/serve_$lane.err"; http=1
     else
-      timeout 240 "$q" loadgen-http --url "$url" "${common[@]}" -c "$cs" --warmup 1 \
-        --json "$d/http_$lane.json" 2>&1 | tee "$d/http_$lane.log"
+      timeout 240 "$q" loadgen-http --url "$url" "${common[@]}" -c "$compare_c" --warmup 1 \
+        --json "$compare_dir/http_$lane.json" 2>&1 | tee "$d/http_$lane.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || http=1
       curl -s "$url/metrics" > "$d/metrics_$lane.txt" 2>/dev/null
     fi
     kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   done
-  timeout 300 $py bench/reference/reference_load.py --model "$ck" -c "$cs" --text "$text" --voice ryan \
-    --language english --frames "$frames" --json "$d/reference.json" 2>&1 | grep -v pad_token_id | tee "$d/reference.log"
-  local ref=${PIPESTATUS[0]}
-  python3 bench/reference/compare_table.py "$d" | tee "$d/table.md"
-  summary+=("compare: in process rc $inproc, http rc $http, reference rc $ref (table: compare/table.md)")
+  cp "$compare_dir"/*.json "$d/" 2>/dev/null
+  python3 bench/reference/compare_table.py "$compare_dir" > "$d/table.md"
+  summary+=("compare: in process rc $inproc, http rc $http (compare/table.md; the peers come in stage peers)")
+}
+
+stage_peers() {
+  local d="$out/peers" ck=$compare_dir/ckpt06
+  mkdir -p "$d"
+  [ -f "$ck/config.json" ] || { summary+=("peers: no checkpoint in $ck: run stage compare first"); return; }
+  SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d TEXT=$compare_text bash bench/reference/peers.sh reference faster
+  cp "$d/reference.json" "$d/faster.json" "$compare_dir/" 2>/dev/null
+  python3 bench/reference/compare_table.py "$compare_dir" | tee "$d/table.md"
+  summary+=("peers: reference $(test -s "$d/reference.json" && echo ok || echo MISSING), faster $(test -s \
+    "$d/faster.json" && echo ok || echo MISSING) (peers/table.md)")
   while read -r line; do summary+=("  $line"); done < <(grep '^RATIO' "$d/table.md")
 }
 
@@ -261,8 +280,8 @@ stage_profile() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | profile) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split, compare, profile)" >&2
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | profile) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split, compare, peers, profile)" >&2
        exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then

@@ -22,14 +22,21 @@ def rows_of(path):
         return []
     with open(path) as f:
         data = json.load(f)
-    return data.get("rows", []) if isinstance(data, dict) else data
+    rows = data.get("rows", []) if isinstance(data, dict) else data
+    for r in rows:  # the Python peers' scripts spell the first-audio keys out
+        for short_key, long_key in (("first_p50_ms", "first_audio_p50_ms"), ("first_p95_ms", "first_audio_p95_ms")):
+            if short_key not in r and long_key in r:
+                r[short_key] = r[long_key]
+    return rows
 
 
 def ms_per_frame(r):
     # One stream's time a frame: at c = 1 the requests run one after another, so wall time over frames made.
-    if r.get("c") == 1 and r.get("frames") and r.get("wall_s"):
+    if r.get("c") != 1:
+        return None
+    if r.get("frames") and r.get("wall_s"):
         return 1e3 * r["wall_s"] / r["frames"]
-    return None
+    return r.get("ms_per_frame_step")
 
 
 def fmt(v, unit="", digits=1):
