@@ -20,6 +20,7 @@
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
 #   peers      the reference and faster-qwen3-tts on that checkpoint, then the table and ratios (both below;
 #              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
+#   gputests   the real model's three GPU test programs and the codec graph test under memcheck (about 3 minutes)
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
@@ -256,6 +257,35 @@ stage_peers() {
   while read -r line; do summary+=("  $line"); done < <(grep '^RATIO' "$d/table.md")
 }
 
+# The real model's GPU tests alone (the Talker against the fixtures, the codec and its graphs, the model through
+# the engine), and the codec's graph test under memcheck: a short check of the model's CUDA code when the whole
+# suite does not fit the call.
+stage_gputests() {
+  local d="$out/gputests" b=build-talker-gpu t rc all=""
+  mkdir -p "$d"
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("gputests: meson setup failed (gputests/setup.log)"); return; }
+  fi
+  ninja -C "$b" -j"$(nproc)" tests/gpu/mstar_talker_gpu_tests tests/gpu/mstar_codec_gpu_tests \
+    tests/gpu/mstar_speech_gpu_tests > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("gputests: the build failed (gputests/build.log)"); return; }
+  for t in talker codec speech; do
+    timeout 240 "$b/tests/gpu/mstar_${t}_gpu_tests" --no-intro > "$d/$t.log" 2>&1
+    rc=$?
+    tail -4 "$d/$t.log"
+    all+=" $t rc $rc ($(grep -E 'test cases:' "$d/$t.log" | tail -1 | tr -s ' '))"
+  done
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro \
+      --test-case='*graph*' > "$d/memcheck_graph.log" 2>&1
+    rc=$?
+    tail -4 "$d/memcheck_graph.log"
+    all+="; codec graph memcheck rc $rc"
+  fi
+  summary+=("gputests:$all")
+}
+
 # Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
 # and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel (bench/reference/kernel_profile.py).
 stage_profile() {
@@ -280,8 +310,8 @@ stage_profile() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | profile) "stage_$s" ;;
-    *) echo "gpu_session.sh: unknown stage $s (wheels, reference, talker, speech, suite, codec, split, compare, peers, profile)" >&2
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile) "stage_$s" ;;
+    *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;
   esac
   if [ "$s" != wheels ] && [ -d "$out/$s" ]; then
