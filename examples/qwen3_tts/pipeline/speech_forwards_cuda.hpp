@@ -1,7 +1,8 @@
 // The forward functions of the real Qwen3-TTS on the CUDA backend: the Talker and its code predictor on the
 // GPU (talker_cuda: bf16 weights, the prefill eager, each decode step one CUDA graph per row count), and the
-// codec decoder on the GPU (codec_cuda: float32, the math chosen by codec_cuda_math), fed each row's window
-// from the request's codes as the flow copied them to the host.
+// codec decoder on the GPU (codec_cuda: float32, the math chosen by codec_cuda_math, each step replayed from a
+// CUDA graph per rows bucket and widest window), fed each row's window from the request's codes as the flow
+// copied them to the host.
 //
 //   talker_cuda gpu(cuda_dims(talker.config()), speech_talker_limits<Spec>(16));
 //   gpu.load_weights(store_weight_source(checkpoint.weights));
@@ -235,7 +236,7 @@ private:
     // a window it refuses.
     backend_->record(to_codec_, ctx.stream);
     backend_->wait(codec_stream(), to_codec_);
-    codec_.decode_step(codec_rows_);
+    codec_.decode_step(codec_rows_, codec_cuda_launch::graph);
     auto lease = audio_.acquire(rows, std::size_t(frames) * spf_);
     detail::lend_audio(ctx, lease, first_, spf_);
     backend_->copy_to_host(lease.data, audio_dev_.get(), std::size_t(frames) * spf_ * sizeof(float), codec_stream());
