@@ -5,9 +5,11 @@
 // for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32), the step's
 // GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to the rows bucket and
 // to bucket x widest-window frames) side by side in the same run, the GPU time per second of audio of each,
-// and the host time of the graph's first step (that step eagerly, then the capture and instantiation).
+// and the host time of the graph's first step (that step eagerly, then the capture and instantiation). Rows
+// 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8 frames: there the graph's
+// replay also computes the padding.
 //
-//   qwen3tts_codec_bench [--rows 1,8,32,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
+//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
 #include "codec_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -80,7 +82,7 @@ std::vector<float> random_tensor(const std::string& name, const std::vector<std:
 } // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<int> rows_list = {1, 8, 32, 64}, widths = {1, 8};
+  std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
   int iters = 5;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
   for (int i = 1; i < argc; ++i) {
