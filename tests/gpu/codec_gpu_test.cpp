@@ -394,8 +394,9 @@ TEST_CASE("the CUDA codec refuses a bad code, a window too wide and too many row
 TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio and state of the launch it replays, "
           "for several buckets and widths" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // Each shape runs three steps: the first of its key eagerly before the capture, the next two replayed.
-  // Rows fewer than their bucket leave idle rows; widths below the widest leave frames to the filler row.
+  // Each shape runs three steps, replayed but for the first step of a new key (eager, then captured). Rows
+  // fewer than their bucket leave idle rows; widths below the widest leave frames to the filler row. The
+  // five-row shape's graph serves the eight-row shape (both bucket 8, width 8).
   const std::vector<std::vector<int>> shapes = {
       {1}, {3, 3}, {8, 8, 8}, {1, 2, 4, 8, 3}, {2, 2, 2, 2}, {5, 1, 7, 2, 8, 3, 6, 4}, {8}};
   for (const auto math : maths)
@@ -405,7 +406,7 @@ TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio an
       const auto parts = load_parts(fixture);
       const auto seq = load_sequence(fixture, "long");
       codec_cuda gpu(parts.config, parts.weights, {8, 8}, math);
-      std::set<std::pair<int, int>> keys; // (bucket, width): the five-row and the eight-row shape share one
+      std::set<std::pair<int, int>> keys; // (bucket, width)
       for (const auto& widths : shapes) {
         CAPTURE(widths);
         const int rows = int(widths.size());
