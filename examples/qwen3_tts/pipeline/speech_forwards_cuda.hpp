@@ -68,6 +68,10 @@ talker_cuda_limits speech_talker_limits(std::uint32_t max_batch) {
 // (docs/benchmarks.md); what it gives up is a row's bits not depending on its step's other rows.
 inline constexpr codec_cuda_math default_codec_math = codec_cuda_math::cublas_f32;
 
+// How the codec's steps reach its stream: replayed from a CUDA graph per rows bucket and widest window (no
+// launch cost per kernel, but the padding up to bucket x width frames is computed too), or eagerly.
+inline constexpr codec_cuda_launch codec_launch = codec_cuda_launch::graph;
+
 namespace detail {
 
 struct device_free {
@@ -236,7 +240,7 @@ private:
     // a window it refuses.
     backend_->record(to_codec_, ctx.stream);
     backend_->wait(codec_stream(), to_codec_);
-    codec_.decode_step(codec_rows_, codec_cuda_launch::graph);
+    codec_.decode_step(codec_rows_, codec_launch);
     auto lease = audio_.acquire(rows, std::size_t(frames) * spf_);
     detail::lend_audio(ctx, lease, first_, spf_);
     backend_->copy_to_host(lease.data, audio_dev_.get(), std::size_t(frames) * spf_ * sizeof(float), codec_stream());
