@@ -10,6 +10,9 @@
 // emulation of the step put within 3e-6 of the reference on these fixtures). States: 1e-4 relative to
 // the segment's largest value. Where the double-sum kernel promises the same bits (window splits, rows
 // of a step), cuBLAS is held to 1e-5 and whether its bits agree too is printed.
+//
+// Graph replays (codec_cuda_launch::graph) are held to the bytes of the launch they replay: the eager step
+// under double sums, the bucketed (padded, uncaptured) step under cuBLAS, whose GEMM shapes they share.
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
@@ -19,10 +22,12 @@
 #include "qwen3_tts/checkpoint/safetensors.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -81,7 +86,82 @@ struct device_floats {
     return h;
   }
   void zero() { MSTAR_CUDA_REQUIRE(cudaMemset(p, 0, n * sizeof(float))); }
+  void fill_bytes(int byte) { MSTAR_CUDA_REQUIRE(cudaMemset(p, byte, n * sizeof(float))); }
 };
+
+// The launch whose bytes a graph replay must give under `math` (see the header).
+codec_cuda_launch replayed_launch(codec_cuda_math math) {
+  return math == codec_cuda_math::double_sums ? codec_cuda_launch::eager : codec_cuda_launch::bucketed;
+}
+const char* launch_name(codec_cuda_launch l) {
+  return l == codec_cuda_launch::eager ? "eager" : l == codec_cuda_launch::graph ? "graph" : "bucketed";
+}
+
+// w frames of s from frame `first` on, cycling past its end (any valid codes will do where two launches are
+// compared).
+std::vector<std::int32_t> cycled_frames(const sequence& s, int first, int w) {
+  std::vector<std::int32_t> out;
+  for (int i = 0; i < w; ++i) {
+    const auto f = std::span(s.frames).subspan(std::size_t((first + i) % s.n) * 16, 16);
+    out.insert(out.end(), f.begin(), f.end());
+  }
+  return out;
+}
+
+// Requests in the slots of one state pool, each with its own audio buffer (frames * spf samples, then a
+// guard of one frame's samples that no step may write), decoded by steps of (request, width) rows.
+struct slot_pool {
+  std::size_t state_floats, spf;
+  device_floats states;
+  std::vector<int> slot;    // of each request
+  std::vector<int> decoded; // frames of each request so far
+  std::vector<std::unique_ptr<device_floats>> audio;
+
+  slot_pool(const codec_cuda& gpu, int slots, std::vector<int> request_slots, int frames_each)
+      : state_floats(gpu.state_layout().total), spf(gpu.samples_per_frame()), states(std::size_t(slots) * state_floats),
+        slot(std::move(request_slots)), decoded(slot.size(), 0) {
+    for (std::size_t i = 0; i < slot.size(); ++i) {
+      audio.push_back(std::make_unique<device_floats>(std::size_t(frames_each + 1) * spf));
+      audio.back()->fill_bytes(0xff); // NaN: a guard sample written by a step shows
+    }
+  }
+  float* state_of(int request) { return states.p + std::size_t(slot[std::size_t(request)]) * state_floats; }
+
+  void step(codec_cuda& gpu, const sequence& s, const std::vector<std::pair<int, int>>& rows, codec_cuda_launch l) {
+    std::vector<std::vector<std::int32_t>> frames;
+    for (auto [request, w] : rows)
+      frames.push_back(cycled_frames(s, 5 * request + decoded[std::size_t(request)], w));
+    std::vector<codec_cuda::row> step;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const int request = rows[i].first;
+      step.push_back({state_of(request), frames[i],
+                      audio[std::size_t(request)]->p + std::size_t(decoded[std::size_t(request)]) * spf});
+      decoded[std::size_t(request)] += rows[i].second;
+    }
+    gpu.decode_step(step, l);
+  }
+};
+
+// Whether two pools ended with the same bytes: every slot's state, every request's audio and guard.
+bool same_pools(const slot_pool& a, const slot_pool& b) {
+  bool same = same_bytes(a.states.read(), b.states.read());
+  for (std::size_t r = 0; r < a.audio.size(); ++r)
+    same = same && same_bytes(a.audio[r]->read(), b.audio[r]->read());
+  return same;
+}
+
+// Whether request r's guard samples (past its decoded frames) still hold the NaN pattern.
+bool guards_untouched(const slot_pool& p) {
+  for (std::size_t r = 0; r < p.audio.size(); ++r) {
+    const auto samples = p.audio[r]->read();
+    for (std::size_t i = std::size_t(p.decoded[r]) * p.spf; i < samples.size(); ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &samples[i], sizeof bits);
+      if (bits != 0xffffffffu) return false;
+    }
+  }
+  return true;
+}
 
 // The window widths of a ramp over n frames: ramp[0], ramp[1], ..., the last repeating, the last window
 // cut to what is left.
@@ -309,4 +389,87 @@ TEST_CASE("the CUDA codec refuses a bad code, a window too wide and too many row
   gpu.synchronize();
   const auto untouched = state.read();
   CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == 0; }));
+}
+
+TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio and state of the launch it replays, "
+          "for several buckets and widths" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // Each shape runs three steps, replayed but for the first step of a new key (eager, then captured). Rows
+  // fewer than their bucket leave idle rows; widths below the widest leave frames to the filler row. The
+  // five-row shape's graph serves the eight-row shape (both bucket 8, width 8).
+  const std::vector<std::vector<int>> shapes = {
+      {1}, {3, 3}, {8, 8, 8}, {1, 2, 4, 8, 3}, {2, 2, 2, 2}, {5, 1, 7, 2, 8, 3, 6, 4}, {8}};
+  for (const auto math : maths)
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      CAPTURE(math_name(math));
+      CAPTURE(fixture);
+      const auto parts = load_parts(fixture);
+      const auto seq = load_sequence(fixture, "long");
+      codec_cuda gpu(parts.config, parts.weights, {8, 8}, math);
+      std::set<std::pair<int, int>> keys; // (bucket, width)
+      for (const auto& widths : shapes) {
+        CAPTURE(widths);
+        const int rows = int(widths.size());
+        std::vector<int> slots;
+        std::vector<std::pair<int, int>> step;
+        for (int r = 0; r < rows; ++r) {
+          slots.push_back(r);
+          step.push_back({r, widths[std::size_t(r)]});
+        }
+        slot_pool replayed(gpu, rows, slots, 24), reference(gpu, rows, slots, 24);
+        for (int i = 0; i < 3; ++i) {
+          replayed.step(gpu, seq, step, codec_cuda_launch::graph);
+          reference.step(gpu, seq, step, replayed_launch(math));
+        }
+        gpu.synchronize();
+        CHECK(same_pools(replayed, reference));
+        CHECK(guards_untouched(replayed));
+        const int width = *std::max_element(widths.begin(), widths.end());
+        CHECK(gpu.bucket_of(rows) == std::min(8, int(std::bit_ceil(unsigned(rows)))));
+        keys.insert({gpu.bucket_of(rows), width});
+        CHECK(gpu.graphs() == keys.size());
+        std::printf("codec cuda (%s) %s: %d rows of widths up to %d (bucket %d): graph replays give the %s step's "
+                    "bytes\n",
+                    math_name(math), fixture.c_str(), rows, width, gpu.bucket_of(rows),
+                    launch_name(replayed_launch(math)));
+      }
+    }
+}
+
+TEST_CASE("one CUDA codec graph serves rows whose slots change between replays, and its padding rows write no "
+          "caller's state or audio" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // Four requests in slots 5, 1, 3 and 0 of a pool of seven; each step takes three of them in another order
+  // (bucket 4: one idle row), widths 1 or 2 with a 2 in every step, so every step is the key (4, 2).
+  const std::vector<std::vector<std::pair<int, int>>> schedule = {{{0, 2}, {1, 1}, {2, 2}}, {{2, 1}, {3, 2}, {0, 2}},
+                                                                  {{1, 2}, {0, 1}, {3, 1}}, {{3, 2}, {2, 2}, {1, 2}},
+                                                                  {{0, 1}, {3, 1}, {2, 2}}, {{1, 1}, {2, 1}, {0, 2}}};
+  const std::vector<int> slots = {5, 1, 3, 0};
+  for (const auto math : maths) {
+    CAPTURE(math_name(math));
+    const auto parts = load_parts("tiny06");
+    const auto seq = load_sequence("tiny06", "long");
+    codec_cuda gpu(parts.config, parts.weights, {4, 2}, math);
+    slot_pool replayed(gpu, 7, slots, 12), reference(gpu, 7, slots, 12);
+    for (const auto& rows : schedule) {
+      replayed.step(gpu, seq, rows, codec_cuda_launch::graph);
+      reference.step(gpu, seq, rows, replayed_launch(math));
+    }
+    gpu.synchronize();
+    CHECK(gpu.graphs() == 1);
+    CHECK(replayed.decoded == reference.decoded);
+    CHECK(same_pools(replayed, reference));
+    CHECK(guards_untouched(replayed));
+    // The slots no request holds stay zero: idle and filler rows decode into the decoder's own sinks.
+    const auto states = replayed.states.read();
+    for (const int unused : {2, 4, 6}) {
+      CAPTURE(unused);
+      const auto begin = states.begin() + std::ptrdiff_t(std::size_t(unused) * replayed.state_floats);
+      CHECK(std::all_of(begin, begin + std::ptrdiff_t(replayed.state_floats), [](float v) { return v == 0; }));
+    }
+    for (const int used : slots) {
+      const auto begin = states.begin() + std::ptrdiff_t(std::size_t(used) * replayed.state_floats);
+      CHECK(std::any_of(begin, begin + std::ptrdiff_t(replayed.state_floats), [](float v) { return v != 0; }));
+    }
+  }
 }

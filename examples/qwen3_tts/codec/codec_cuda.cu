@@ -1,5 +1,6 @@
 // The CUDA codec decoder's orchestration (codec_cuda.hpp says what it computes): weight upload, the
-// per-request state's segment offsets, scratch, and one step as a sequence of launches on one stream.
+// per-request state's segment offsets, scratch, one step as a sequence of launches on one stream, and the
+// padded step's CUDA graphs.
 #include "codec_cuda.hpp"
 #include "codec_cuda_kernels.hpp"
 
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -89,7 +91,8 @@ struct segment_cursor {
   }
 };
 
-// One upload buffer: the step's row table and codes, device block and pinned mirror in the same layout.
+// One upload buffer: the step's row table and codes, device block and pinned mirror in the same layout. A
+// padded step has one row more than its bucket (the filler row, see decode_step).
 struct table_layout {
   std::size_t states = 0, audio = 0, start = 0, frame_row = 0, codes = 0, bytes = 0;
   table_layout(int rows, int frames, int quantizers) {
@@ -111,6 +114,8 @@ struct codec_cuda::state {
   // Everything is released here, so a constructor that throws half-way leaks nothing either.
   ~state() {
     if (stream) cudaStreamSynchronize(stream);
+    for (auto& [key, g] : graphs)
+      cudaGraphExecDestroy(g);
     if (uploaded) cudaEventDestroy(uploaded);
     if (blas) cublasDestroy(blas);
     if (pinned) cudaFreeHost(pinned);
@@ -150,6 +155,12 @@ struct codec_cuda::state {
   unsigned char* pinned = nullptr;
   table_layout tables{0, 0, 0};
   cudaEvent_t uploaded = nullptr; // the last upload from `pinned` has been read
+  // The padded step's sinks: idle rows (no frames) read and write back the idle state's zeros, the filler row
+  // (the frames a bucket has beyond its rows') decodes from the filler state, zeroed each step; both write
+  // their audio to sink_audio.
+  float *idle_state = nullptr, *filler_state = nullptr, *sink_audio = nullptr;
+  std::size_t state_floats = 0;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs; // (bucket, width) -> the padded step
   // A host decoder without weights: its input checks and their messages, for decode_step.
   std::unique_ptr<codec_decoder> checker;
 
@@ -373,7 +384,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   weight_bytes_ = st.weight_bytes;
 
   const std::size_t frames = std::size_t(limits.max_rows) * limits.max_window;
-  const scratch_sizes need = measure(c, st, frames, std::size_t(limits.max_rows));
+  const int table_rows = limits.max_rows + 1; // a padded step's filler row besides its bucket
+  const scratch_sizes need = measure(c, st, frames, std::size_t(table_rows));
   st.act[0] = st.alloc<float>(need.act);
   st.act[1] = st.alloc<float>(need.act);
   st.ext = st.alloc<float>(need.ext);
@@ -395,11 +407,17 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     scratch_bytes_ += (st.col_floats + st.product_floats) * sizeof(float) + cublas_workspace_bytes;
   }
 
-  st.tables = table_layout(limits.max_rows, int(frames), c.num_quantizers);
+  st.tables = table_layout(table_rows, int(frames), c.num_quantizers);
   st.table = st.alloc<unsigned char>(st.tables.bytes);
   CODEC_CHECK(cudaMallocHost(&st.pinned, st.tables.bytes));
   CODEC_CHECK(cudaEventCreateWithFlags(&st.uploaded, cudaEventDisableTiming));
   st.checker = std::make_unique<codec_decoder>(c, codec_weights{});
+  st.state_floats = layout_.total;
+  st.idle_state = st.alloc<float>(st.state_floats);
+  st.filler_state = st.alloc<float>(st.state_floats);
+  st.sink_audio = st.alloc<float>(frames * std::size_t(c.samples_per_frame()));
+  CODEC_CHECK(cudaMemset(st.idle_state, 0, st.state_floats * sizeof(float)));
+  scratch_bytes_ += (2 * st.state_floats + frames * std::size_t(c.samples_per_frame())) * sizeof(float);
   // The copies above ran on the legacy stream, which the decoder's non-blocking stream does not wait for.
   CODEC_CHECK(cudaDeviceSynchronize());
 }
@@ -408,7 +426,16 @@ codec_cuda::~codec_cuda() = default; // state's destructor releases everything
 
 void codec_cuda::synchronize() const { CODEC_CHECK(cudaStreamSynchronize(stream_)); }
 
-void codec_cuda::decode_step(std::span<const row> rows) {
+int codec_cuda::bucket_of(int rows) const {
+  int bucket = 1;
+  while (bucket < rows)
+    bucket *= 2;
+  return std::min(bucket, limits_.max_rows);
+}
+
+std::size_t codec_cuda::graphs() const { return s_->graphs.size(); }
+
+void codec_cuda::decode_step(std::span<const row> rows, codec_cuda_launch launch) {
   const codec_config& c = config_;
   state& st = *s_;
   const int q = c.num_quantizers;
@@ -417,7 +444,7 @@ void codec_cuda::decode_step(std::span<const row> rows) {
     throw std::invalid_argument("qwen3_tts CUDA codec: a step of " + std::to_string(rows.size()) +
                                 " rows; this decoder was built for at most " + std::to_string(limits_.max_rows) +
                                 " (codec_cuda_limits::max_rows)");
-  int frames = 0, max_width = 0;
+  int max_width = 0;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     st.checker->check_frames(rows[r].frames);
     const int n = int(rows[r].frames.size() / std::size_t(q));
@@ -428,11 +455,27 @@ void codec_cuda::decode_step(std::span<const row> rows) {
     if (rows[r].state == nullptr || rows[r].audio == nullptr)
       throw std::invalid_argument("qwen3_tts CUDA codec: row " + std::to_string(r) +
                                   " has no state or no audio buffer");
-    frames += n;
     max_width = std::max(max_width, n);
   }
+  if (launch == codec_cuda_launch::eager) {
+    enqueue(upload(rows, 0, max_width));
+    return;
+  }
+  const int bucket = bucket_of(int(rows.size()));
+  const k::row_table rt = upload(rows, bucket, max_width);
+  if (launch == codec_cuda_launch::bucketed)
+    enqueue_padded(rt);
+  else
+    replay(rt, bucket, max_width);
+}
 
-  // The row table and the codes, through the pinned mirror (the previous step's upload must have left it).
+// A padded step's table: rows 0..n-1 the step's, rows n..bucket-1 idle (no frames, the idle state), row
+// bucket the filler (the frames up to bucket x width, code 0, the filler state). Every graph of a key then
+// launches the same sizes over the same device table, whatever the step's rows, slots and widths.
+k::row_table codec_cuda::upload(std::span<const row> rows, int bucket, int width) {
+  state& st = *s_;
+  const int q = config_.num_quantizers, n = int(rows.size());
+  // The pinned mirror is rewritten only once the previous step's upload has left it.
   CODEC_CHECK(cudaEventSynchronize(st.uploaded));
   const table_layout& tl = st.tables;
   auto host = [&](std::size_t at) { return st.pinned + at; };
@@ -442,31 +485,80 @@ void codec_cuda::decode_step(std::span<const row> rows) {
   auto* frame_row = reinterpret_cast<std::int32_t*>(host(tl.frame_row));
   auto* codes = reinterpret_cast<std::int32_t*>(host(tl.codes));
   start[0] = 0;
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    const int n = int(rows[r].frames.size() / std::size_t(q));
-    states[r] = rows[r].state;
-    audio[r] = rows[r].audio;
-    start[r + 1] = start[r] + n;
-    std::fill_n(frame_row + start[r], n, std::int32_t(r));
-    std::memcpy(codes + std::size_t(start[r]) * q, rows[r].frames.data(), rows[r].frames.size_bytes());
+  for (int r = 0; r < n; ++r) {
+    const auto& row = rows[std::size_t(r)];
+    const int frames = int(row.frames.size() / std::size_t(q));
+    states[r] = row.state;
+    audio[r] = row.audio;
+    start[r + 1] = start[r] + frames;
+    std::fill_n(frame_row + start[r], frames, std::int32_t(r));
+    std::memcpy(codes + std::size_t(start[r]) * q, row.frames.data(), row.frames.size_bytes());
+  }
+  k::row_table rt;
+  rt.rows = n;
+  rt.frames = start[n];
+  rt.max_width = width;
+  if (bucket > 0) {
+    for (int r = n; r < bucket; ++r) {
+      states[r] = st.idle_state;
+      audio[r] = st.sink_audio;
+      start[r + 1] = start[r];
+    }
+    const int capacity = bucket * width;
+    states[bucket] = st.filler_state;
+    audio[bucket] = st.sink_audio;
+    start[bucket + 1] = capacity;
+    std::fill_n(frame_row + rt.frames, capacity - rt.frames, std::int32_t(bucket));
+    std::fill_n(codes + std::size_t(rt.frames) * q, std::size_t(capacity - rt.frames) * q, std::int32_t(0));
+    rt.rows = bucket + 1;
+    rt.frames = capacity;
   }
   CODEC_CHECK(cudaMemcpyAsync(st.table, st.pinned, tl.bytes, cudaMemcpyHostToDevice, stream_));
   CODEC_CHECK(cudaEventRecord(st.uploaded, stream_));
-
-  k::row_table rt;
   rt.start = reinterpret_cast<const std::int32_t*>(st.table + tl.start);
   rt.frame_row = reinterpret_cast<const std::int32_t*>(st.table + tl.frame_row);
   rt.state = reinterpret_cast<float* const*>(st.table + tl.states);
-  rt.rows = int(rows.size());
-  rt.frames = frames;
-  rt.max_width = max_width;
-  enqueue(rt, reinterpret_cast<const std::int32_t*>(st.table + tl.codes),
-          reinterpret_cast<float* const*>(st.table + tl.audio));
+  return rt;
 }
 
-void codec_cuda::enqueue(const codec_kernels::row_table& rt, const std::int32_t* codes, float* const* audio) {
+void codec_cuda::enqueue_padded(const k::row_table& rt) {
+  const state& st = *s_;
+  CODEC_CHECK(cudaMemsetAsync(st.filler_state, 0, st.state_floats * sizeof(float), stream_));
+  enqueue(rt);
+}
+
+void codec_cuda::replay(const k::row_table& rt, int bucket, int width) {
+  state& st = *s_;
+  const std::pair key{bucket, width};
+  if (const auto it = st.graphs.find(key); it != st.graphs.end()) {
+    CODEC_CHECK(cudaGraphLaunch(it->second, stream_));
+    return;
+  }
+  // This step eagerly, so that cuBLAS and lazily loaded kernels initialize outside a capture; then the same
+  // launches captured, not run, for the key's next steps.
+  enqueue_padded(rt);
+  cudaGraph_t graph = nullptr;
+  CODEC_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue_padded(rt);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  CODEC_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(e, "cudaGraphInstantiate (codec step)");
+  st.graphs.emplace(key, exec);
+}
+
+void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   const codec_config& c = config_;
   const state& w = *s_;
+  const auto* codes = reinterpret_cast<const std::int32_t*>(w.table + w.tables.codes);
+  const auto* audio = reinterpret_cast<float* const*>(w.table + w.tables.audio);
   cudaStream_t s = stream_;
   const int T = rt.frames, R = rt.rows;
   // Every use of a scratch buffer is checked against what measure() allocated.

@@ -12,9 +12,8 @@
 // host: a row's audio does not depend on the other rows of its step, and stays within the host's distance
 // of the reference (codec_cuda_math has the faster cuBLAS float32 choice).
 //
-// Everything is enqueued on the decoder's one stream. A step's launch sizes follow its total frames, so
-// a CUDA graph per (batch bucket, window width) is where capture would go (not done: widths vary per row,
-// and graphs come after a GPU run has measured the step).
+// Everything is enqueued on the decoder's one stream, either eagerly (launch sizes follow the step's own
+// rows and frames) or replayed from a CUDA graph per (batch bucket, window width): codec_cuda_launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,7 +38,21 @@ struct row_table;
 // may then depend on its step's other rows (within float32 rounding).
 enum class codec_cuda_math { double_sums, cublas_f32 };
 
-// Capacities fixed at construction (every buffer is allocated once).
+// How a step's launches reach the stream.
+//   eager     every launch enqueued for the step's own rows and frames.
+//   graph     the step padded to a bucket of rows (1, 2, 4, ... up to max_rows) and to bucket x width frames
+//             (width: its widest row's window), its launches captured once per (bucket, width) as a CUDA
+//             graph and replayed. The graph reads each row's state and audio pointers, codes and frame
+//             offsets from the step's upload (device memory), so one graph serves any rows in any slots. The
+//             first step of a key runs its launches eagerly (cuBLAS and lazily loaded kernels warm up outside
+//             a capture), then captures them for the steps after.
+//   bucketed  the graph's padded launches enqueued eagerly, never captured: what a replay computes.
+// Padding rows decode into the decoder's own sink state and sink audio, never into a caller's buffer. Under
+// double_sums every launch gives a row the same bits; under cublas_f32 a replay gives the bits of `bucketed`
+// (the same GEMM shapes), which may differ from `eager`'s in float32 rounding.
+enum class codec_cuda_launch { eager, graph, bucketed };
+
+// Capacities fixed at construction (every buffer is allocated once, so captured graphs stay valid).
 struct codec_cuda_limits {
   int max_rows = 8;   // rows of one step
   int max_window = 8; // frames of one row in one step
@@ -68,7 +81,13 @@ public:
   // partial frame); nothing is enqueued when a row is refused. A state whose frame counter is not a
   // frame count is not detected here (the host decoder refuses it). The frames may be reused as soon as
   // the call returns; state and audio must stay valid until the stream has run the step.
-  void decode_step(std::span<const row> rows);
+  void decode_step(std::span<const row> rows, codec_cuda_launch launch = codec_cuda_launch::eager);
+
+  // The rows bucket a step of `rows` rows is padded to under codec_cuda_launch::graph: the next power of two,
+  // at most max_rows.
+  int bucket_of(int rows) const;
+  // Graphs captured so far: one per (bucket, width) that a step under codec_cuda_launch::graph has used.
+  std::size_t graphs() const;
 
   const codec_config& config() const { return config_; }
   const codec_state_layout& state_layout() const { return layout_; }
@@ -83,8 +102,14 @@ public:
   struct state; // device buffers and weights (codec_cuda.cu)
 
 private:
-  // Every launch of one step, for the rows of the uploaded table.
-  void enqueue(const codec_kernels::row_table& rows, const std::int32_t* codes, float* const* audio);
+  // The step's rows, codes and frame offsets into the pinned mirror and up to the device, compact (bucket 0)
+  // or padded to bucket rows of at most width frames; the table the launches read.
+  codec_kernels::row_table upload(std::span<const row> rows, int bucket, int width);
+  // Every launch of one step, for the rows, codes and audio pointers of the uploaded table.
+  void enqueue(const codec_kernels::row_table& rows);
+  // A padded step: the filler row's sink state zeroed, then enqueue.
+  void enqueue_padded(const codec_kernels::row_table& rows);
+  void replay(const codec_kernels::row_table& rows, int bucket, int width);
 
   codec_config config_;
   codec_cuda_limits limits_;

@@ -2,10 +2,14 @@
 // window 72, latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2: 1920 samples a frame) with random
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
-// for every width). Prints the step's GPU time and the GPU time per second of audio it decodes, for each
-// codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32).
+// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32), the step's
+// GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to the rows bucket and
+// to bucket x widest-window frames) side by side in the same run, the GPU time per second of audio of each,
+// and the host time of the graph's first step (that step eagerly, then the capture and instantiation). Rows
+// 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8 frames: there the graph's
+// replay also computes the padding.
 //
-//   qwen3tts_codec_bench [--rows 1,8,32,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
+//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
 #include "codec_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -13,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -77,7 +82,7 @@ std::vector<float> random_tensor(const std::string& name, const std::vector<std:
 } // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<int> rows_list = {1, 8, 32, 64}, widths = {1, 8};
+  std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
   int iters = 5;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
   for (int i = 1; i < argc; ++i) {
@@ -137,20 +142,34 @@ int main(int argc, char** argv) try {
                           audio + std::size_t(r) * max_window * spf});
           frames += std::size_t(w);
         }
-        gpu.decode_step(step); // warm-up
+        // The mean GPU time of `iters` steps under `launch`, after one step that is not timed.
+        auto time_steps = [&](codec_cuda_launch launch) {
+          gpu.decode_step(step, launch);
+          gpu.synchronize();
+          check(cudaEventRecord(e0, gpu.stream()), "cudaEventRecord");
+          for (int i = 0; i < iters; ++i)
+            gpu.decode_step(step, launch);
+          check(cudaEventRecord(e1, gpu.stream()), "cudaEventRecord");
+          check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+          return double(ms) / iters;
+        };
+        const double eager_ms = time_steps(codec_cuda_launch::eager);
+        const std::size_t graphs_before = gpu.graphs();
+        const auto t0 = std::chrono::steady_clock::now();
+        gpu.decode_step(step, codec_cuda_launch::graph); // a new key: its step eagerly, then its capture
         gpu.synchronize();
-        check(cudaEventRecord(e0, gpu.stream()), "cudaEventRecord");
-        for (int i = 0; i < iters; ++i)
-          gpu.decode_step(step);
-        check(cudaEventRecord(e1, gpu.stream()), "cudaEventRecord");
-        check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-        const double step_ms = double(ms) / iters;
+        const double first_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double graph_ms = time_steps(codec_cuda_launch::graph);
         const double audio_s = double(frames * spf) / config.output_sample_rate;
-        std::printf("RESULT %-11s rows %3d  widths %-7s  step %9.3f ms  %8.4f GPU s per audio s  (%zu frames)\n",
-                    math_name, rows, width > 0 ? std::to_string(width).c_str() : "1,2,4,8", step_ms,
-                    step_ms / 1e3 / audio_s, frames);
+        const int widest = width > 0 ? width : 1 << std::min(rows - 1, 3);
+        std::printf("RESULT %-11s rows %3d  widths %-7s  eager %9.3f ms  graph %9.3f ms (%5.2fx)  GPU s per audio s "
+                    "%8.4f eager, %8.4f graph  (%zu frames; graph %d x %d frames, first step %s%.1f ms)\n",
+                    math_name, rows, width > 0 ? std::to_string(width).c_str() : "1,2,4,8", eager_ms, graph_ms,
+                    eager_ms / graph_ms, eager_ms / 1e3 / audio_s, graph_ms / 1e3 / audio_s, frames,
+                    gpu.bucket_of(rows), widest, gpu.graphs() > graphs_before ? "with capture " : "", first_ms);
       }
   }
   cudaFree(states);
