@@ -220,6 +220,10 @@ stage_compare() {
   timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
     --lane off,on,auto --warmup 1 --json "$compare_dir/inproc.json" 2>&1 | tee "$d/inproc.log"
   local inproc=${PIPESTATUS[0]} http=0 lane
+  # The codec's steps from CUDA graphs instead of eager launches: rows "mstar-cg".
+  timeout 120 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+    --lane on --codec-graphs --warmup 1 --json "$compare_dir/inproc_graphs.json" 2>&1 | tee "$d/inproc_graphs.log"
+  inproc="$inproc, with codec graphs ${PIPESTATUS[0]}"
   for lane in off on auto; do
     "$q" serve --model "$ck" --port 0 --lane "$lane" --max-live "$widest" --max-batch "$widest" --max-queued 256 \
       > "$d/serve_$lane.out" 2> "$d/serve_$lane.err" &

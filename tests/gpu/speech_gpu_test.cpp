@@ -267,16 +267,18 @@ TEST_CASE("through the CUDA pipeline cancelled requests give every codec slot ba
 }
 
 TEST_CASE("through the CUDA pipeline a request's codec state follows it to whatever row each codec step gives "
-          "it, in both codec batchings" *
+          "it, in both codec batchings, launched eagerly or replayed from graphs" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Requests of different lengths, more live than rows, a ramp of several widths: a request's codec rows
-  // change position and step companions from window to window.
+  // change position and step companions from window to window (and, from graphs, bucket padding beside them).
   const fixture c = load_fixture("tiny06");
   const auto requests = cycled_requests(c, 10, [](std::size_t i) { return 6 + 5 * std::uint32_t(i); });
   auto gpu = cuda_talker(c, speech_talker_limits<host_speech>(4));
-  for (const bool per_width : {true, false}) {
+  for (const auto& [per_width, graphs] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
     CAPTURE(per_width);
+    CAPTURE(graphs);
     speech_run_options o;
+    o.codec_graphs = graphs;
     o.sampling = talker_sampling::greedy();
     o.flow.ramp = {1, 3, 2, 4};
     o.flow.codec_per_width = per_width;
@@ -288,9 +290,9 @@ TEST_CASE("through the CUDA pipeline a request's codec state follows it to whate
     for (const auto& [id, r] : run.results)
       CHECK(r.chunks > 1); // windows of 1 and then 3 frames at least
     const double worst = check_completed_audio(c, run);
-    std::printf("CUDA pipeline, codec %s, 10 requests of 6..51 frames on 4 rows: audio within %.3g of the "
+    std::printf("CUDA pipeline, codec %s, %s, 10 requests of 6..51 frames on 4 rows: audio within %.3g of the "
                 "reference decoder's, %llu codec steps\n", per_width ? "one step per width" : "every width a step",
-                worst, (unsigned long long)run.codec_steps);
+                graphs ? "graphs" : "eager", worst, (unsigned long long)run.codec_steps);
     check_pools_full(run);
   }
 }

@@ -36,6 +36,10 @@ struct speech_forward_options {
   std::uint32_t max_window = 8;  // widest codec window (the ramp's widest)
   std::uint32_t buffers = 16;    // output buffers per kind: >= the worker's step_records + 2
   std::uint32_t jobs = 8;        // input jobs per kind in flight (>= the engine's staging depth is plenty)
+  // The CUDA codec's steps replayed from a CUDA graph per rows bucket and widest window (codec_cuda_launch::graph:
+  // no launch cost a kernel, but the padding up to bucket x width frames is computed too) instead of launched
+  // eagerly. The host backend has no launches to save and ignores it.
+  bool codec_graphs = false;
 };
 
 namespace detail {

@@ -1,8 +1,8 @@
 // The forward functions of the real Qwen3-TTS on the CUDA backend: the Talker and its code predictor on the
 // GPU (talker_cuda: bf16 weights, the prefill eager, each decode step one CUDA graph per row count), and the
-// codec decoder on the GPU (codec_cuda: float32, the math chosen by codec_cuda_math, each step replayed from a
-// CUDA graph per rows bucket and widest window), fed each row's window from the request's codes as the flow
-// copied them to the host.
+// codec decoder on the GPU (codec_cuda: float32, the math chosen by codec_cuda_math, each step launched eagerly
+// or, with speech_forward_options::codec_graphs, replayed from a CUDA graph per rows bucket and widest window),
+// fed each row's window from the request's codes as the flow copied them to the host.
 //
 //   talker_cuda gpu(cuda_dims(talker.config()), speech_talker_limits<Spec>(16));
 //   gpu.load_weights(store_weight_source(checkpoint.weights));
@@ -67,10 +67,6 @@ talker_cuda_limits speech_talker_limits(std::uint32_t max_batch) {
 // the reference (the tests' bound is 1e-4) and runs a step 3-10x faster than the double-sum kernels
 // (docs/benchmarks.md); what it gives up is a row's bits not depending on its step's other rows.
 inline constexpr codec_cuda_math default_codec_math = codec_cuda_math::cublas_f32;
-
-// How the codec's steps reach its stream: replayed from a CUDA graph per rows bucket and widest window (no
-// launch cost per kernel, but the padding up to bucket x width frames is computed too), or eagerly.
-inline constexpr codec_cuda_launch codec_launch = codec_cuda_launch::graph;
 
 namespace detail {
 
@@ -240,7 +236,7 @@ private:
     // a window it refuses.
     backend_->record(to_codec_, ctx.stream);
     backend_->wait(codec_stream(), to_codec_);
-    codec_.decode_step(codec_rows_, codec_launch);
+    codec_.decode_step(codec_rows_, o_.codec_graphs ? codec_cuda_launch::graph : codec_cuda_launch::eager);
     auto lease = audio_.acquire(rows, std::size_t(frames) * spf_);
     detail::lend_audio(ctx, lease, first_, spf_);
     backend_->copy_to_host(lease.data, audio_dev_.get(), std::size_t(frames) * spf_ * sizeof(float), codec_stream());

@@ -33,6 +33,7 @@ struct speech_run_options {
   std::uint64_t seed = 0;          // engine_options.sampler_seed: mixed with each request's id into its seed
   std::uint32_t max_batch = 16;    // rows of a step
   std::uint32_t concurrency = 0;   // requests live at once (0: all of them)
+  bool codec_graphs = false;       // speech_forward_options::codec_graphs (the CUDA codec's steps from graphs)
   // Cancel request id after it received this many audio chunks (0: before its first, at submit).
   std::map<mstar::request_id, std::uint32_t> cancel_after_chunks;
 };
@@ -65,6 +66,7 @@ speech_run_result run_speech_with(Backend& backend, const talker_host& talker, c
   speech_forward_options fo;
   fo.max_batch = o.max_batch;
   fo.max_window = flow.widest_window();
+  fo.codec_graphs = o.codec_graphs;
   auto fwd_owner = make_forwards(backend, fo);
   auto& fwd = *fwd_owner;
 

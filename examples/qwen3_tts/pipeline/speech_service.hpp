@@ -47,6 +47,7 @@ struct speech_service_options {
   // Where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda when the program
   // was built with it and a CUDA device is present and the sampling is one it computes; host otherwise).
   std::string device = "auto";
+  bool codec_graphs = false; // the CUDA codec's steps from CUDA graphs (speech_forward_options::codec_graphs)
 };
 
 // Per-request callbacks; either may be empty.
@@ -99,6 +100,7 @@ public:
     speech_forward_options fo;
     fo.max_batch = o.max_batch;
     fo.max_window = flow_.widest_window();
+    fo.codec_graphs = o.codec_graphs;
     fwd_ = make_forwards(backend_, fo);
     mstar::worker_options wo;
     wo.lane = o.lane;

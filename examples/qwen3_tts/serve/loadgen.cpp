@@ -39,7 +39,7 @@ mstar::lane_mode lane_mode_of(const std::string& s) {
 load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64_t seed, std::uint32_t c,
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
-  row.system = "mstar";
+  row.system = svc.on_cuda() && svc.options().codec_graphs ? "mstar-cg" : "mstar"; // cg: codec graphs
   row.c = c;
   row.n = n;
   std::mutex lock;
@@ -94,6 +94,7 @@ int loadgen_main(int argc, char** argv) {
   std::vector<std::string> lanes = {"on"};
   std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
   std::uint64_t seed = 1;
+  bool codec_graphs = false;
   app.add_option("--model", model_dir, "checkpoint folder in the official layout")->required();
   app.add_option("-c,--concurrency", cs, "clients at once; a list runs each")
       ->delimiter(',')
@@ -118,6 +119,8 @@ int loadgen_main(int argc, char** argv) {
   app.add_option("--device", device, "host, cuda or auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
+  app.add_flag("--codec-graphs", codec_graphs, "on CUDA, replay the codec's steps from CUDA graphs per rows bucket "
+                                              "and widest window instead of launching them eagerly");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
@@ -145,6 +148,7 @@ int loadgen_main(int argc, char** argv) {
     so.max_live = widest;
     so.max_batch = max_batch ? std::min(max_batch, widest) : widest;
     so.device = device;
+    so.codec_graphs = codec_graphs;
     so.ramp.clear();
     for (auto id : parse_ids(window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
@@ -159,8 +163,9 @@ int loadgen_main(int argc, char** argv) {
       so.lane = lane_mode_of(lane);
       service svc(talker, codec, so);
       if (rows.empty()) {
-        std::printf("qwen3tts loadgen: %s on %s, %u frames a request at most, max batch %u\n", model_dir.c_str(),
-                    svc.on_cuda() ? "cuda" : "host", base.max_frames, so.max_batch);
+        std::printf("qwen3tts loadgen: %s on %s%s, %u frames a request at most, max batch %u\n", model_dir.c_str(),
+                    svc.on_cuda() ? "cuda" : "host", svc.on_cuda() && codec_graphs ? " (codec graphs)" : "",
+                    base.max_frames, so.max_batch);
         print_load_header();
       }
       run_sweep(cs, n, warmup, lane, next_seed, rows, first_error,

@@ -46,6 +46,7 @@ struct serve_options {
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
+  bool codec_graphs = false;
 };
 
 // A 4xx/5xx answer: OpenAI's error object.
@@ -209,6 +210,7 @@ private:
     so.sampling = sampling_from(o_.model_dir);
     so.max_live = o_.max_live;
     so.max_batch = std::min(o_.max_batch, o_.max_live);
+    so.codec_graphs = o_.codec_graphs;
     so.ramp.clear();
     for (auto id : parse_ids(o_.window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
@@ -509,6 +511,8 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
+  app.add_flag("--codec-graphs", o.codec_graphs, "on CUDA, replay the codec's steps from CUDA graphs per rows bucket "
+                                                 "and widest window instead of launching them eagerly");
   CLI11_PARSE(app, argc, argv);
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a
