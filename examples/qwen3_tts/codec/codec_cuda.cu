@@ -394,8 +394,10 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   st.ext_floats = need.ext;
   st.tmp_floats = need.tmp;
   scratch_bytes_ = (2 * need.act + need.ext + need.tmp) * sizeof(float);
-  if (math == codec_cuda_math::cublas_f32) {
+  if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
+    CODEC_CHECK(cublasSetMathMode(st.blas, math == codec_cuda_math::cublas_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                : CUBLAS_DEFAULT_MATH));
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
     CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));

@@ -35,8 +35,9 @@ struct row_table;
 // one fixed order per output, as the host decoder: a row's bits do not depend on the other rows of its step
 // or on its window split. cublas_f32: cuBLAS SGEMM (float32 sums, no TF32) over the convolutions' windows
 // written out (im2col), faster; cuBLAS may pick another algorithm for another row count, so a row's bits
-// may then depend on its step's other rows (within float32 rounding).
-enum class codec_cuda_math { double_sums, cublas_f32 };
+// may then depend on its step's other rows (within float32 rounding). cublas_tf32: the same GEMMs on the
+// tensor cores in TF32 (inputs rounded to 10 mantissa bits, float32 sums), for speed at bf16-level precision.
+enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32 };
 
 // How a step's launches reach the stream.
 //   eager     every launch enqueued for the step's own rows and frames.

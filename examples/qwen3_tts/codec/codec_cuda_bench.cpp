@@ -9,7 +9,7 @@
 // 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8 frames: there the graph's
 // replay also computes the padding.
 //
-//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math double|cublas|both]
+//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math double|cublas|tf32|all]
 #include "codec_cuda.hpp"
 
 #include <cuda_runtime.h>
@@ -84,7 +84,8 @@ std::vector<float> random_tensor(const std::string& name, const std::vector<std:
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
   int iters = 5;
-  std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
+  std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
+                                       codec_cuda_math::cublas_tf32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
@@ -100,8 +101,10 @@ int main(int argc, char** argv) try {
         maths = {codec_cuda_math::double_sums};
       else if (m == "cublas")
         maths = {codec_cuda_math::cublas_f32};
-      else if (m != "both")
-        throw std::invalid_argument("--math " + m + ": double, cublas or both");
+      else if (m == "tf32")
+        maths = {codec_cuda_math::cublas_tf32};
+      else if (m != "all")
+        throw std::invalid_argument("--math " + m + ": double, cublas, tf32 or all");
     } else
       throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math)");
   }
@@ -125,7 +128,9 @@ int main(int argc, char** argv) try {
   cases.push_back(0);
   for (const auto math : maths) {
     codec_cuda gpu(config, weights, {max_rows, max_window}, math);
-    const char* math_name = math == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32";
+    const char* math_name = math == codec_cuda_math::double_sums ? "double sums"
+                            : math == codec_cuda_math::cublas_f32 ? "cuBLAS f32"
+                                                                  : "cuBLAS TF32";
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,

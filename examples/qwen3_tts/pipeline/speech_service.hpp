@@ -48,6 +48,7 @@ struct speech_service_options {
   // was built with it and a CUDA device is present and the sampling is one it computes; host otherwise).
   std::string device = "auto";
   bool codec_graphs = false; // the CUDA codec's steps from CUDA graphs (speech_forward_options::codec_graphs)
+  std::string codec_math = "cublas"; // the CUDA codec's sums: cublas, tf32 or double (codec_cuda_math)
 };
 
 // Per-request callbacks; either may be empty.

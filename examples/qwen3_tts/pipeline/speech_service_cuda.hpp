@@ -32,6 +32,7 @@ std::unique_ptr<detail::service_runtime<Spec>> make_cuda_service_runtime(const t
                  "yet: serving on the host\n";
     return nullptr;
   }
+  const codec_cuda_math codec_math = codec_math_named(o.codec_math);
   auto gpu = std::make_shared<talker_cuda>(cuda_dims(talker.config()), speech_talker_limits<Spec>(o.max_batch));
   gpu->load_weights(host_weight_source(talker.weights()));
   mstar::engine_options cuda_eo = eo;
@@ -40,7 +41,8 @@ std::unique_ptr<detail::service_runtime<Spec>> make_cuda_service_runtime(const t
   return std::make_unique<detail::service_runtime_on<Spec, mstar::cuda_backend>>(
       talker, codec, o, cuda_eo,
       [&](mstar::cuda_backend& b, const speech_forward_options& fo) {
-        return std::make_unique<speech_forwards<Spec, mstar::cuda_backend>>(b, talker, ref, codec, o.sampling, fo);
+        return std::make_unique<speech_forwards<Spec, mstar::cuda_backend>>(b, talker, ref, codec, o.sampling, fo,
+                                                                            codec_math);
       },
       std::shared_ptr<void>(gpu));
 }

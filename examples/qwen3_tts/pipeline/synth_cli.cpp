@@ -130,8 +130,9 @@ int synth_main(int argc, char** argv) {
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
   app.add_option("--device", device, "where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda "
                                      "when a CUDA device is present)");
-  app.add_option("--codec-math", codec_math, "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster) or "
-                                             "double (double sums: a request's audio independent of its batch)");
+  app.add_option("--codec-math", codec_math, "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
+                                             "tf32 (cuBLAS on the tensor cores, bf16-level precision) or double "
+                                             "(double sums: a request's audio independent of its batch)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -143,8 +144,8 @@ int synth_main(int argc, char** argv) {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
-    if (codec_math != "cublas" && codec_math != "double")
-      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas or double");
+    if (codec_math != "cublas" && codec_math != "tf32" && codec_math != "double")
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32 or double");
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
@@ -200,9 +201,7 @@ int synth_main(int argc, char** argv) {
       const checkpoint_folder checkpoint = open_checkpoint(model_dir);
       gpu->load_weights(store_weight_source(checkpoint.weights));
       t1 = std::chrono::steady_clock::now();
-      run = run_speech_cuda<host_speech>(talker, *gpu, codec, {req}, o,
-                                         codec_math == "double" ? codec_cuda_math::double_sums
-                                                                : codec_cuda_math::cublas_f32);
+      run = run_speech_cuda<host_speech>(talker, *gpu, codec, {req}, o, codec_math_named(codec_math));
     }
 #endif
     if (!cuda) {

@@ -39,7 +39,10 @@ mstar::lane_mode lane_mode_of(const std::string& s) {
 load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64_t seed, std::uint32_t c,
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
-  row.system = svc.on_cuda() && svc.options().codec_graphs ? "mstar-cg" : "mstar"; // cg: codec graphs
+  // The codec's launch and math in the name where they are not the defaults: -cg codec graphs, -tf32.
+  row.system = "mstar";
+  if (svc.on_cuda() && svc.options().codec_graphs) row.system += "-cg";
+  if (svc.on_cuda() && svc.options().codec_math != "cublas") row.system += "-" + svc.options().codec_math;
   row.c = c;
   row.n = n;
   std::mutex lock;
@@ -89,7 +92,7 @@ int loadgen_main(int argc, char** argv) {
                "`qwen3tts loadgen-http`: audio seconds per second, first audio p50/p95, the gap p95 between audio "
                "windows"};
   std::string model_dir, text = "Hello there, this is a test of the speech server.", voice, instructions;
-  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path;
+  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, codec_math = "cublas";
   std::vector<std::uint32_t> cs = {1, 4, 16};
   std::vector<std::string> lanes = {"on"};
   std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
@@ -121,6 +124,9 @@ int loadgen_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--codec-graphs", codec_graphs, "on CUDA, replay the codec's steps from CUDA graphs per rows bucket "
                                               "and widest window instead of launching them eagerly");
+  app.add_option("--codec-math", codec_math, "on CUDA, the codec's sums: cublas (float32), tf32 or double")
+      ->check(CLI::IsMember({"cublas", "tf32", "double"}))
+      ->capture_default_str();
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
@@ -149,6 +155,7 @@ int loadgen_main(int argc, char** argv) {
     so.max_batch = max_batch ? std::min(max_batch, widest) : widest;
     so.device = device;
     so.codec_graphs = codec_graphs;
+    so.codec_math = codec_math;
     so.ramp.clear();
     for (auto id : parse_ids(window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
@@ -163,8 +170,9 @@ int loadgen_main(int argc, char** argv) {
       so.lane = lane_mode_of(lane);
       service svc(talker, codec, so);
       if (rows.empty()) {
-        std::printf("qwen3tts loadgen: %s on %s%s, %u frames a request at most, max batch %u\n", model_dir.c_str(),
-                    svc.on_cuda() ? "cuda" : "host", svc.on_cuda() && codec_graphs ? " (codec graphs)" : "",
+        std::printf("qwen3tts loadgen: %s on %s, %u frames a request at most, max batch %u\n", model_dir.c_str(),
+                    svc.on_cuda() ? ("cuda, codec " + codec_math + (codec_graphs ? " from graphs" : " eager")).c_str()
+                                  : "host",
                     base.max_frames, so.max_batch);
         print_load_header();
       }
