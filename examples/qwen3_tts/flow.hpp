@@ -15,6 +15,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mstar/engine/engine.hpp>
@@ -22,6 +23,7 @@
 #include "qwen3_tts/audio_hash.hpp"
 #include "qwen3_tts/forward.hpp"
 #include "qwen3_tts/model.hpp"
+#include "qwen3_tts/tts_walk.hpp"
 
 namespace qwen3_tts {
 
@@ -76,6 +78,7 @@ flow_result run_flow(mstar::engine<Model, Backend>& engine, talker<Backend>& tal
   using prefill_step = mstar::chain_step<Model, TalkerPrefill>;
   using decode_step = mstar::chain_step<Model, TalkerDecode>;
   using codec_step = mstar::side_step<Model, CodecChunk>;
+  constexpr tts_nodes nodes = nodes_of<Model, TalkerPrefill, TalkerDecode, CodecChunk>;
   if (opt.concurrency == 0 || opt.ramp.empty() || std::find(opt.ramp.begin(), opt.ramp.end(), 0u) != opt.ramp.end())
     throw std::invalid_argument("qwen3_tts::run_flow: concurrency must be at least 1 and the ramp's widths at least 1");
   auto& backend = engine.backend();
@@ -86,11 +89,10 @@ flow_result run_flow(mstar::engine<Model, Backend>& engine, talker<Backend>& tal
   detail::host_buffer<Backend, std::int16_t> audio_out(backend, std::size_t(codec.config().max_frames) *
                                                                     synth::samples_per_frame);
 
-  struct live {
-    const request_spec* spec;
-    mstar::request_ref ref;
+  struct live : tts_walk {
+    const request_spec* spec = nullptr;
+    mstar::request_ref ref{};
     std::vector<frame> frames;
-    std::uint32_t coded = 0, windows = 0;
   };
   flow_result result;
   std::vector<live> active;
@@ -104,16 +106,30 @@ flow_result run_flow(mstar::engine<Model, Backend>& engine, talker<Backend>& tal
       std::reverse(who.begin(), who.end());
     }
   };
-  auto take_frames = [&](std::size_t n) {
+  auto take_frames = [&](std::uint8_t node, std::size_t n) {
     backend.synchronize(chain);
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < n; ++i) {
       who[i]->frames.push_back(frames_out.data[i]);
+      who[i]->landed(nodes, node, 0);
+    }
+  };
+  // The requests that have a row of `node` now, in rows and who.
+  auto gather = [&](std::uint8_t node) {
+    rows.clear();
+    who.clear();
+    for (auto& a : active) {
+      mstar::row row{a.ref};
+      tts_walk::window w;
+      if (a.ready(nodes, node, row, opt.ramp, w)) {
+        rows.push_back(row);
+        who.push_back(&a);
+      }
+    }
+    order();
   };
 
   while (next < requests.size() || !active.empty()) {
     // Admit: a prefill step for the requests that join.
-    rows.clear();
-    who.clear();
     while (active.size() < opt.concurrency && next < requests.size()) {
       const auto& spec = requests[next++];
       if (spec.frames == 0 || spec.prompt_tokens == 0)
@@ -121,45 +137,37 @@ flow_result run_flow(mstar::engine<Model, Backend>& engine, talker<Backend>& tal
                                     " asks for no frames or has an empty prompt");
       auto ref = engine.add_request(spec.id);
       if (!ref) throw std::runtime_error("qwen3_tts::run_flow: engine_options.max_requests is below the concurrency");
-      active.push_back(live{&spec, *ref, {}});
+      auto& a = active.emplace_back();
+      a.spec = &spec;
+      a.ref = *ref;
+      a.prompt_tokens = spec.prompt_tokens;
+      a.frame_count = spec.frames;
     }
-    for (auto& a : active)
-      if (a.frames.empty()) {
-        rows.push_back({a.ref, a.spec->prompt_tokens});
-        who.push_back(&a);
-      }
+    gather(nodes.prefill);
     if (!rows.empty()) {
-      order();
       detail::require(engine.run(prefill_step{rows}, chain,
                                  [&](const auto& ctx) { talker.prefill(ctx, frames_out.span(rows.size())); }),
                       "talker_prefill");
       ++result.prefill_steps;
-      take_frames(rows.size());
+      take_frames(nodes.prefill, rows.size());
     }
     // Decode: one frame for every request that wants more (those just prefilled included).
-    rows.clear();
-    who.clear();
-    for (auto& a : active)
-      if (a.frames.size() < a.spec->frames) {
-        rows.push_back({a.ref, 1});
-        who.push_back(&a);
-      }
+    gather(nodes.decode);
     if (!rows.empty()) {
-      order();
       const auto bucket = mstar::bucket_for(static_cast<std::uint32_t>(rows.size()), opt.buckets);
       detail::require(engine.run(decode_step{rows, bucket}, chain,
                                  [&](const auto& ctx) { talker.decode(ctx, frames_out.span(rows.size())); }),
                       "talker_decode");
       ++result.decode_steps;
-      take_frames(rows.size());
+      take_frames(nodes.decode, rows.size());
     }
     // Codec: every request with a full window (or the rest of its audio) decodes it.
-    std::map<std::uint32_t, std::vector<live*>> groups;
+    std::map<std::uint32_t, std::vector<std::pair<live*, tts_walk::window>>> groups;
     for (auto& a : active) {
-      const std::uint32_t avail = static_cast<std::uint32_t>(a.frames.size()) - a.coded;
-      std::uint32_t w = opt.ramp[std::min<std::size_t>(a.windows, opt.ramp.size() - 1)];
-      if (a.frames.size() == a.spec->frames) w = std::min(w, avail);
-      if (w > 0 && avail >= w) groups[opt.codec_step_per_width ? w : 0].push_back(&a);
+      mstar::row row{a.ref};
+      tts_walk::window w;
+      if (a.ready(nodes, nodes.codec, row, opt.ramp, w))
+        groups[tts_walk::batch_key(nodes, nodes.codec, w.width, opt.codec_step_per_width)].push_back({&a, w});
     }
     if (opt.reverse_rows)
       for (auto& [w, g] : groups)
@@ -169,20 +177,15 @@ flow_result run_flow(mstar::engine<Model, Backend>& engine, talker<Backend>& tal
         const std::size_t n = std::min<std::size_t>(max_rows, group.size() - first);
         rows.clear();
         std::vector<codec_window> windows;
-        std::vector<std::uint32_t> widths;
         for (std::size_t i = first; i < first + n; ++i) {
-          live& a = *group[i];
-          const std::uint32_t avail = static_cast<std::uint32_t>(a.frames.size()) - a.coded;
-          std::uint32_t w = opt.ramp[std::min<std::size_t>(a.windows, opt.ramp.size() - 1)];
-          w = std::min(w, avail);
+          auto [a, w] = group[i];
           if (opt.before_window) {
             backend.synchronize(chain);
             backend.synchronize(lane);
-            opt.before_window(*a.spec, a.ref, a.windows);
+            opt.before_window(*a->spec, a->ref, a->chunks);
           }
-          rows.push_back({a.ref});
-          windows.push_back({a.frames.data() + a.coded, w});
-          widths.push_back(w);
+          rows.push_back({a->ref});
+          windows.push_back({a->frames.data() + w.first, w.width});
         }
         const auto samples = audio_samples(windows);
         detail::require(engine.run(codec_step{rows}, codec_stream,
@@ -193,23 +196,22 @@ flow_result run_flow(mstar::engine<Model, Backend>& engine, talker<Backend>& tal
         backend.synchronize(codec_stream);
         std::size_t offset = 0;
         for (std::size_t i = 0; i < n; ++i) {
-          live& a = *group[first + i];
+          auto [a, w] = group[first + i];
           const std::span<const std::int16_t> chunk(audio_out.data + offset,
-                                                    std::size_t(widths[i]) * synth::samples_per_frame);
-          result.digests[a.spec->id].update(chunk);
+                                                    std::size_t(w.width) * synth::samples_per_frame);
+          result.digests[a->spec->id].update(chunk);
           if (opt.keep_audio) {
-            auto& keep = result.audio[a.spec->id];
+            auto& keep = result.audio[a->spec->id];
             keep.insert(keep.end(), chunk.begin(), chunk.end());
           }
           offset += chunk.size();
-          a.coded += widths[i];
-          ++a.windows;
+          a->landed(nodes, nodes.codec, w.width);
         }
       }
     }
     // Teardown: requests whose audio is complete.
     for (auto it = active.begin(); it != active.end();) {
-      if (it->coded == it->spec->frames) {
+      if (it->finished()) {
         if (opt.keep_audio) result.frames[it->spec->id] = it->frames;
         engine.remove_request(it->ref, chain);
         it = active.erase(it);

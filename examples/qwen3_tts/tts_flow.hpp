@@ -48,12 +48,14 @@
 #include "qwen3_tts/forward.hpp"
 #include "qwen3_tts/model.hpp"
 #include "qwen3_tts/step_io.hpp"
+#include "qwen3_tts/tts_walk.hpp"
 
 namespace qwen3_tts {
 
 inline constexpr std::uint8_t prefill_node = Model::node_index<TalkerPrefill>;
 inline constexpr std::uint8_t decode_node = Model::node_index<TalkerDecode>;
 inline constexpr std::uint8_t codec_node = Model::node_index<CodecChunk>;
+inline constexpr tts_nodes nodes = nodes_of<Model, TalkerPrefill, TalkerDecode, CodecChunk>;
 
 // What a client submits.
 struct tts_request {
@@ -80,13 +82,12 @@ struct tts_result {
 
 namespace detail {
 
-// A request's data, owned by its request_state (a stable address for the payloads that point to it).
-struct live_request {
+// A request's data, owned by its request_state (a stable address for the payloads that point to it),
+// beside its walk.
+struct live_request : tts_walk {
   mstar::request_id id = 0;
   tts_request in{};
   std::vector<frame> frames; // sized at start: the codec reads frames the main thread no longer writes
-  std::uint32_t decoded = 0, coded = 0, chunks = 0;
-  bool prefilled = false;
   mstar::metrics::nanos last_chunk = 0;
   mailbox talker_out, codec_out; // written by the forward (GPU thread) before the step's launch
   tts_result result;
@@ -107,16 +108,15 @@ void start_request(std::unique_ptr<Request>& p, mstar::request_id id, const tts_
   if (in.cancel_after_chunks == 0 && on_cancel_point) on_cancel_point(id);
 }
 
-// A codec chunk of `width` frames landed for request r (its codec_out share): its audio hashed, the
-// share given back, the chunk's time and gap recorded, the client told at its cancel point.
+// A codec chunk of `width` frames landed for request r (its codec_out share), already counted in r.coded
+// and r.chunks: its audio hashed, the share given back, the chunk's time and gap recorded, the client
+// told at its cancel point.
 template <class Request, class CancelPoint>
-void land_chunk(Request& r, std::uint32_t width, const CancelPoint& on_cancel_point) {
+void deliver_chunk(Request& r, std::uint32_t width, const CancelPoint& on_cancel_point) {
   const auto now = mstar::metrics::now_ns();
   r.result.digest.update(
       {static_cast<const std::int16_t*>(r.codec_out.at), std::size_t(width) * synth::samples_per_frame});
   r.codec_out.release();
-  r.coded += width;
-  ++r.chunks;
   if (r.result.first_audio < 0)
     r.result.first_audio = now;
   else
@@ -124,6 +124,14 @@ void land_chunk(Request& r, std::uint32_t width, const CancelPoint& on_cancel_po
   r.last_chunk = now;
   r.result.chunk_log.push_back({now, width});
   if (r.chunks == r.in.cancel_after_chunks && on_cancel_point) on_cancel_point(r.id);
+}
+
+// The same for a request that keeps its own counts (the split flow's).
+template <class Request, class CancelPoint>
+void land_chunk(Request& r, std::uint32_t width, const CancelPoint& on_cancel_point) {
+  r.coded += width;
+  ++r.chunks;
+  deliver_chunk(r, width, on_cancel_point);
 }
 
 // What the flow keeps of a request that ended (r null: cancelled before it started); gives back the
@@ -192,52 +200,37 @@ public:
       throw std::invalid_argument("qwen3_tts::tts_flow: request " + std::to_string(id) +
                                   " asks for no frames or has an empty prompt");
     detail::start_request(s.req, id, in, on_cancel_point);
+    s.req->prompt_tokens = in.prompt_tokens;
+    s.req->frame_count = in.frames;
   }
 
   bool ready(request_state& s, std::uint8_t node, mstar::row& row, tts_payload& p) {
     auto& r = *s.req;
     p.req = &r;
-    if (node == prefill_node) {
-      if (r.prefilled) return false;
-      row.tokens = r.in.prompt_tokens;
-      return true;
-    }
-    if (node == decode_node) {
-      if (!r.prefilled || r.decoded >= r.in.frames) return false;
-      row.tokens = 1;
-      return true;
-    }
-    if (node == codec_node) {
-      const std::uint32_t w = window(r);
-      if (w == 0) return false;
-      p.first = r.coded;
-      p.width = w;
-      return true;
-    }
-    return false;
+    tts_walk::window w;
+    if (!r.ready(nodes, node, row, o_.ramp, w)) return false;
+    p.first = w.first;
+    p.width = w.width;
+    return true;
   }
 
   bool landed(request_state& s, std::uint8_t node, const tts_payload& p) {
     auto& r = *s.req;
-    if (node == prefill_node || node == decode_node) {
-      r.frames[r.decoded++] = *static_cast<const frame*>(r.talker_out.at);
+    if (node == prefill_node || node == decode_node) { // a frame from the Talker
+      r.frames[r.decoded] = *static_cast<const frame*>(r.talker_out.at);
       r.talker_out.release();
-      r.prefilled = true;
-      return false;
     }
-    detail::land_chunk(r, p.width, on_cancel_point); // codec_chunk: one chunk of audio for the client
+    if (!r.landed(nodes, node, p.width)) return false;
+    detail::deliver_chunk(r, p.width, on_cancel_point); // one chunk of audio for the client
     return true;
   }
 
-  bool finished(const request_state& s) const { return s.req->coded == s.req->in.frames; }
+  bool finished(const request_state& s) const { return s.req->finished(); }
 
-  // mstar::predicts_continuation: once this row's step lands, does the request at once have a row of
-  // the same node again? A decode row does unless it decodes the request's last frame (the row decodes
-  // frame r.decoded, counted when it lands); a prefill is never followed by another prefill. The
-  // worker stages the decode node's next step from these answers while the current one runs.
+  // mstar::predicts_continuation (tts_walk::continues): the worker stages the decode node's next step
+  // from these answers while the current one runs.
   bool continues(const request_state& s, std::uint8_t node, const tts_payload&) const {
-    const auto& r = *s.req;
-    return node == decode_node && r.decoded + 1 < r.in.frames;
+    return s.req->continues(nodes, node);
   }
 
   void end(request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
@@ -252,7 +245,7 @@ public:
   }
 
   std::uint32_t batch_key(std::uint8_t node, const tts_payload& p) const {
-    return node == codec_node && o_.codec_per_width ? p.width : 0;
+    return tts_walk::batch_key(nodes, node, p.width, o_.codec_per_width);
   }
 
   // Results of ended requests (read after wait_idle, or under results_lock()).
@@ -271,11 +264,6 @@ public:
   }
 
 private:
-  // The next window's width: the ramp's, or what is left once every frame is decoded; 0 while the
-  // frames it covers are not all decoded yet.
-  std::uint32_t window(const detail::live_request& r) const {
-    return detail::ramp_window(o_.ramp, r.chunks, r.decoded, r.coded, r.decoded == r.in.frames);
-  }
   tts_flow_options o_;
   std::mutex lock_;
   std::map<mstar::request_id, tts_result> results_;

@@ -626,12 +626,7 @@ TEST_CASE("Trace.without device time stamps, a stream's steps land in their laun
   std::vector<std::string> launched; // GPU thread, read after stop()
   w.forward<Prefill>([&](const auto& ctx) {
     launched.emplace_back("prefill");
-    const tts_payload* p = ctx.payloads.data();
-    const auto n = ctx.payloads.size();
-    base.enqueue(ctx.stream, [p, n] {
-      for (std::size_t i = 0; i < n; ++i)
-        *p[i].context = context_of(p[i].seed, p[i].first);
-    });
+    enqueue_prefill(base, ctx);
   });
   w.forward<Decode>([&](const auto& ctx) {
     launched.emplace_back("decode");

@@ -46,7 +46,8 @@ struct gated_end_flow : tts_flow {
   }
 };
 
-// The decode forward, with a task that throws for one request's first frame after the step's work.
+// The decode forward, with a task that throws for one request's first decoded frame (frame 1: the
+// prefill emits frame 0) after the step's work.
 template <class W>
 void install_throwing_decode(W& w, mstar::host_backend& backend, std::uint64_t bad_seed) {
   install_forwards(w, backend);
@@ -56,7 +57,7 @@ void install_throwing_decode(W& w, mstar::host_backend& backend, std::uint64_t b
     const auto n = ctx.payloads.size();
     backend.enqueue(ctx.stream, [p, n, bad_seed] {
       for (std::size_t i = 0; i < n; ++i)
-        if (p[i].seed == bad_seed && p[i].first == 0) throw std::runtime_error("injected kernel fault");
+        if (p[i].seed == bad_seed && p[i].first == 1) throw std::runtime_error("injected kernel fault");
     });
   });
 }
@@ -81,10 +82,10 @@ TEST_CASE("a request outgrowing max_blocks_per_request fails alone, with the rea
   Worker w(engine, flow, {});
   install_forwards(w, backend);
   w.start();
-  const tts_input big{11, 8, 20}; // 28 tokens: outgrows at its 9th frame
+  const tts_input big{11, 8, 20}; // 27 tokens (the prefill emits frame 0): outgrows at its 10th frame
   REQUIRE(w.submit(0, big));
   for (mstar::request_id i = 1; i <= 6; ++i)
-    REQUIRE(w.submit(i, tts_input{11 + i, 4, 12})); // 16 tokens: fits
+    REQUIRE(w.submit(i, tts_input{11 + i, 4, 12})); // 15 tokens: fits
   w.wait_idle();
   REQUIRE(w.submit(7, tts_input{30, 4, 12})); // the worker still serves
   w.wait_idle();
@@ -116,12 +117,7 @@ TEST_CASE("a forward that throws fails its step's requests with the forward's me
   std::atomic<int> throws{1};
   w.forward<Prefill>([&](const auto& ctx) {
     if (throws.fetch_sub(1) > 0) throw std::runtime_error("the weights are not loaded");
-    const tts_payload* p = ctx.payloads.data();
-    const auto n = ctx.payloads.size();
-    backend.enqueue(ctx.stream, [p, n] {
-      for (std::size_t i = 0; i < n; ++i)
-        *p[i].context = context_of(p[i].seed, p[i].first);
-    });
+    enqueue_prefill(backend, ctx);
   });
   w.start();
   REQUIRE(w.submit(1, tts_input{1, 4, 3}));

@@ -1,21 +1,23 @@
 // What the worker tests and the soak share: a small model with Qwen3-TTS's shape (prefill and decode on
 // the chain with a KV cache, attention, positions and a sampler; a codec with its own recurrent pool on
-// a side lane), a codec pool small enough that rows park, a Qwen3-TTS-shaped flow (prefill, then one
-// decode step per frame, then codec windows over the accumulated frames with a width ramp), and
-// deterministic host forwards.
+// a side lane), a codec pool small enough that rows park, the example's walk of a request
+// (qwen3_tts::tts_walk: a prefill that emits the first frame, then one decode step per further frame,
+// then codec windows over the accumulated frames with a width ramp), and deterministic host forwards.
 //
 // The bytes a request produces depend on its seed (through the prefill's context and the decoded
 // frames), on every frame, on the window boundaries and on the codec's recurrent state left by the
 // previous window, so a state zeroed too early, a slot shared by two requests, or a frame read from
 // another request changes them. A decode step reads each row's frame number from the positions the
-// step's plan staged (position - prompt), so a plan promoted for the wrong rows, or staged before
-// the previous step committed, changes them too. reference_audio() computes the same bytes single-threaded, with no
-// engine at all.
+// step's plan staged (position - prompt + 1), so a plan promoted for the wrong rows, or staged before
+// the previous step committed, changes them too. reference_audio() computes the same bytes
+// single-threaded, with no engine at all.
 #pragma once
 
 #include <mstar/backend/host.hpp>
 #include <mstar/engine/engine.hpp>
 #include <mstar/worker.hpp>
+
+#include "qwen3_tts/tts_walk.hpp"
 
 #include <algorithm>
 #include <array>
@@ -115,9 +117,10 @@ using Model   = tts_model<512>::type;
 
 using Engine = mstar::engine<Model, mstar::host_backend>;
 
-inline constexpr std::uint8_t prefill_node = mstar::detail::named_index(Model::descriptor.nodes, "prefill");
-inline constexpr std::uint8_t decode_node = mstar::detail::named_index(Model::descriptor.nodes, "decode");
-inline constexpr std::uint8_t codec_node = mstar::detail::named_index(Model::descriptor.nodes, "codec");
+inline constexpr std::uint8_t prefill_node = Model::node_index<Prefill>;
+inline constexpr std::uint8_t decode_node = Model::node_index<Decode>;
+inline constexpr std::uint8_t codec_node = Model::node_index<Codec>;
+inline constexpr qwen3_tts::tts_nodes nodes = qwen3_tts::nodes_of<Model, Prefill, Decode, Codec>;
 
 inline constexpr std::uint32_t codes_per_frame = 4;
 inline constexpr std::uint32_t bytes_per_frame = 8; // "audio" per frame
@@ -181,9 +184,9 @@ struct tts_payload {
   std::uint64_t* context = nullptr;  // prefill writes it; decode reads it
   std::uint32_t* codes = nullptr;    // the request's frames, codes_per_frame each
   std::uint8_t* audio = nullptr;     // the request's audio, bytes_per_frame per frame
-  std::uint32_t first = 0;           // decode: the frame; codec: the window's first frame; prefill: prompt
+  std::uint32_t first = 0;           // decode: the frame; codec: the window's first frame
   std::uint32_t width = 0;           // codec: frames in the window
-  std::uint32_t prompt = 0;          // prompt tokens (decode: frame = planned position - prompt)
+  std::uint32_t prompt = 0;          // prompt tokens (decode: frame = planned position - prompt + 1)
 };
 
 // The single-threaded reference: the bytes a request must produce.
@@ -210,22 +213,22 @@ struct result {
   std::string why; // the end hook's reason (failed requests)
 };
 
-// The Qwen3-TTS-shaped flow: prefill, then one decode row per frame, and a codec window once the
-// frames it covers are decoded (widths 1, 2, 4, 8, 8, ...; the last window takes what is left).
+// The Qwen3-TTS-shaped flow: the example's walk (widths 1, 2, 4, 8, 8, ...; the last window takes
+// what is left), over the request's codes and audio.
 struct tts_flow {
-  struct request_state {
+  struct request_state : qwen3_tts::tts_walk {
     tts_input in{};
     std::uint64_t context = 0;
     std::vector<std::uint32_t> codes;
     std::vector<std::uint8_t> audio;
-    bool prefilled = false;
-    std::uint32_t decoded = 0, coded = 0, chunk = 0;
   };
   using request_input = tts_input;
   using payload = tts_payload;
 
   void start(request_state& s, mstar::request_id, const tts_input& in) {
     s.in = in;
+    s.prompt_tokens = in.prompt_tokens;
+    s.frame_count = in.frames;
     s.codes.assign(std::size_t(in.frames) * codes_per_frame, 0);
     s.audio.assign(std::size_t(in.frames) * bytes_per_frame, 0);
   }
@@ -235,48 +238,26 @@ struct tts_flow {
     p.codes = s.codes.data();
     p.audio = s.audio.data();
     p.prompt = s.in.prompt_tokens;
-    if (node == prefill_node) {
-      if (s.prefilled) return false;
-      r.tokens = s.in.prompt_tokens;
-      p.first = s.in.prompt_tokens;
-      return true;
-    }
-    if (node == decode_node) {
-      if (!s.prefilled || s.decoded >= s.in.frames) return false;
-      r.tokens = 1;
-      p.first = s.decoded;
-      return true;
-    }
-    if (node == codec_node) {
-      const auto want = std::min(width_of(s.chunk), s.in.frames - s.coded);
-      if (want == 0 || s.decoded - s.coded < want) return false;
-      p.first = s.coded;
-      p.width = want;
-      return true;
-    }
-    return false;
+    qwen3_tts::tts_walk::window w;
+    if (!s.ready(nodes, node, r, ramp, w)) return false;
+    p.first = node == codec_node ? w.first : s.decoded;
+    p.width = w.width;
+    return true;
   }
-  bool landed(request_state& s, std::uint8_t node, const tts_payload& p) {
-    if (node == prefill_node) s.prefilled = true;
-    if (node == decode_node) ++s.decoded;
-    if (node == codec_node) {
-      s.coded += p.width;
-      ++s.chunk;
-      return true;
-    }
-    return false;
-  }
-  bool finished(const request_state& s) const { return s.prefilled && s.coded == s.in.frames; }
+  bool landed(request_state& s, std::uint8_t node, const tts_payload& p) { return s.landed(nodes, node, p.width); }
+  bool finished(const request_state& s) const { return s.finished(); }
   void end(request_state& s, mstar::request_id id, mstar::request_end how, std::string_view why = {}) {
     std::lock_guard g(lock);
     auto& r = results[id];
     r.how = how;
     r.why = std::string(why);
     r.audio = std::move(s.audio);
-    r.windows = s.chunk;
+    r.windows = s.chunks;
     s.codes.clear();
   }
-  std::uint32_t batch_key(std::uint8_t node, const tts_payload& p) const { return node == codec_node ? p.width : 0; }
+  std::uint32_t batch_key(std::uint8_t node, const tts_payload& p) const {
+    return qwen3_tts::tts_walk::batch_key(nodes, node, p.width, true);
+  }
 
   std::mutex lock;
   std::map<mstar::request_id, result> results;
@@ -285,8 +266,8 @@ struct tts_flow {
 // The same flow with the optional continues() hook: a decode row continues unless it is the
 // request's last frame, so the worker's prediction of the next decode step misses only on cancels.
 struct tts_flow_predicting : tts_flow {
-  bool continues(const request_state& s, std::uint8_t node, const tts_payload& p) const {
-    return node == decode_node && p.first + 1 < s.in.frames;
+  bool continues(const request_state& s, std::uint8_t node, const tts_payload&) const {
+    return s.continues(nodes, node);
   }
 };
 static_assert(!mstar::predicts_continuation<tts_flow>);
@@ -305,7 +286,25 @@ struct throwing_key_flow : tts_flow {
 using Worker = mstar::threaded_worker<Model, mstar::host_backend, tts_flow>;
 using PredictingWorker = mstar::threaded_worker<Model, mstar::host_backend, tts_flow_predicting>;
 
-// The decode step's work: each row's frame from the planned position (device copy: stream-ordered).
+// The prefill's work, for rows p[0, n): each request's context from its prompt, and its first frame.
+inline void prefill_rows(const tts_payload* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    *p[i].context = context_of(p[i].seed, p[i].prompt);
+    for (std::uint32_t k = 0; k < codes_per_frame; ++k)
+      p[i].codes[k] = code_of(*p[i].context, 0, k);
+  }
+}
+
+// The prefill step's work, enqueued on the step's stream.
+template <class Ctx>
+inline void enqueue_prefill(mstar::host_backend& backend, const Ctx& ctx) {
+  const tts_payload* p = ctx.payloads.data();
+  const auto n = ctx.payloads.size();
+  backend.enqueue(ctx.stream, [p, n] { prefill_rows(p, n); });
+}
+
+// The decode step's work: each row's frame from the planned position (device copy: stream-ordered);
+// the prompt takes positions [0, prompt), and the first decode row decodes frame 1.
 template <class Ctx>
 inline void enqueue_decode(mstar::host_backend& backend, const Ctx& ctx) {
   const tts_payload* p = ctx.payloads.data();
@@ -313,7 +312,7 @@ inline void enqueue_decode(mstar::host_backend& backend, const Ctx& ctx) {
   const std::int32_t* pos = ctx.template plan<Positions>().positions;
   backend.enqueue(ctx.stream, [p, n, pos] {
     for (std::size_t i = 0; i < n; ++i) {
-      const auto frame = static_cast<std::uint32_t>(pos[i]) - p[i].prompt;
+      const auto frame = static_cast<std::uint32_t>(pos[i]) - p[i].prompt + 1;
       for (std::uint32_t k = 0; k < codes_per_frame; ++k)
         p[i].codes[p[i].first * codes_per_frame + k] = code_of(*p[i].context, frame, k);
     }
@@ -340,14 +339,7 @@ inline void enqueue_codec(mstar::host_backend& backend, const Ctx& ctx) {
 // The forwards, as host work enqueued on the step's stream.
 template <class M = tts_model<512>, class W>
 inline void install_forwards(W& w, mstar::host_backend& backend) {
-  w.template forward<typename M::Prefill>([&backend](const auto& ctx) {
-    const tts_payload* p = ctx.payloads.data();
-    const auto n = ctx.payloads.size();
-    backend.enqueue(ctx.stream, [p, n] {
-      for (std::size_t i = 0; i < n; ++i)
-        *p[i].context = context_of(p[i].seed, p[i].first);
-    });
-  });
+  w.template forward<typename M::Prefill>([&backend](const auto& ctx) { enqueue_prefill(backend, ctx); });
   w.template forward<typename M::Decode>([&backend](const auto& ctx) { enqueue_decode(backend, ctx); });
   w.template forward<typename M::Codec>([&backend](const auto& ctx) { enqueue_codec(backend, ctx); });
 }

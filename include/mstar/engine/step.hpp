@@ -40,29 +40,28 @@ concept runs_on_the_chain = node_of<Model, Node> && !Model::template is_side_nod
 template <class Model, class Node>
 concept runs_beside_the_stage = node_of<Model, Node> && Model::template is_side_node<Node>;
 
-template <class Model, class Node>
-requires runs_on_the_chain<Model, Node>
-struct chain_step {
+namespace detail {
+// What every step is: its node, its rows and its bucket. chain_step and side_step add only their
+// constraint, and with it the distinct type that the stage's mutators accept or refuse.
+template <class Model, class Node, bool BesideStage>
+struct step_of {
   using model_type = Model;
   using node_type = Node;
-  static constexpr bool beside_stage = false;
+  static constexpr bool beside_stage = BesideStage;
   static constexpr std::uint8_t node = Model::template node_index<Node>;
 
   std::span<const row> rows;
   std::uint32_t bucket = 0; // the batch the step's CUDA graph replays (rows padded to it); 0: rows.size()
 };
+} // namespace detail
+
+template <class Model, class Node>
+requires runs_on_the_chain<Model, Node>
+struct chain_step : detail::step_of<Model, Node, false> {};
 
 template <class Model, class Node>
 requires runs_beside_the_stage<Model, Node>
-struct side_step {
-  using model_type = Model;
-  using node_type = Node;
-  static constexpr bool beside_stage = true;
-  static constexpr std::uint8_t node = Model::template node_index<Node>;
-
-  std::span<const row> rows;
-  std::uint32_t bucket = 0;
-};
+struct side_step : detail::step_of<Model, Node, true> {};
 
 namespace detail {
 template <class Model, class Node, bool Side = Model::template is_side_node<Node>>
