@@ -224,6 +224,10 @@ stage_compare() {
   timeout 120 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
     --lane on --codec-graphs --warmup 1 --json "$compare_dir/inproc_graphs.json" 2>&1 | tee "$d/inproc_graphs.log"
   inproc="$inproc, with codec graphs ${PIPESTATUS[0]}"
+  # The codec's GEMMs in TF32 on the tensor cores: rows "mstar-tf32".
+  timeout 120 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+    --lane on --codec-math tf32 --warmup 1 --json "$compare_dir/inproc_tf32.json" 2>&1 | tee "$d/inproc_tf32.log"
+  inproc="$inproc, tf32 ${PIPESTATUS[0]}"
   for lane in off on auto; do
     "$q" serve --model "$ck" --port 0 --lane "$lane" --max-live "$widest" --max-batch "$widest" --max-queued 256 \
       > "$d/serve_$lane.out" 2> "$d/serve_$lane.err" &
