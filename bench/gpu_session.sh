@@ -16,7 +16,9 @@
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
-#              released size (qwen3tts_codec_bench); same build directory as the talker stage; about 2 minutes
+#              released size (qwen3tts_codec_bench: eager and graph, each math), and the Talker's decode step
+#              alone against beside the codec (qwen3tts_beside_bench); same build directory as the talker stage;
+#              about 3 minutes
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
 #   peers      the reference and faster-qwen3-tts on that checkpoint, then the table and ratios (both below;
 #              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
@@ -160,6 +162,9 @@ stage_codec() {
   fi
   timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" 2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]}
+  ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
+    timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" 2>&1 | tee "$d/beside.log"
+  while read -r line; do summary+=("  beside: $line"); done < <(grep '^RESULT' "$d/beside.log" | sed 's/^RESULT //')
   summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san, bench rc $bench")
   while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench.log" | sed 's/^RESULT /codec /')
 }

@@ -17,6 +17,7 @@
 // code predictor: 5 layers of hidden 1024, MLP 3072, 16/8 heads of 128, 2048 codes; codec vocabulary
 // 3072; text 151936 x 2048).
 #include "talker_cuda.hpp"
+#include "talker_sizes.hpp"
 
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -34,18 +35,6 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
-qwen3_tts::talker_cuda_dims real_dims(bool big, int mlp_1p7b) {
-  qwen3_tts::talker_cuda_dims d;
-  d.talker = {28, big ? 2048 : 1024, big ? mlp_1p7b : 3072, 16, 8, 128, 1e-6f, 1e6f};
-  d.predictor = {5, 1024, 3072, 16, 8, 128, 1e-6f, 1e6f};
-  d.codec_vocab = 3072;
-  d.predictor_vocab = 2048;
-  d.code_groups = 16;
-  d.text_vocab = 151936;
-  d.text_hidden = 2048;
-  d.eos_id = 2150;
-  return d;
-}
 
 // Device-to-device copy rate in bytes moved (read + written) per second, best of 10 copies of 1 GiB.
 double copy_rate(cudaStream_t s) {
@@ -212,8 +201,11 @@ int main(int argc, char** argv) {
     std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
                 "tokens a row, median of %d graph replays\n",
                 kv, iters);
-    if (which == "0.6b" || which == "both") bench_model("0.6B", real_dims(false, mlp), rows, kv, iters, rate, sample, profile);
-    if (which == "1.7b" || which == "both") bench_model("1.7B", real_dims(true, mlp), rows, kv, iters, rate, sample, profile);
+    using qwen3_tts::released_talker_dims;
+    if (which == "0.6b" || which == "both")
+      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile);
+    if (which == "1.7b" || which == "both")
+      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;
