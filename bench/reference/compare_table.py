@@ -37,6 +37,8 @@ def ms_per_frame(r):
         return None
     if r.get("frames") and r.get("wall_s"):
         return 1e3 * r["wall_s"] / r["frames"]
+    if r.get("audio_s") and r.get("wall_s") and str(r.get("system", "")).startswith("mstar"):
+        return 1e3 * r["wall_s"] / (12.5 * r["audio_s"])  # frames from the audio delivered (12.5 a second)
     return r.get("ms_per_frame_step")
 
 
