@@ -13,7 +13,8 @@ random draw comes from a fixed torch seed, and the prompts are fixed.
 
 The heads are fitted to the model's own greedy decisions (fit_heads): every decision on the fixture prompts
 wins by at least 0.118 of max|logit| in tiny06 and 0.111 in tiny17 (RECORDED_MIN_MARGIN), where the bf16
-CUDA Talker's logits were measured within 0.008 of max|logit| (docs/benchmarks.md), so bf16 cannot flip them.
+CUDA Talker's logits were measured within 0.008 of max|logit| (docs/benchmarks.md), so bf16 cannot flip them;
+the script checks it with the reference itself in bf16 (check_bf16: every prompt's codes, all frames).
 """
 
 import argparse
@@ -470,7 +471,7 @@ def find_stop_prompt(wrapper, rec, case):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Decisive heads. A random model's logits are nearly flat: its top-2 margins fall to 1e-5 of max|logit|, so
+# Decisive heads. A random model's logits are nearly flat: its top-2 margins fall under 1e-5 of max|logit|, so
 # a bf16 forward flips greedy decisions a trained model makes by a wide margin. The heads (the Talker's
 # codec_head and the predictor's 15 lm_heads) only turn a hidden state into a decision, so fitting them to
 # their own greedy decisions on the chosen prompts, with a wide margin, changes no decision and no hidden
@@ -548,6 +549,18 @@ def fit_heads(wrapper, rec, records):
     assert worst >= MIN_RELATIVE_MARGIN, f"the fitted heads decide by {worst:.3g} of max|logit| at worst, " \
                                          f"under {MIN_RELATIVE_MARGIN}: raise FIT_MARGIN or FIT_STEPS"
     return heads
+
+
+def check_bf16(folder: Path, records):
+    """The reference itself in bf16 (weights and activations, on CPU) makes every prompt's greedy codes: the
+    margins leave room for a bf16 forward's rounding, as the CUDA Talker's tests require."""
+    wrapper = Qwen3TTSModel.from_pretrained(str(folder), dtype=torch.bfloat16)
+    rec = Recorder(wrapper.model.eval())
+    for record in records:
+        got, _ = run_prompt(wrapper, rec, record)
+        assert got["codes"] == record["codes"] and got["stopped_on_eos"] == record["stopped_on_eos"], \
+            f"{folder.name} {record['name']}: the bf16 reference makes other greedy codes"
+    print(f"{folder.name}: the bf16 reference makes every prompt's greedy codes", flush=True)
 
 
 def codec_expected(wrapper, codebook, samples_per_frame, seed):
@@ -650,6 +663,7 @@ def make_case(root: Path, case, codebook, seed, sharded):
               f"{RECORDED_MIN_MARGIN[case]}: update it and the docstring", flush=True)
     (expected / "talker.json").write_text(json.dumps({"case": case, "prompts": records}) + "\n")
     save_file(tensors, str(expected / "talker_logits.safetensors"))
+    check_bf16(folder, records)
 
     save_file(codec_expected(wrapper, codebook, samples_per_frame, seed + 2), str(expected / "codec.safetensors"))
     save_file(speech_expected(wrapper, records, samples_per_frame), str(expected / "speech.safetensors"))
