@@ -499,7 +499,8 @@ def head_samples(rec):
 
 
 def fit_head(weight, samples):
-    """The head nearest `weight` whose decisions on `samples` are the same, each by FIT_MARGIN of max|score|.
+    """A head near `weight` (a pull back to it) whose decisions on `samples` are the same, each aiming at
+    FIT_MARGIN of max|score|.
     The logits processors (suppressed ids, the repetition penalty) are read off each sample's raw and processed
     scores and applied to the new logits the same way."""
     h = torch.stack([x[0] for x in samples])
