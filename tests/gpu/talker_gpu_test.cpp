@@ -8,9 +8,11 @@
 // Measures. A logits vector agrees when max|cuda - ref| <= tol * max|ref| (tol 5e-2). A decision
 // agrees when the CUDA model's argmax equals the reference code; it may differ only where the
 // reference's own margin (top-1 minus top-2 after processing) is within tol * max|logit|, a flip bf16
-// is expected to cause (the fixtures' smallest margins are about 1e-4); each flip is printed with its
-// frame, codebook and margin. So that one flip does not end the comparison, the CUDA model is
-// teacher-forced onto the reference's codes (talker_cuda::force_codes): its logits stay its own.
+// is expected to cause; each flip is printed with its frame, codebook and margin. Against the host's
+// random heads such flips happen; the fixtures' heads are fitted to decide by at least 0.1 of
+// max|logit| (tools/make_fixtures.py), so against the reference no decision may flip. So that one flip
+// does not end the comparison, the CUDA model can be teacher-forced onto the reference's codes
+// (talker_cuda::force_codes): its logits stay its own.
 #include "gpu_test.hpp"
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
 #include "qwen3_tts/checkpoint/json_file.hpp"
@@ -385,8 +387,8 @@ std::string fixture_dir(const std::string& name) {
 
 // One fixture case on the CUDA Talker, all prompts batched as rows. Free-running (forced = false): each
 // row runs on its own codes; the first code that differs from the reference's is printed with the
-// reference's margin there, and must be a decision within tolerance of a tie; 32 identical frames are
-// the bar, warned about (not failed) when a tolerated flip comes earlier. Teacher-forced: every
+// reference's margin there, and must be a decision within tolerance of a tie (the fixtures have none);
+// every prompt's greedy codes must be the reference's for at least min(32, frames). Teacher-forced: every
 // step takes the reference's codes, so every one of the model's own decisions (the argmax of its
 // logits) is compared on the reference's path, and the recorded logits of the first 5 steps are
 // compared whatever the earlier decisions were.
@@ -462,9 +464,9 @@ void check_against_reference(const std::string& name, bool forced) {
     const double margin = ref_margin(r, f, g), scale = double(margin_of(logits, n).second);
     if (flips < 5 || first_mismatch[std::size_t(r)] < 0) // each prompt's first, and a few more; all counted
       std::printf("%s: frame %d codebook %d: reference %d, cuda %d; reference margin %.3g (%.3g of max|logit|; "
-                  "smallest margin of the prompt %.3g)\n",
+                  "smallest of the prompt %.3g of max|logit|)\n",
                   label(r).c_str(), f, g, ref, got, margin, margin / scale,
-                  cases[std::size_t(r)].at("min_margin").get<double>());
+                  cases[std::size_t(r)].at("min_relative_margin").get<double>());
     INFO(label(r), " frame ", f, " codebook ", g, ": cuda chose ", got, ", the reference ", ref, " by a margin of ",
          margin, ", more than the tolerance ", tol, " x max|logit| ", scale);
     CHECK(margin <= tol * scale);
@@ -538,8 +540,9 @@ void check_against_reference(const std::string& name, bool forced) {
                   frames[std::size_t(r)]);
     for (int r = 0; r < rows; ++r) {
       const int n = frames[std::size_t(r)], a = first_mismatch[std::size_t(r)] < 0 ? n : first_mismatch[std::size_t(r)];
-      WARN_MESSAGE(a >= std::min(32, n), label(r), ": greedy codes identical for ", a, " of ", n,
-                   " frames, short of 32: a bf16 flip of a low-margin decision (printed above)");
+      INFO(label(r), ": greedy codes identical for ", a, " of ", n, " frames, short of min(32, ", n,
+           "); the reference's margin at the flip is printed above");
+      CHECK(a >= std::min(32, n));
     }
   }
   std::printf("\n");
@@ -547,7 +550,7 @@ void check_against_reference(const std::string& name, bool forced) {
 
 } // namespace
 
-TEST_CASE("the CUDA Talker's greedy codes follow the reference's on the fixtures until a low-margin flip" *
+TEST_CASE("the CUDA Talker's greedy codes are the reference's on the fixtures for at least 32 frames" *
           doctest::skip(!mstar::test::has_gpu())) {
   check_against_reference("tiny06", false);
   check_against_reference("tiny17", false);
