@@ -146,8 +146,8 @@ void check_pools_full(const speech_run_result& r) {
 
 } // namespace
 
-TEST_CASE("through the CUDA pipeline the greedy codes follow the reference's on the fixtures until a low-margin "
-          "flip" *
+TEST_CASE("through the CUDA pipeline the greedy codes are the reference's on the fixtures for at least 32 frames "
+          "(their decisions win by at least 0.1 of max|logit|)" *
           doctest::skip(!mstar::test::has_gpu())) {
   for (const char* name : {"tiny06", "tiny17"}) {
     CAPTURE(name);
@@ -205,8 +205,8 @@ TEST_CASE("through the CUDA pipeline the greedy codes follow the reference's on 
       INFO(label, ": frame ", at, " codebook ", g, " differs from the reference, whose margin there is ", margin,
            ", more than the tolerance ", tol, " x max|logit| ", scale);
       CHECK(margin <= tol * scale);
-      WARN_MESSAGE(at >= std::min(32, n), label, ": greedy codes identical for ", at, " of ", n,
-                   " frames, short of 32: a bf16 flip of a low-margin decision");
+      CHECK_MESSAGE(at >= std::min(32, n), label, ": greedy codes identical for ", at, " of ", n,
+                    " frames, short of 32, where every decision of the fixtures wins by at least 0.1 of max|logit|");
     }
     std::printf("\n");
     check_pools_full(run);
