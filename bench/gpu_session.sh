@@ -262,7 +262,8 @@ stage_peers() {
   local d="$out/peers" ck=$compare_dir/ckpt06
   mkdir -p "$d"
   [ -f "$ck/config.json" ] || { summary+=("peers: no checkpoint in $ck: run stage compare first"); return; }
-  SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d TEXT=$compare_text bash bench/reference/peers.sh reference faster
+  SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d TEXT=$compare_text REF_N=${MSTAR_COMPARE_REF_N:-2,4,16,64} \
+    bash bench/reference/peers.sh reference faster
   cp "$d/reference.json" "$d/faster.json" "$compare_dir/" 2>/dev/null
   python3 bench/reference/compare_table.py "$compare_dir" | tee "$d/table.md"
   summary+=("peers: reference $(test -s "$d/reference.json" && echo ok || echo MISSING), faster $(test -s \
