@@ -209,12 +209,24 @@ stage_compare() {
   local d="$out/compare" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts ck=$compare_dir/ckpt06
   local widest=${compare_c##*,}
   mkdir -p "$d"
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("compare: meson setup failed (compare/setup.log)"); return; }
+  # A qwen3tts built on the build machine and carried (build-carry/: the binary and the shared libraries a
+  # bare GPU machine lacks) saves the build when it loads here; else it is built.
+  local wheel_libs
+  wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
+    2>/dev/null)
+  if [ -x build-carry/qwen3tts ] &&
+     LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}" build-carry/qwen3tts --help > /dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
+    q=build-carry/qwen3tts
+    echo "compare: the carried qwen3tts (built at $(cat build-carry/COMMIT 2>/dev/null))"
+  else
+    if [ ! -f "$b/build.ninja" ]; then
+      meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+        { tail -30 "$d/setup.log"; summary+=("compare: meson setup failed (compare/setup.log)"); return; }
+    fi
+    ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
+      { tail -40 "$d/build.log"; summary+=("compare: the build failed (compare/build.log)"); return; }
   fi
-  ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("compare: the build failed (compare/build.log)"); return; }
   mkdir -p "$compare_dir"
   if [ ! -f "$ck/config.json" ]; then
     SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
