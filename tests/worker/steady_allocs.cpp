@@ -177,9 +177,9 @@ int main(int argc, char** argv) {
   mstar::worker_options wo;
   wo.lane = lane;
   wo.nodes.resize(Model::descriptor.nodes.size());
-  wo.nodes[steady_flow::prefill].min_batch = min_batch;
-  wo.nodes[steady_flow::prefill].max_wait = std::chrono::microseconds(min_batch > 1 ? 200 : 0);
-  if (per_key) wo.nodes[steady_flow::codec].batch = mstar::batching::per_key;
+  wo.nodes[steady_flow::nodes.prefill].min_batch = min_batch;
+  wo.nodes[steady_flow::nodes.prefill].max_wait = std::chrono::microseconds(min_batch > 1 ? 200 : 0);
+  if (per_key) wo.nodes[steady_flow::nodes.codec].batch = mstar::batching::per_key;
   Worker w(engine, flow, wo);
   auto task = [&backend](auto stream) { backend.enqueue(stream, [] { this_thread_is(role::stream); }); };
   w.forward<qwen3_tts::TalkerPrefill>([&](const auto& ctx) {
