@@ -3,7 +3,8 @@
 // stream: before each decode step one codec step of the same rows (window `--width` frames, random weights at
 // the released size) is enqueued on the codec's stream, so the codec always has work queued beside the Talker
 // (its steps take longer than the Talker's). Prints the medians and their ratio, the lane's cost to the chain
-// (the target is at most 1.15x).
+// (the target is at most 1.15x), with the Talker's stream at the default priority and then at the device's
+// greatest (talker_cuda_limits::high_priority), the codec's at the default.
 //
 //   qwen3tts_beside_bench [--rows 1,8,32,64] [--width 4] [--iters 50] [--codec-math cublas|tf32|double]
 #include "codec_cuda.hpp"
@@ -80,9 +81,6 @@ int main(int argc, char** argv) try {
   lim.kv_blocks = max_rows * ((kv + lim.block_tokens - 1) / lim.block_tokens);
   lim.max_pages = lim.kv_blocks;
   lim.max_prefill_tokens = 2 * max_rows;
-  talker_cuda talker(released_talker_dims(false), lim);
-  talker.random_weights(1234);
-
   const codec_config config = released_codec_config();
   codec_cuda codec(config, load_codec_weights(config, random_codec_tensor), {max_rows, width}, codec_math);
   const std::size_t spf = std::size_t(config.samples_per_frame()), state_floats = codec.state_layout().total;
@@ -102,42 +100,47 @@ int main(int argc, char** argv) try {
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "cudaEventCreate");
   check(cudaEventCreate(&e1), "cudaEventCreate");
-  for (const int rows : rows_list) {
-    kv_block_pool pool(lim.kv_blocks, lim.block_tokens);
-    std::vector<row_pages> pages(static_cast<std::size_t>(rows));
-    std::vector<row_pages*> ptrs;
-    for (auto& p : pages)
-      ptrs.push_back(&p);
-    std::vector<int> history(static_cast<std::size_t>(rows), kv - 1), one(static_cast<std::size_t>(rows), 1);
-    (void)pool.plan(ptrs, history);
-    const step_tables tables = pool.plan(ptrs, one);
-    std::vector<std::int32_t> text(static_cast<std::size_t>(rows), 1000);
-    talker.set_decode_inputs(tables.view(), text);
-    std::vector<codec_cuda::row> codec_rows;
-    for (int r = 0; r < rows; ++r)
-      codec_rows.push_back({states + std::size_t(r) * state_floats, codes, audio + std::size_t(r) * width * spf});
+  for (const bool high : {false, true}) {
+    lim.high_priority = high;
+    talker_cuda talker(released_talker_dims(false), lim);
+    talker.random_weights(1234);
+    for (const int rows : rows_list) {
+      kv_block_pool pool(lim.kv_blocks, lim.block_tokens);
+      std::vector<row_pages> pages(static_cast<std::size_t>(rows));
+      std::vector<row_pages*> ptrs;
+      for (auto& p : pages)
+        ptrs.push_back(&p);
+      std::vector<int> history(static_cast<std::size_t>(rows), kv - 1), one(static_cast<std::size_t>(rows), 1);
+      (void)pool.plan(ptrs, history);
+      const step_tables tables = pool.plan(ptrs, one);
+      std::vector<std::int32_t> text(static_cast<std::size_t>(rows), 1000);
+      talker.set_decode_inputs(tables.view(), text);
+      std::vector<codec_cuda::row> codec_rows;
+      for (int r = 0; r < rows; ++r)
+        codec_rows.push_back({states + std::size_t(r) * state_floats, codes, audio + std::size_t(r) * width * spf});
 
-    auto time_steps = [&](bool beside) {
-      std::vector<float> ms(static_cast<std::size_t>(iters));
-      for (int i = 0; i < iters; ++i) {
-        if (beside) codec.decode_step(codec_rows); // queued on the codec's stream ahead of the step
-        check(cudaEventRecord(e0, talker.stream()), "cudaEventRecord");
+      auto time_steps = [&](bool beside) {
+        std::vector<float> ms(static_cast<std::size_t>(iters));
+        for (int i = 0; i < iters; ++i) {
+          if (beside) codec.decode_step(codec_rows); // queued on the codec's stream ahead of the step
+          check(cudaEventRecord(e0, talker.stream()), "cudaEventRecord");
+          talker.decode(rows);
+          check(cudaEventRecord(e1, talker.stream()), "cudaEventRecord");
+          check(cudaEventSynchronize(e1), "decode step");
+          check(cudaEventElapsedTime(&ms[std::size_t(i)], e0, e1), "cudaEventElapsedTime");
+        }
+        codec.synchronize();
+        return median(ms);
+      };
+      for (int i = 0; i < 3; ++i) { // graph capture, cuBLAS and lazy kernel loading out of the figures
         talker.decode(rows);
-        check(cudaEventRecord(e1, talker.stream()), "cudaEventRecord");
-        check(cudaEventSynchronize(e1), "decode step");
-        check(cudaEventElapsedTime(&ms[std::size_t(i)], e0, e1), "cudaEventElapsedTime");
+        codec.decode_step(codec_rows);
       }
-      codec.synchronize();
-      return median(ms);
-    };
-    for (int i = 0; i < 3; ++i) { // graph capture, cuBLAS and lazy kernel loading out of the figures
-      talker.decode(rows);
-      codec.decode_step(codec_rows);
+      check(cudaDeviceSynchronize(), "warm-up");
+      const double alone = time_steps(false), beside = time_steps(true), again = time_steps(false);
+      std::printf("RESULT %-7s rows %3d  decode alone %7.3f ms (again %7.3f)  beside the codec %7.3f ms  x%.2f\n",
+                  high ? "high" : "default", rows, alone, again, beside, beside / std::min(alone, again));
     }
-    check(cudaDeviceSynchronize(), "warm-up");
-    const double alone = time_steps(false), beside = time_steps(true), again = time_steps(false);
-    std::printf("RESULT rows %3d  decode alone %7.3f ms (again %7.3f)  beside the codec %7.3f ms  x%.2f\n", rows, alone,
-                again, beside, beside / std::min(alone, again));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

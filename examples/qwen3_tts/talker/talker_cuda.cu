@@ -315,7 +315,13 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   check_dims(dims, limits);
   state& st = *s_;
   auto& own = st.owned;
-  TALKER_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  if (limits.high_priority) {
+    int least = 0, greatest = 0;
+    TALKER_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    TALKER_CHECK(cudaStreamCreateWithPriority(&st.stream, cudaStreamNonBlocking, greatest));
+  } else {
+    TALKER_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  }
   stream_ = st.stream;
   TALKER_CHECK(cublasCreate(&st.blas));
   st.workspace = device_alloc<unsigned char>(workspace_bytes, own);

@@ -59,6 +59,9 @@ struct talker_cuda_limits {
   int block_tokens = 16;
   int max_pages = 64; // entries of page_indices in one call
   int state_slots = 0; // rows of the model's own state store (0: max_rows); bind_state replaces the store
+  // The model's stream at the device's greatest priority: where other streams (the codec's) keep the GPU busy,
+  // the hardware then dispatches this stream's pending blocks first. Off: the default priority.
+  bool high_priority = false;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
