@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
+#include <string>
 
 #include "codec_decoder.hpp"
 
@@ -38,6 +40,15 @@ struct row_table;
 // may then depend on its step's other rows (within float32 rounding). cublas_tf32: the same GEMMs on the
 // tensor cores in TF32 (inputs rounded to 10 mantissa bits, float32 sums), for speed at bf16-level precision.
 enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32 };
+
+// The codec math a command line or speech_service_options names: cublas, tf32 or double.
+inline codec_cuda_math codec_math_named(const std::string& name) {
+  if (name == "cublas") return codec_cuda_math::cublas_f32;
+  if (name == "tf32") return codec_cuda_math::cublas_tf32;
+  if (name == "double") return codec_cuda_math::double_sums;
+  throw std::invalid_argument("codec math \"" + name + "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the "
+                              "tensor cores in TF32) or double (double sums)");
+}
 
 // How a step's launches reach the stream.
 //   eager     every launch enqueued for the step's own rows and frames.

@@ -15,6 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include "qwen3_tts/cuda_bench.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -22,31 +24,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace {
-
 using namespace qwen3_tts;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    v.push_back(std::stoi(item));
-  if (v.empty() || *std::min_element(v.begin(), v.end()) < 1)
-    throw std::invalid_argument("a list of positive integers, e.g. 1,8,32,64; got '" + s + "'");
-  return v;
-}
-
-
-} // namespace
+using bench::check;
+using bench::int_list;
 
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
@@ -74,6 +58,11 @@ int main(int argc, char** argv) try {
         throw std::invalid_argument("--math " + m + ": double, cublas, tf32 or all");
     } else
       throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math)");
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: bench skipped\n");
+    return 77;
   }
   const codec_config config = released_codec_config();
   const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());

@@ -14,38 +14,19 @@
 
 #include <cuda_runtime.h>
 
+#include "qwen3_tts/cuda_bench.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace {
-
 using namespace qwen3_tts;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    v.push_back(std::stoi(item));
-  if (v.empty() || *std::min_element(v.begin(), v.end()) < 1)
-    throw std::invalid_argument("a list of positive integers, e.g. 1,8,32,64; got '" + s + "'");
-  return v;
-}
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-} // namespace
+using bench::check;
+using bench::int_list;
+using bench::median;
 
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 8, 32, 64};
@@ -65,9 +46,7 @@ int main(int argc, char** argv) try {
     else
       throw std::invalid_argument("unknown option " + a + " (--rows, --width, --iters, --codec-math)");
   }
-  const codec_cuda_math codec_math = math == "double" ? codec_cuda_math::double_sums
-                                     : math == "tf32" ? codec_cuda_math::cublas_tf32
-                                                      : codec_cuda_math::cublas_f32;
+  const codec_cuda_math codec_math = codec_math_named(math);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: bench skipped\n");

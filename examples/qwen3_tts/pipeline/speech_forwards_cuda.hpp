@@ -68,15 +68,6 @@ talker_cuda_limits speech_talker_limits(std::uint32_t max_batch) {
 // (docs/benchmarks.md); what it gives up is a row's bits not depending on its step's other rows.
 inline constexpr codec_cuda_math default_codec_math = codec_cuda_math::cublas_f32;
 
-// The codec math a command line or speech_service_options names: cublas, tf32 or double.
-inline codec_cuda_math codec_math_named(const std::string& name) {
-  if (name == "cublas") return codec_cuda_math::cublas_f32;
-  if (name == "tf32") return codec_cuda_math::cublas_tf32;
-  if (name == "double") return codec_cuda_math::double_sums;
-  throw std::invalid_argument("codec math \"" + name + "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the "
-                              "tensor cores in TF32) or double (double sums)");
-}
-
 namespace detail {
 
 struct device_free {

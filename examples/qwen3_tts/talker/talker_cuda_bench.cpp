@@ -22,6 +22,8 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
+#include "qwen3_tts/cuda_bench.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -31,10 +33,8 @@
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
+using qwen3_tts::bench::check;
+using qwen3_tts::bench::int_list;
 
 // Device-to-device copy rate in bytes moved (read + written) per second, best of 10 copies of 1 GiB.
 double copy_rate(cudaStream_t s) {
@@ -60,18 +60,6 @@ double copy_rate(cudaStream_t s) {
   cudaFree(a);
   cudaFree(b);
   return 2.0 * double(n) / (double(best) * 1e-3);
-}
-
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const std::size_t j = s.find(',', i);
-    out.push_back(std::stoi(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
-    if (j == std::string::npos) break;
-    i = j + 1;
-  }
-  return out;
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
@@ -173,7 +161,7 @@ int main(int argc, char** argv) {
     else if (a == "--iters")
       iters = std::stoi(value());
     else if (a == "--rows")
-      rows = parse_list(value());
+      rows = int_list(value());
     else if (a == "--sample")
       sample = true;
     else if (a == "--profile")
