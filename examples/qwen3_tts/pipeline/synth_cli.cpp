@@ -25,7 +25,7 @@
 #include "speech_service_cuda.hpp"
 #endif
 #ifdef QWEN3TTS_TEXT
-#include "tokenizer.hpp"
+#include "text_request.hpp"
 #endif
 
 namespace qwen3_tts::pipeline {
@@ -153,11 +153,7 @@ int synth_main(int argc, char** argv) {
     request_parts parts;
     if (!text.empty()) {
 #ifdef QWEN3TTS_TEXT
-      const auto tok = text_tokenizer::from_folder(model_dir);
-      parts.text_ids = assistant_text_ids(tok, text);
-      if (!instruct.empty())
-        if (auto ids = instruct_ids(tok, instruct)) parts.instruct_ids = *ids;
-      parts.templated = true;
+      parts = templated_parts(text_tokenizer::from_folder(model_dir), text, instruct);
 #else
       throw std::invalid_argument("--text needs the text tokenizer, which this build left out (utf8proc was not "
                                   "found: install libutf8proc-dev and reconfigure); or pass --text-ids");

@@ -21,6 +21,7 @@
 #include "speech_service.hpp"
 #include "talker_checkpoint.hpp"
 #include "talker_request.hpp"
+#include "text_request.hpp"
 #include "tokenizer.hpp"
 
 namespace qwen3_tts::serve {
@@ -137,11 +138,7 @@ int loadgen_main(int argc, char** argv) {
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);
     const text_tokenizer tok = text_tokenizer::from_folder(model_dir);
-    request_parts parts;
-    parts.text_ids = assistant_text_ids(tok, text);
-    if (!instructions.empty())
-      if (auto ids = instruct_ids(tok, instructions)) parts.instruct_ids = *ids;
-    parts.templated = true;
+    request_parts parts = pipeline::templated_parts(tok, text, instructions);
     parts.speaker = voice;
     parts.language = language;
     pipeline::speech_request base;

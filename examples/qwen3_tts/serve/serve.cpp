@@ -28,6 +28,7 @@
 #include "speech_service.hpp"
 #include "talker_checkpoint.hpp"
 #include "talker_request.hpp"
+#include "text_request.hpp"
 #include "tokenizer.hpp"
 #include "wav.hpp"
 
@@ -305,11 +306,7 @@ private:
     // and seed give the same audio here, whatever id the service gives the request.
     a.req.seed = mstar::mix_seed(seed, 1);
     try {
-      request_parts parts;
-      parts.text_ids = assistant_text_ids(tok_, input);
-      if (!instructions.empty())
-        if (auto ids = instruct_ids(tok_, instructions)) parts.instruct_ids = *ids;
-      parts.templated = true;
+      request_parts parts = pipeline::templated_parts(tok_, input, instructions);
       parts.speaker = voice;
       a.req.prompt = make_prompt(o_.model_dir, talker_.config(), parts);
     } catch (const std::invalid_argument& e) {
