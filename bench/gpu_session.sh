@@ -24,6 +24,10 @@
 #              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
 #   gputests   the real model's three GPU test programs and the codec graph test under memcheck (about 3 minutes)
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
+#   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
+#              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
+#              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
+#              server at c = 64 through loadgen-http (about 5 minutes, building included)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
@@ -205,6 +209,22 @@ compare_frames=${MSTAR_COMPARE_FRAMES:-48}
 compare_c=${MSTAR_COMPARE_C:-1,4,16,64}
 compare_text="Hello there, this is a test of the speech server."
 
+# `qwen3tts serve` ($1) on a free port in the background with its output in $2.out/.err and the other arguments;
+# sets server_pid, and url to its address once it listens (empty when it never did).
+start_server() {
+  local q=$1 log=$2
+  shift 2
+  "$q" serve --port 0 --max-queued 256 "$@" > "$log.out" 2> "$log.err" &
+  server_pid=$!
+  url=""
+  for _ in $(seq 1 300); do
+    url=$(grep -o 'http://[0-9.:]*' "$log.out" 2>/dev/null | head -1)
+    [ -n "$url" ] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+}
+
 stage_compare() {
   local d="$out/compare" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts ck=$compare_dir/ckpt06
   local widest=${compare_c##*,}
@@ -246,15 +266,7 @@ stage_compare() {
     --lane on --codec-math tf32 --warmup 1 --json "$compare_dir/inproc_tf32.json" 2>&1 | tee "$d/inproc_tf32.log"
   inproc="$inproc, tf32 ${PIPESTATUS[0]}"
   for lane in off on auto; do
-    "$q" serve --model "$ck" --port 0 --lane "$lane" --max-live "$widest" --max-batch "$widest" --max-queued 256 \
-      > "$d/serve_$lane.out" 2> "$d/serve_$lane.err" &
-    local pid=$! url=""
-    for _ in $(seq 1 300); do
-      url=$(grep -o 'http://[0-9.:]*' "$d/serve_$lane.out" 2>/dev/null | head -1)
-      [ -n "$url" ] && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.2
-    done
+    start_server "$q" "$d/serve_$lane" --model "$ck" --lane "$lane" --max-live "$widest" --max-batch "$widest"
     if [ -z "$url" ]; then
       tail -5 "$d/serve_$lane.err"; http=1
     else
@@ -263,7 +275,7 @@ stage_compare() {
       [ "${PIPESTATUS[0]}" -eq 0 ] || http=1
       curl -s "$url/metrics" > "$d/metrics_$lane.txt" 2>/dev/null
     fi
-    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null
   done
   cp "$compare_dir"/*.json "$d/" 2>/dev/null
   python3 bench/reference/compare_table.py "$compare_dir" > "$d/table.md"
@@ -334,9 +346,58 @@ stage_profile() {
   done
 }
 
+# Where the time goes under load (see the list at the top); the checkpoint is the compare stage's.
+stage_diagnose() {
+  local d="$out/diagnose" b=build-talker-gpu ck=$compare_dir/ckpt06 q=build-talker-gpu/examples/qwen3tts
+  mkdir -p "$d"
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("diagnose: meson setup failed (diagnose/setup.log)"); return; }
+  fi
+  ninja -C "$b" -j"$(nproc)" examples/qwen3tts examples/qwen3_tts/pipeline/qwen3tts_beside_bench > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("diagnose: the build failed (diagnose/build.log)"); return; }
+  local math
+  for math in cublas tf32; do
+    timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
+      tee "$d/beside_$math.log"
+    while read -r line; do summary+=("  beside $math: $line"); done < <(grep '^RESULT' "$d/beside_$math.log" |
+      sed 's/^RESULT //')
+  done
+  mkdir -p "$compare_dir"
+  if [ ! -f "$ck/config.json" ]; then
+    SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
+      { tail -30 "$d/checkpoint.log"; summary+=("diagnose: writing the checkpoint failed (diagnose/checkpoint.log)")
+        return; }
+  fi
+  local common=(--voice ryan --text "$compare_text") arm c lane extra
+  for arm in "1 on" "16 on" "64 on" "64 off" "64 on tf32"; do
+    read -r c lane extra <<< "$arm"
+    local name="c${c}_${lane}${extra:+_$extra}" more=()
+    [ -n "$extra" ] && more=(--codec-math "$extra")
+    timeout 120 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$c" --lane "$lane" \
+      -n $((c < 16 ? 16 : 2 * c)) --warmup 1 "${more[@]}" --trace "$d/$name.trace.json" > "$d/$name.log" 2>&1
+    tail -1 "$d/$name.log"
+    python3 bench/reference/trace_summary.py "$d/$name.trace.json" > "$d/$name.summary.md" 2>&1
+    summary+=("diagnose $name: $(tail -1 "$d/$name.log" | tr -s ' ')")
+    rm -f "$d/$name.trace.json"
+  done
+  start_server "$q" "$d/serve" --model "$ck" --lane on --max-live 64 --max-batch 64
+  if [ -n "$url" ]; then
+    timeout 150 "$q" loadgen-http --url "$url" "${common[@]}" -c 16,64 --warmup 1 > "$d/http.log" 2>&1
+    tail -3 "$d/http.log"
+    summary+=("diagnose http: $(grep -c '' "$d/http.log") lines, $(grep -E '^\| mstar-http' "$d/http.log" |
+      awk -F'|' '{printf "c=%s ok %s failed %s; ", $4, $6, $7}')")
+    curl -s "$url/metrics" > "$d/metrics.txt" 2>/dev/null
+  else
+    tail -5 "$d/serve.err"; summary+=("diagnose http: the server did not start (diagnose/serve.err)")
+  fi
+  kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null
+}
+
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile) "stage_$s" ;;
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | diagnose)
+      "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;
   esac

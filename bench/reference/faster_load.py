@@ -3,14 +3,15 @@
 
 The second peer of the comparison with mstar (docs/benchmarks.md), on the same checkpoint folder
 (bench/reference/write_checkpoint.py) as mstar and the reference. It runs offline on the GPU machine's
-transformers 5 and torch, with four carried wheels in a PYTHONPATH of their own (qwen-tts-hf installs a
+transformers 5 and torch, with five carried wheels in a PYTHONPATH of their own (qwen-tts-hf installs a
 `qwen_tts` module that would shadow the pinned reference's):
 
-    # here, with pip's registry (the wheels are pure Python but psutil's, cp36-abi3; accelerate is
-    # qwen-tts-hf's pin, psutil accelerate's dependency):
+    # here, with pip's registry (the wheels are pure Python but psutil's and soxr's, abi3; accelerate is
+    # qwen-tts-hf's pin, psutil accelerate's dependency, soxr what transformers 5's AutoProcessor imports):
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl/faster faster-qwen3-tts==0.5.4 qwen-tts-hf==0.1.1.post1 accelerate==1.12.0 psutil==7.2.2
+        -d .whl/faster faster-qwen3-tts==0.5.4 qwen-tts-hf==0.1.1.post1 accelerate==1.12.0 psutil==7.2.2 \
+        soxr==0.5.0.post1
     # on the GPU machine (carry .whl):
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-faster .whl/faster/*.whl
     PYTHONPATH=/tmp/site-faster python3 bench/reference/faster_load.py --model DIR -n 16 --frames 48 \

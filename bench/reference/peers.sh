@@ -35,7 +35,7 @@ stage_wheels() {
   bash bench/gpu_session.sh wheels > /dev/null || return 1
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl/faster \
-    faster-qwen3-tts==0.5.4 qwen-tts-hf==0.1.1.post1 accelerate==1.12.0 psutil==7.2.2
+    faster-qwen3-tts==0.5.4 qwen-tts-hf==0.1.1.post1 accelerate==1.12.0 psutil==7.2.2 soxr==0.5.0.post1
   ls -la .whl .whl/faster
 }
 

@@ -49,6 +49,8 @@ struct speech_service_options {
   std::string device = "auto";
   bool codec_graphs = false; // the CUDA codec's steps from CUDA graphs (speech_forward_options::codec_graphs)
   std::string codec_math = "cublas"; // the CUDA codec's sums: cublas, tf32 or double (codec_cuda_math)
+  // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
+  std::size_t trace_events = 0;
 };
 
 // Per-request callbacks; either may be empty.
@@ -82,6 +84,7 @@ public:
   virtual std::uint32_t codec_slots() const = 0;
   virtual const mstar::worker_counters& counters() const = 0;
   virtual mstar::metrics::busy_tracker::live_reading busy_so_far() const = 0;
+  virtual void write_trace(const std::string& path) const = 0;
 };
 
 template <class Spec, class Backend>
@@ -107,7 +110,7 @@ public:
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());
     wo.nodes[Spec::codec_node].batch = mstar::batching::per_key;
-    wo.trace_events = 0;
+    wo.trace_events = o.trace_events;
     worker_.emplace(engine_, flow_, wo);
     fwd_->install(*worker_);
   }
@@ -133,6 +136,7 @@ public:
   }
   const mstar::worker_counters& counters() const override { return worker_->counters(); }
   mstar::metrics::busy_tracker::live_reading busy_so_far() const override { return worker_->busy_so_far(); }
+  void write_trace(const std::string& path) const override { worker_->write_trace(path); }
 
 private:
   std::shared_ptr<void> owned_;
@@ -252,6 +256,15 @@ public:
   };
   worker_view worker() const { return {runtime_.get()}; }
   const speech_service_options& options() const { return o_; }
+  // A Chrome trace (chrome://tracing, Perfetto) of the worker's threads and streams so far: one track per
+  // thread and per stream, a step's GPU interval on its stream's track. Needs options().trace_events > 0; call it
+  // while no request is in flight.
+  void write_trace(const std::string& path) const {
+    if (o_.trace_events == 0)
+      throw std::invalid_argument("qwen3_tts::speech_service: write_trace, but trace_events is 0; give the "
+                                  "service a buffer (speech_service_options::trace_events)");
+    runtime_->write_trace(path);
+  }
   bool on_cuda() const { return on_cuda_; }
 
 private:

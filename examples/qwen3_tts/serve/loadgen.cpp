@@ -93,7 +93,7 @@ int loadgen_main(int argc, char** argv) {
                "`qwen3tts loadgen-http`: audio seconds per second, first audio p50/p95, the gap p95 between audio "
                "windows"};
   std::string model_dir, text = "Hello there, this is a test of the speech server.", voice, instructions;
-  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, codec_math = "cublas";
+  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, codec_math = "cublas", trace_path;
   std::vector<std::uint32_t> cs = {1, 4, 16};
   std::vector<std::string> lanes = {"on"};
   std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
@@ -132,6 +132,8 @@ int loadgen_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
   app.add_option("--json", json_path, "also write the rows as a JSON array here");
+  app.add_option("--trace", trace_path, "write a Chrome trace of the worker (threads, streams, each step's GPU "
+                                        "interval) here; one lane only (bench/reference/trace_summary.py reads it)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -159,6 +161,12 @@ int loadgen_main(int argc, char** argv) {
       so.ramp.push_back(std::uint32_t(id));
     }
     const int rate = codec.config().output_sample_rate;
+    if (!trace_path.empty()) {
+      if (lanes.size() != 1)
+        throw std::invalid_argument("--trace: one trace per run, and " + std::to_string(lanes.size()) +
+                                    " lanes were given; give one --lane");
+      so.trace_events = std::size_t(1) << 20;
+    }
 
     std::vector<load_row> rows;
     std::string first_error;
@@ -177,6 +185,7 @@ int loadgen_main(int argc, char** argv) {
                 [&](std::uint32_t c, std::uint32_t first, std::uint32_t count, std::string& error) {
                   return run_arm(svc, base, seed, c, first, count, rate, error);
                 });
+      if (!trace_path.empty()) svc.write_trace(trace_path);
     }
     return finish_load("qwen3tts loadgen", rows, json_path, first_error);
   } catch (const std::exception& e) {
