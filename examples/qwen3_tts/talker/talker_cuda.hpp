@@ -1,7 +1,7 @@
 // The real Qwen3-TTS Talker and its code predictor on CUDA: bf16 weights on the device, cuBLAS GEMMs
 // (or, at a few rows, a GEMV kernel of our own: talker_cuda_limits::gemv_rows) with float32 accumulation
-// and float32 outputs, the residual stream in float32, the paged KV cache in
-// bf16 ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
+// and float32 outputs, the residual stream in float32, the paged KV cache in bf16
+// ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
 // step -- the code predictor's 15 codes of the current frame, the next Talker input (16 codebook
 // embeddings plus the trailing text row), the Talker's layers, the codec head and the choice of the
 // next frame's code 0, every choice on the GPU (greedy, or drawn as the host talker_sampler draws) --
