@@ -139,7 +139,9 @@ struct rig {
   talker_config config = tiny_config();
   talker_host host{config, load_talker_weights(config, random_tensor)};
   talker_cuda gpu;
-  explicit rig(int max_rows) : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96}) {
+  // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv).
+  explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows)
+      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows}) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
 };
@@ -298,6 +300,23 @@ TEST_CASE("on the host Talker's path every CUDA Talker decision and logit agrees
           doctest::skip(!mstar::test::has_gpu())) {
   rig m(2);
   compare_runs(m, {make_prompt(12, 1, false), make_prompt(7, 2, true)}, 32);
+}
+
+TEST_CASE("on the host Talker's path with every product on cuBLAS (gemv_rows 0) every CUDA Talker decision and logit "
+          "agrees with the host float32 Talker" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  rig m(2, 0);
+  compare_runs(m, {make_prompt(12, 1, false), make_prompt(7, 2, true)}, 32);
+}
+
+TEST_CASE("on the host Talker's path at five rows, the predictor's first pass (10 tokens) on cuBLAS and the other "
+          "decode products on small_gemv, every CUDA Talker decision and logit agrees with the host float32 Talker" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  rig m(5);
+  compare_runs(m,
+               {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
+                make_prompt(6, 7, true)},
+               16);
 }
 
 TEST_CASE("on the host Talker's path the CUDA Talker's sampled codes are the host sampler's draws" *

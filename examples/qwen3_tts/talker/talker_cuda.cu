@@ -231,6 +231,18 @@ struct talker_cuda::state {
     TALKER_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF, ldx,
                               &zero, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
+
+  // Products of at most this many rows in a decode step run as small_gemv (talker_cuda_limits::gemv_rows).
+  int gemv_rows = 0;
+  bool gemv_fits(int m, int in, int ldx) const { return m <= gemv_rows && cuda::small_gemv_fits(m, in, ldx); }
+  // gemm's product, as small_gemv where `small` (a decode step's product) and the shape fits.
+  void linear(cudaStream_t s, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m,
+              bool small) const {
+    if (small && gemv_fits(m, in, ldx))
+      cuda::small_gemv(cuda::gemv_epilogue::store, w, out, in, x, ldx, y, nullptr, ldy, m, s);
+    else
+      gemm(s, w, out, in, x, ldx, y, ldy, m);
+  }
 };
 
 namespace {
@@ -253,14 +265,20 @@ state_layout layout_of(const talker_cuda_dims& d) {
 // Runs the stack's layers over `tokens` tokens of x (float32 residual, modified), appending K/V by
 // `view`, and leaves the final norm in y16 (bf16) and, when given, y32.
 // fused: every row has one token, so qk_norm_rope_append and paged_attention may run as one launch.
+// small: a decode step's pass, whose products may run as small_gemv when the tokens are few enough.
 void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_stack_dims& d, float* x, int tokens,
-               const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false) {
+               const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false,
+               bool small = false) {
   fused = fused && d.heads / d.kv_heads <= cuda::max_decode_group;
-  const int h = d.hidden, qw = d.heads * d.head_dim;
+  const int h = d.hidden, qw = d.heads * d.head_dim, inter = d.intermediate;
+  // On small_gemv the o and down projections add to the residual x themselves and the gate/up product
+  // ends in SwiGLU, so the norms that follow have nothing to add: all of a layer's products or none.
+  const bool gemv =
+      small && st.gemv_fits(tokens, h, h) && st.gemv_fits(tokens, qw, qw) && st.gemv_fits(tokens, inter, inter);
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
-    cuda::rms_norm(x, l == 0 ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
-    st.gemm(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens);
+    cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
+    st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
     if (fused) {
       cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
                              d.kv_heads, d.head_dim, d.rms_eps, s);
@@ -269,13 +287,21 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
                                 d.kv_heads, d.head_dim, d.rms_eps, s);
       cuda::paged_attention(st.q, w.kv[std::size_t(l)], view, st.attn, d.heads, d.kv_heads, d.head_dim, s);
     }
+    if (gemv) {
+      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s);
+      cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
+      cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter, tokens,
+                       s);
+      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s);
+      continue;
+    }
     st.gemm(s, lw.o, h, qw, st.attn, qw, st.out, h, tokens);
     cuda::rms_norm(x, st.out, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
-    st.gemm(s, lw.gate_up, 2 * d.intermediate, h, st.xn, h, st.gate_up, 2 * d.intermediate, tokens);
-    cuda::swiglu(st.gate_up, st.act, tokens, d.intermediate, s);
-    st.gemm(s, lw.down, h, d.intermediate, st.act, d.intermediate, st.out, h, tokens);
+    st.gemm(s, lw.gate_up, 2 * inter, h, st.xn, h, st.gate_up, 2 * inter, tokens);
+    cuda::swiglu(st.gate_up, st.act, tokens, inter, s);
+    st.gemm(s, lw.down, h, inter, st.act, inter, st.out, h, tokens);
   }
-  cuda::rms_norm(x, d.layers > 0 ? st.out : nullptr, w.norm, y16, y32, tokens, h, d.rms_eps, s);
+  cuda::rms_norm(x, d.layers > 0 && !gemv ? st.out : nullptr, w.norm, y16, y32, tokens, h, d.rms_eps, s);
 }
 
 void host_inv_freq(const cuda_stack_dims& d, std::vector<float>& f) {
@@ -306,6 +332,9 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(d.eos_id >= 0 && d.eos_id < d.codec_vocab, "eos_id " + std::to_string(d.eos_id) + " outside the codec vocab");
   need(l.max_rows > 0 && l.block_tokens > 0 && l.kv_blocks > 0 && l.max_pages > 0 && l.max_prefill_tokens > 0,
        "every limit must be > 0");
+  need(l.gemv_rows >= 0 && l.gemv_rows <= cuda::max_gemv_rows,
+       "gemv_rows " + std::to_string(l.gemv_rows) + " outside [0, " + std::to_string(cuda::max_gemv_rows) +
+           "] (the most rows small_gemv takes; 0 keeps every product on cuBLAS)");
 }
 
 } // namespace
@@ -327,6 +356,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.workspace = device_alloc<unsigned char>(workspace_bytes, own);
   TALKER_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
   TALKER_CHECK(cublasSetWorkspace(st.blas, st.workspace, workspace_bytes));
+  st.gemv_rows = limits.gemv_rows;
 
   const auto& T = dims.talker;
   const auto& P = dims.predictor;
@@ -851,18 +881,18 @@ void talker_cuda::enqueue_predict(int rows) {
                              T.hidden, s);
     if (st.proj) {
       cuda::to_bf16(st.xin, st.xn, std::size_t(tokens) * T.hidden, s);
-      st.gemm(s, st.proj, P.hidden, T.hidden, st.xn, T.hidden, st.out, P.hidden, tokens);
+      st.linear(s, st.proj, P.hidden, T.hidden, st.xn, T.hidden, st.out, P.hidden, tokens, true);
       cuda::bias_add(st.out, st.proj_bias, st.x, nullptr, tokens, P.hidden, s);
     }
     const auto& pp = st.pred_plans[std::size_t(g)];
     const cuda::paged_view view{
         pp.qo_indptr, st.pred_page_indptr, st.pred_page_indices, pp.last_page_len, pp.positions, rows, tokens, groups};
-    run_stack(st, st.predictor, P, st.x, tokens, view, st.xn, nullptr, s, fused_decode_ && g > 0);
+    run_stack(st, st.predictor, P, st.x, tokens, view, st.xn, nullptr, s, fused_decode_ && g > 0, true);
     // The head reads each row's last token: token 2r + 1 of the prefill, token r afterwards.
     const bf16* last = g == 0 ? st.xn + P.hidden : st.xn;
     const int ld = g == 0 ? 2 * P.hidden : P.hidden;
     float* logits = st.pred_logits + std::size_t(g) * limits_.max_rows * pv;
-    st.gemm(s, st.pred_heads + std::size_t(g) * pv * P.hidden, pv, P.hidden, last, ld, logits, pv, rows);
+    st.linear(s, st.pred_heads + std::size_t(g) * pv * P.hidden, pv, P.hidden, last, ld, logits, pv, rows, true);
     if (sampling_.sub.do_sample) // counter: this frame, generated[r] - 1; lane: the codebook, g + 1
       cuda::sample_rows(logits, pv, cuda::sample_settings{sampling_.sub.temperature, sampling_.sub.top_k}, st.seeds,
                         st.generated, -1, std::uint32_t(g + 1), st.frames, groups, g + 1, st.forced, st.chosen, rows,
@@ -880,19 +910,19 @@ void talker_cuda::enqueue_talker(int rows) {
   const int pv = dims_.predictor_vocab;
   // The next Talker input: the frame's 16 embeddings plus the trailing text row.
   cuda::gather_rows(st.text_embedding, st.text_ids_dev, st.xn, rows, dims_.text_hidden, s);
-  st.gemm(s, st.text_fc1, dims_.text_hidden, dims_.text_hidden, st.xn, dims_.text_hidden, st.gate_up, dims_.text_hidden,
-          rows);
+  st.linear(s, st.text_fc1, dims_.text_hidden, dims_.text_hidden, st.xn, dims_.text_hidden, st.gate_up,
+            dims_.text_hidden, rows, true);
   cuda::bias_silu(st.gate_up, st.text_fc1_bias, st.act, rows, dims_.text_hidden, s);
-  st.gemm(s, st.text_fc2, T.hidden, dims_.text_hidden, st.act, dims_.text_hidden, st.out, T.hidden, rows);
+  st.linear(s, st.text_fc2, T.hidden, dims_.text_hidden, st.act, dims_.text_hidden, st.out, T.hidden, rows, true);
   cuda::bias_add(st.out, st.text_fc2_bias, st.text, nullptr, rows, T.hidden, s);
   cuda::frame_embedding_sum(st.codec_embedding, st.pred_embeddings, std::int64_t(pv) * T.hidden, st.frames, groups,
                             st.text, st.x, rows, T.hidden, s);
   // The Talker's step and the next frame's code 0.
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
                               rows,         rows,           limits_.block_tokens};
-  run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_);
-  st.gemm(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
-          rows);
+  run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_, true);
+  st.linear(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
+            rows, true);
   choose_code0(rows);
 }
 

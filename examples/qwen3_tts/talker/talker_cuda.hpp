@@ -1,6 +1,7 @@
 // The real Qwen3-TTS Talker and its code predictor on CUDA: bf16 weights on the device, cuBLAS GEMMs
-// with float32 accumulation and float32 outputs, the residual stream in float32, the paged KV cache in
-// bf16 ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
+// (or, at a few rows, a GEMV kernel of our own: talker_cuda_limits::gemv_rows) with float32 accumulation
+// and float32 outputs, the residual stream in float32, the paged KV cache in bf16
+// ([layers][blocks][block_tokens][kv_heads][head_dim], the host forward's layout), and one decode
 // step -- the code predictor's 15 codes of the current frame, the next Talker input (16 codebook
 // embeddings plus the trailing text row), the Talker's layers, the codec head and the choice of the
 // next frame's code 0, every choice on the GPU (greedy, or drawn as the host talker_sampler draws) --
@@ -62,6 +63,10 @@ struct talker_cuda_limits {
   // The model's stream at the device's greatest priority: where other streams (the codec's) keep the GPU busy,
   // the hardware then dispatches this stream's pending blocks first. Off: the default priority.
   bool high_priority = false;
+  // Weight products of at most this many rows (tokens) in the decode step -- the Talker's layers and heads, the
+  // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
+  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8).
+  int gemv_rows = 8;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

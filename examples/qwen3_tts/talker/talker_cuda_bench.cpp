@@ -5,8 +5,10 @@
 // copy rate measured in the same run.
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
-//                         [--rows 1,8,32,64,128] [--sample] [--profile]
+//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--sample] [--profile]
 //
+// --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
+// small-rows GEMV kernel instead of cuBLAS (0: cuBLAS everywhere; default: the library's default).
 // --sample: the reference's default sampling (top-k 50, temperature 0.9, for code 0 and the predictor's
 // codes) instead of greedy choices. --profile: for each row count, one replay of the fused decode graph
 // between cudaProfilerStart and cudaProfilerStop and nothing timed, for a kernel profiler started with
@@ -63,9 +65,10 @@ double copy_rate(cudaStream_t s) {
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
-                 int iters, double rate, bool sample, bool profile) {
+                 int iters, double rate, bool sample, bool profile, int gemv_rows) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
+  lim.gemv_rows = gemv_rows;
   lim.max_rows = max_rows;
   lim.block_tokens = 16;
   const int pages_per_row = (kv + lim.block_tokens - 1) / lim.block_tokens;
@@ -129,10 +132,10 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
                               double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
       const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
       const double floor_ms = bytes / rate * 1e3;
-      std::printf("RESULT %-5s %-5s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f frames/s  "
-                  "%zu nodes\n",
-                  name, fused ? "fused" : "split", rows, median, double(ms.front()), floor_ms, median / floor_ms,
-                  rows / (median * 1e-3), model.graph_nodes(rows));
+      std::printf("RESULT %-5s %-5s gemv %d rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f "
+                  "frames/s  %zu nodes\n",
+                  name, fused ? "fused" : "split", gemv_rows, rows, median, double(ms.front()), floor_ms,
+                  median / floor_ms, rows / (median * 1e-3), model.graph_nodes(rows));
     }
   }
   cudaEventDestroy(e0);
@@ -143,7 +146,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
 
 int main(int argc, char** argv) {
   std::string which = "both";
-  int mlp = 6144, kv = 256, iters = 200;
+  int mlp = 6144, kv = 256, iters = 200, gemv_rows = qwen3_tts::talker_cuda_limits{}.gemv_rows;
   bool sample = false, profile = false;
   std::vector<int> rows = {1, 8, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
@@ -162,6 +165,8 @@ int main(int argc, char** argv) {
       iters = std::stoi(value());
     else if (a == "--rows")
       rows = int_list(value());
+    else if (a == "--gemv-rows")
+      gemv_rows = std::stoi(value());
     else if (a == "--sample")
       sample = true;
     else if (a == "--profile")
@@ -189,11 +194,16 @@ int main(int argc, char** argv) {
     std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
                 "tokens a row, median of %d graph replays\n",
                 kv, iters);
+    if (gemv_rows > 0)
+      std::printf("products of at most %d rows on small_gemv, larger ones on cuBLAS (--gemv-rows %d)\n", gemv_rows,
+                  gemv_rows);
+    else
+      std::printf("every product on cuBLAS (--gemv-rows 0)\n");
     using qwen3_tts::released_talker_dims;
     if (which == "0.6b" || which == "both")
-      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile);
+      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile, gemv_rows);
     if (which == "1.7b" || which == "both")
-      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile);
+      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile, gemv_rows);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;

@@ -303,6 +303,123 @@ __global__ void swiglu_kernel(const float* gate_up, bf16* out, int tokens, int i
   }
 }
 
+// small_gemv's kernel. Mapping: a block is gemv_warps warps; each warp owns O weight rows whole (O = 2
+// for swiglu: gate row i and up row inter + i, so one warp has both factors of output i; O = 2 for the
+// other epilogues at 4..8 rows, so each x slice loaded serves two weight rows; else 1). Lane l streams
+// the 16-byte slices (8 bf16) l, l + 32, l + 64, ... of its rows, gemv_unroll slices a row loaded before
+// the first multiply, then multiplies each slice against the same slice of every x row; a warp-shuffle
+// sum ends it and lane r writes row r's result. Why: at 1..8 rows the product is bound by reading w once
+// from HBM, so every lane keeps 16-byte loads in flight (4 to 8 a lane, 8-16 KB a block), w goes through
+// the streaming cache path (it is read once a pass and must not push the activations out of L2), and x
+// (at most 8 x 6144 bf16 = 96 KB, read by every warp) comes through L1 with 16-byte loads too. R is the
+// row count rounded up to 1, 2, 4 or 8; rows past `rows` are neither read nor written.
+constexpr int gemv_warps = 4;
+constexpr int gemv_unroll = 4;
+
+constexpr int gemv_rows_per_warp(gemv_epilogue e, int r) { return e == gemv_epilogue::swiglu || r >= 4 ? 2 : 1; }
+
+// Adds the 8 products of a w slice and an x slice (float32 values of x) to acc.
+__device__ float dot8(uint4 w, const float (&x)[8], float acc) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    acc = fmaf(f.x, x[2 * j], acc);
+    acc = fmaf(f.y, x[2 * j + 1], acc);
+  }
+  return acc;
+}
+
+template <int R, gemv_epilogue E>
+__global__ void __launch_bounds__(gemv_warps * 32)
+    small_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
+                      bf16* act, int ldy, int rows) {
+  constexpr int O = gemv_rows_per_warp(E, R);
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * gemv_warps + (threadIdx.x >> 5);
+  const int inter = out / 2;
+  // The warp's weight rows; a second row past `out` (odd out) re-reads the first and is not written.
+  int wrow[O];
+  bool live[O];
+#pragma unroll
+  for (int k = 0; k < O; ++k) {
+    wrow[k] = E == gemv_epilogue::swiglu ? warp + k * inter : warp * O + k;
+    live[k] = E == gemv_epilogue::swiglu ? warp < inter : wrow[k] < out;
+  }
+  if (!live[0]) return; // uniform across the warp, and no block barrier follows
+  const int slices = in / 8;
+  const uint4* wv[O];
+#pragma unroll
+  for (int k = 0; k < O; ++k)
+    wv[k] = reinterpret_cast<const uint4*>(w + std::size_t(live[k] ? wrow[k] : wrow[0]) * in);
+
+  float acc[O][R] = {};
+  for (int s0 = lane; s0 < slices; s0 += 32 * gemv_unroll) {
+    uint4 wq[gemv_unroll][O];
+#pragma unroll
+    for (int u = 0; u < gemv_unroll; ++u)
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+        wq[u][k] = s0 + 32 * u < slices ? __ldcs(wv[k] + s0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < gemv_unroll; ++u) {
+      const int sl = s0 + 32 * u;
+      if (sl >= slices) break;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) break;
+        const uint4 xq = __ldg(reinterpret_cast<const uint4*>(x + std::size_t(r) * ldx) + sl);
+        const auto* xh = reinterpret_cast<const __nv_bfloat162*>(&xq);
+        float xf[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(xh[j]);
+          xf[2 * j] = f.x;
+          xf[2 * j + 1] = f.y;
+        }
+#pragma unroll
+        for (int k = 0; k < O; ++k)
+          acc[k][r] = dot8(wq[u][k], xf, acc[k][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < O; ++k)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[k][r] = warp_sum(acc[k][r]);
+
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows || lane != r) continue;
+    if constexpr (E == gemv_epilogue::swiglu) {
+      act[std::size_t(r) * ldy + warp] = __float2bfloat16(silu(acc[0][r]) * acc[1][r]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < O; ++k) {
+        if (!live[k]) continue;
+        float& y = y32[std::size_t(r) * ldy + wrow[k]];
+        y = E == gemv_epilogue::residual ? y + acc[k][r] : acc[k][r];
+      }
+    }
+  }
+}
+
+template <gemv_epilogue E>
+void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
+                       cudaStream_t s) {
+  const int rounded = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+  const int per_warp = gemv_rows_per_warp(E, rounded);
+  const int warps = E == gemv_epilogue::swiglu ? out / 2 : (out + per_warp - 1) / per_warp;
+  const unsigned blocks = unsigned((warps + gemv_warps - 1) / gemv_warps);
+  switch (rounded) {
+  case 1: small_gemv_kernel<1, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows); break;
+  case 2: small_gemv_kernel<2, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows); break;
+  case 4: small_gemv_kernel<4, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows); break;
+  default: small_gemv_kernel<8, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows);
+  }
+}
+
 __global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width, bool act) {
   const std::size_t n = std::size_t(tokens) * width;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
@@ -709,6 +826,42 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
   if (tokens == 0) return;
   swiglu_kernel<<<grid_for(std::size_t(tokens) * inter), 256, 0, s>>>(gate_up, out, tokens, inter);
   check_launch("swiglu");
+}
+
+void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
+                int ldy, int rows, cudaStream_t s) {
+  auto refuse = [](const std::string& what) {
+    throw std::invalid_argument("qwen3_tts CUDA talker: small_gemv " + what);
+  };
+  const bool swiglu = epilogue == gemv_epilogue::swiglu;
+  if (rows < 1 || rows > max_gemv_rows)
+    refuse("takes 1.." + std::to_string(max_gemv_rows) + " rows, not " + std::to_string(rows) + " (use cuBLAS)");
+  if (in <= 0 || in % 8 != 0)
+    refuse("reads w in 16-byte slices: in must be a positive multiple of 8, not " + std::to_string(in) +
+           " (use cuBLAS)");
+  if (ldx < in || ldx % 8 != 0)
+    refuse("reads x in 16-byte slices: ldx must be a multiple of 8 and at least in " + std::to_string(in) + ", not " +
+           std::to_string(ldx));
+  if (out <= 0 || (swiglu && out % 2 != 0))
+    refuse("needs out > 0" + std::string(swiglu ? " and even (the fused [gate; up] weight)" : "") + ", not " +
+           std::to_string(out));
+  if (reinterpret_cast<std::uintptr_t>(w) % 16 != 0 || reinterpret_cast<std::uintptr_t>(x) % 16 != 0)
+    refuse("needs w and x 16-byte aligned; w is at " + std::to_string(reinterpret_cast<std::uintptr_t>(w) % 16) +
+           " and x at " + std::to_string(reinterpret_cast<std::uintptr_t>(x) % 16) + " bytes past a 16-byte boundary");
+  if (ldy < (swiglu ? out / 2 : out))
+    refuse("writes rows of " + std::to_string(swiglu ? out / 2 : out) + " outputs, but ldy is " + std::to_string(ldy));
+  if (swiglu ? act == nullptr : y32 == nullptr)
+    refuse(swiglu ? "has no output: the swiglu epilogue writes act" : "has no output: store and residual write y32");
+  switch (epilogue) {
+  case gemv_epilogue::store: launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, s); break;
+  case gemv_epilogue::residual:
+    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, s);
+    break;
+  case gemv_epilogue::swiglu:
+    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, s);
+    break;
+  }
+  check_launch("small_gemv");
 }
 
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s) {

@@ -1,8 +1,9 @@
-// Launchers of the CUDA Talker's own kernels (everything that is not a cuBLAS GEMM): RMSNorm, the
-// per-head q/k norm with RoPE and the paged-KV append, paged attention, SwiGLU, bias + activation,
-// embedding sums and the code-0 choice. Each launcher checks its launch and throws with the kernel's
-// name; the kernels themselves live in talker_cuda_kernels.cu (nvcc makes __global__ stubs local to
-// their translation unit, STYLE.md pitfall 7, so only these host functions cross files).
+// Launchers of the CUDA Talker's own kernels: RMSNorm, the per-head q/k norm with RoPE and the paged-KV
+// append, paged attention, SwiGLU, the small-rows weight product (the GEMMs of few rows; larger ones are
+// cuBLAS's), bias + activation, embedding sums and the code-0 choice. Each launcher checks its launch and
+// throws with the kernel's name; the kernels themselves live in talker_cuda_kernels.cu (nvcc makes
+// __global__ stubs local to their translation unit, STYLE.md pitfall 7, so only these host functions
+// cross files).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -72,6 +73,25 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
 
 // gate_up: [tokens][2 * inter] float32 (gate first, up second) -> silu(gate) * up as bf16.
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s);
+
+// A weight product of a few rows, y[r][o] = sum_i x[r][i] * w[o][i] (w bf16 [out][in] as the checkpoint
+// stores it, x bf16 rows of leading dimension ldx, float32 accumulation: cuBLAS's products, summed in
+// another order), for r < rows <= max_gemv_rows, where a GEMM of m = rows is a GEMV that cuBLAS's tiles
+// read at a fraction of the bandwidth. What happens to each sum:
+//   store:    y32[r * ldy + o] = sum (float32, as the cuBLAS GEMM writes it);
+//   residual: y32[r * ldy + o] += sum (the float32 residual stream, updated in place);
+//   swiglu:   w is the fused [gate; up] weight of out = 2 * inter rows, and
+//             act[r * ldy + i] = bf16(silu(gate_i) * up_i) for i < inter (the GEMM and swiglu in one).
+// in must be a multiple of 8, ldx too, and w and x 16-byte aligned (w is read as 16-byte slices);
+// small_gemv_fits says whether a shape qualifies, and small_gemv throws, naming the value, for one that
+// does not.
+enum class gemv_epilogue { store, residual, swiglu };
+constexpr int max_gemv_rows = 8;
+constexpr bool small_gemv_fits(int rows, int in, int ldx) {
+  return rows >= 1 && rows <= max_gemv_rows && in > 0 && in % 8 == 0 && ldx >= in && ldx % 8 == 0;
+}
+void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
+                int ldy, int rows, cudaStream_t s);
 
 // y = silu(x + bias) as bf16, or (silu == false) y32 = x + bias as float32.
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s);
