@@ -9,29 +9,59 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "mstar/resources/sampler.hpp"
 
 namespace qwen3_tts {
 namespace {
 
-// y[t][o] = x[t] . W[o] (+ b[o]); W is [out][in] row-major, as in the checkpoint.
-void linear(const float* x, int tokens, int in, const tensor& w, const float* bias, int out, float* y) {
-  for (int t = 0; t < tokens; ++t) {
-    const float* xt = x + std::size_t(t) * in;
-    for (int o = 0; o < out; ++o) {
-      const float* wo = w.data() + std::size_t(o) * in;
-      float acc[8] = {};
-      int i = 0;
-      for (; i + 8 <= in; i += 8)
-        for (int u = 0; u < 8; ++u)
-          acc[u] += xt[i + u] * wo[i + u];
-      float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-      for (; i < in; ++i)
-        sum += xt[i] * wo[i];
-      y[std::size_t(t) * out + o] = bias ? sum + bias[o] : sum;
+// y[t][o] = x[t] . W[o] (+ b[o]) for outputs [o0, o1); W is [out][in] row-major, as in the checkpoint. Tokens go
+// in tiles so that a W row is read from memory once a tile rather than once a token; every (t, o) sum is
+// computed in the same order whatever the tiling, so the results are the same bits.
+void linear_part(const float* x, int tokens, int in, const float* w, const float* bias, int out, float* y, int o0,
+                 int o1) {
+  constexpr int tile = 8;
+  for (int t0 = 0; t0 < tokens; t0 += tile) {
+    const int t1 = std::min(tokens, t0 + tile);
+    for (int o = o0; o < o1; ++o) {
+      const float* wo = w + std::size_t(o) * in;
+      for (int t = t0; t < t1; ++t) {
+        const float* xt = x + std::size_t(t) * in;
+        float acc[8] = {};
+        int i = 0;
+        for (; i + 8 <= in; i += 8)
+          for (int u = 0; u < 8; ++u)
+            acc[u] += xt[i + u] * wo[i + u];
+        float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; i < in; ++i)
+          sum += xt[i] * wo[i];
+        y[std::size_t(t) * out + o] = bias ? sum + bias[o] : sum;
+      }
     }
   }
+}
+
+// linear_part over all outputs; a product of more than 2^22 multiply-adds is split by outputs over the host's
+// cores (a prompt's text projection, a prefill), which changes no bit of the result.
+void linear(const float* x, int tokens, int in, const tensor& w, const float* bias, int out, float* y) {
+  const double work = double(tokens) * in * out;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int parts = work < double(1 << 22) ? 1 : int(std::min<unsigned>(cores, unsigned(std::max(1, out / 64))));
+  if (parts <= 1) {
+    linear_part(x, tokens, in, w.data(), bias, out, y, 0, out);
+    return;
+  }
+  std::vector<std::thread> helpers;
+  helpers.reserve(std::size_t(parts - 1));
+  const int step = (out + parts - 1) / parts;
+  for (int p = 1; p < parts; ++p) {
+    const int o0 = p * step, o1 = std::min(out, o0 + step);
+    if (o0 < o1) helpers.emplace_back(linear_part, x, tokens, in, w.data(), bias, out, y, o0, o1);
+  }
+  linear_part(x, tokens, in, w.data(), bias, out, y, 0, std::min(out, step));
+  for (auto& h : helpers)
+    h.join();
 }
 
 // x * rsqrt(mean(x^2) + eps) * w over each `dim`-wide vector, in place.
