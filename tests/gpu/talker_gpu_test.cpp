@@ -689,8 +689,9 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
 
 TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // The same arithmetic in the same order (one launch instead of two), so the logits agree to float
-  // rounding and the greedy codes are the same.
+  // The same attention in another order (the fused launch shares each row's context among the Talker's 8 splits
+  // and merges them; prompts of 10 and 5 ids give contexts of more than 8 tokens, so the merge runs), so the
+  // logits agree to float rounding and the greedy codes are the same.
   struct run_result {
     std::vector<std::int32_t> frames;
     std::vector<float> talker, predictor;

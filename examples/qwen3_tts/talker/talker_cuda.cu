@@ -169,6 +169,7 @@ struct talker_cuda::state {
   bf16* act = nullptr;         // [tokens][max intermediate]
   float* text = nullptr;       // trailing text rows [rows][hidden]
   float* hidden_all = nullptr; // prefill's post-norm states [tokens][hidden]
+  cuda::decode_scratch attn_scratch; // the Talker's split decode attention (talker_decode_splits)
 
   // Generation state, one entry per row.
   std::int32_t* code0 = nullptr;
@@ -249,6 +250,11 @@ namespace {
 
 int qkv_width(const cuda_stack_dims& d) { return (d.heads + 2 * d.kv_heads) * d.head_dim; }
 
+// Blocks a row's context is shared by in the Talker's decode attention: enough that one row's 8 KV heads fill a
+// good part of the GPU, fixed so that a row's result does not depend on how many rows its step has. The code
+// predictor's context is at most 17 tokens: one block a row.
+constexpr int talker_decode_splits = 8;
+
 // Where each piece of a request's generation state sits in its slot row (bytes): the seed first (8-byte
 // aligned), then code 0, the frame count, the last frame, the last hidden state and the seen-codes bitmap.
 struct state_layout {
@@ -266,9 +272,10 @@ state_layout layout_of(const talker_cuda_dims& d) {
 // `view`, and leaves the final norm in y16 (bf16) and, when given, y32.
 // fused: every row has one token, so qk_norm_rope_append and paged_attention may run as one launch.
 // small: a decode step's pass, whose products may run as small_gemv when the tokens are few enough.
+// splits: blocks a row's kv indices are shared by in the fused attention (scratch holds their partials).
 void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_stack_dims& d, float* x, int tokens,
                const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false,
-               bool small = false) {
+               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1) {
   fused = fused && d.heads / d.kv_heads <= cuda::max_decode_group;
   const int h = d.hidden, qw = d.heads * d.head_dim, inter = d.intermediate;
   // On small_gemv the o and down projections add to the residual x themselves and the gate/up product
@@ -281,7 +288,7 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
     st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
     if (fused) {
       cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
-                             d.kv_heads, d.head_dim, d.rms_eps, s);
+                             d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s);
     } else {
       cuda::qk_norm_rope_append(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, st.q, w.kv[std::size_t(l)], view, d.heads,
                                 d.kv_heads, d.head_dim, d.rms_eps, s);
@@ -422,6 +429,14 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.act = device_alloc<bf16>(tokens * std::max(inter, width), own);
   st.hidden_all = device_alloc<float>(tokens * T.hidden, own);
   const std::size_t rows = std::size_t(limits.max_rows);
+  {
+    const std::size_t parts = rows * std::size_t(T.heads) * talker_decode_splits;
+    st.attn_scratch.acc = device_alloc<float>(parts * std::size_t(T.head_dim), own);
+    st.attn_scratch.m = device_alloc<float>(parts, own);
+    st.attn_scratch.l = device_alloc<float>(parts, own);
+    st.attn_scratch.counters = device_alloc<unsigned>(rows * std::size_t(T.kv_heads), own);
+    TALKER_CHECK(cudaMemset(st.attn_scratch.counters, 0, rows * std::size_t(T.kv_heads) * sizeof(unsigned)));
+  }
   st.text = device_alloc<float>(rows * T.hidden, own);
   st.code0 = device_alloc<std::int32_t>(rows, own);
   st.frames = device_alloc<std::int32_t>(rows * groups, own);
@@ -920,7 +935,8 @@ void talker_cuda::enqueue_talker(int rows) {
   // The Talker's step and the next frame's code 0.
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
                               rows,         rows,           limits_.block_tokens};
-  run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_, true);
+  run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_, true,
+            st.attn_scratch, talker_decode_splits);
   st.linear(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
             rows, true);
   choose_code0(rows);

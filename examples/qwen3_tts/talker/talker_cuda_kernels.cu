@@ -262,33 +262,182 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
             out + (std::size_t(t) * heads + h) * D);
 }
 
-// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head),
-// 4 warps. The warps first normalise and rotate the group's query heads (into shared memory) and the
-// new K, store K and V in the cache, then -- after a barrier, which makes the block's own cache writes
-// visible to it -- attend for each query head of the group in turn.
-template <int D>
-__global__ void decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm,
-                                        const float* inv_freq, kv_layer cache, paged_view view, bf16* out, int heads,
-                                        int kv_heads, float eps) {
-  __shared__ float q_s[max_decode_group][D];
-  const int r = blockIdx.x, kvh = blockIdx.y;
+// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head,
+// split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
+// block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
+// K and V (visible to the block after the barrier). A row's kv indices go to `splits` blocks in equal shares
+// (so a short context at few rows still fills the GPU), and within a block to its 4 warps, each warp taking
+// 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
+// row is read once for all query heads of the group. Every lane-group runs an online softmax; the block
+// merges them in shared memory, and where a row has several splits the last block of the row's kv head to
+// finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
+// A row's result depends on its own length and `splits` only, never on the other rows of the step.
+template <int D, int G>
+__global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv, const float* q_norm,
+                                                               const float* k_norm, const float* inv_freq,
+                                                               kv_layer cache, paged_view view, bf16* out, int heads,
+                                                               int kv_heads, float eps, decode_scratch scratch) {
+  constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
+  constexpr int parts = warps * tokens_per_warp;
+  __shared__ float q_s[G][D];
+  __shared__ float part_m[G][parts], part_l[G][parts];
+  __shared__ float part_acc[G][parts][D];
+  __shared__ bool last_block;
+  const int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int group = heads / kv_heads;
   const int t = view.qo_indptr[r];
-  const int j = kv_len_of_row(view, r) - 1;
+  const int len = kv_len_of_row(view, r), j_new = len - 1;
+  const int share = (len + splits - 1) / splits;
+  const int begin = split * share, end = min(len, begin + share);
+  const int used = (len + share - 1) / share; // splits with at least one kv index
+  if (begin >= end) return;                   // past the row's length: no work and no part in the merge
+  const bool owner = begin <= j_new && j_new < end;
   const float pos = float(view.positions[t]);
   const float* row = qkv + std::size_t(t) * (heads + 2 * kv_heads) * D;
-  for (int item = threadIdx.x >> 5; item < group + 2; item += int(blockDim.x >> 5)) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int item = warp; item < G + 2; item += warps) {
     if (item < group)
       norm_rope_head(row + std::size_t(kvh * group + item) * D, q_norm, inv_freq, pos, eps, D, q_s[item], nullptr);
-    else if (item == group)
+    else if (item < G)
+      for (int i = lane; i < D; i += 32)
+        q_s[item][i] = 0.0f;
+    else if (item == G && owner)
       norm_rope_head(row + std::size_t(heads + kvh) * D, k_norm, inv_freq, pos, eps, D, nullptr,
-                     cache.k + kv_offset(view, r, j, kvh, kv_heads, D));
-    else
-      store_head(row + std::size_t(heads + kv_heads + kvh) * D, D, cache.v + kv_offset(view, r, j, kvh, kv_heads, D));
+                     cache.k + kv_offset(view, r, j_new, kvh, kv_heads, D));
+    else if (item == G + 1 && owner)
+      store_head(row + std::size_t(heads + kv_heads + kvh) * D, D, cache.v + kv_offset(view, r, j_new, kvh, kv_heads, D));
   }
   __syncthreads();
-  for (int i = 0; i < group; ++i)
-    attend<D>(q_s[i], cache, view, r, j, kvh, kv_heads, out + (std::size_t(t) * heads + kvh * group + i) * D);
+
+  const int sub = lane % lanes_per_token, tok = lane / lanes_per_token;
+  const float scale = rsqrtf(float(D));
+  float q[G][8], acc[G][8], m[G], l[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      q[g][e] = q_s[g][sub * 8 + e] * scale;
+      acc[g][e] = 0.0f;
+    }
+  }
+  auto unpack = [](const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 v = __bfloat1622float2(h[e]);
+      f[2 * e] = v.x;
+      f[2 * e + 1] = v.y;
+    }
+  };
+  // Two tokens a lane-group in flight: both K and V rows are loaded before the first is used.
+  constexpr int stride = warps * tokens_per_warp;
+  for (int j0 = begin + warp * tokens_per_warp; j0 < end; j0 += 2 * stride) {
+    uint4 kr[2], vr[2];
+    bool valid[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int j = j0 + u * stride + tok;
+      valid[u] = j < end;
+      if (valid[u]) {
+        const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + sub * 8;
+        kr[u] = *reinterpret_cast<const uint4*>(cache.k + off);
+        vr[u] = *reinterpret_cast<const uint4*>(cache.v + off);
+      } else {
+        kr[u] = make_uint4(0, 0, 0, 0);
+        vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      float k[8], v[8];
+      unpack(kr[u], k);
+      unpack(vr[u], v);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          d += q[g][e] * k[e];
+#pragma unroll
+        for (int o = lanes_per_token / 2; o > 0; o >>= 1)
+          d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (valid[u]) {
+          const float m_new = fmaxf(m[g], d);
+          const float corr = expf(m[g] - m_new), p = expf(d - m_new);
+          l[g] = l[g] * corr + p;
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            acc[g][e] = acc[g][e] * corr + p * v[e];
+          m[g] = m_new;
+        }
+      }
+    }
+  }
+  const int part = warp * tokens_per_warp + tok;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (sub == 0) {
+      part_m[g][part] = m[g];
+      part_l[g][part] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      part_acc[g][part][sub * 8 + e] = acc[g][e];
+  }
+  __syncthreads();
+
+  // The block's result for each (query head, element): its parts merged; one split writes it out whole.
+  for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
+    const int g = idx / D, e = idx % D;
+    float big = -INFINITY;
+    for (int p = 0; p < parts; ++p)
+      big = fmaxf(big, part_m[g][p]);
+    float sum_l = 0.0f, sum_acc = 0.0f;
+    for (int p = 0; p < parts; ++p) {
+      const float f = part_l[g][p] > 0.0f ? expf(part_m[g][p] - big) : 0.0f;
+      sum_l += part_l[g][p] * f;
+      sum_acc += part_acc[g][p][e] * f;
+    }
+    const int h = kvh * group + g;
+    if (used == 1) {
+      out[(std::size_t(t) * heads + h) * D + e] = __float2bfloat16(sum_acc / sum_l);
+    } else {
+      const std::size_t slot = (std::size_t(r) * heads + h) * splits + split;
+      scratch.acc[slot * D + e] = sum_acc;
+      if (e == 0) {
+        scratch.m[slot] = big;
+        scratch.l[slot] = sum_l;
+      }
+    }
+  }
+  if (used == 1) return;
+  __threadfence(); // this block's partials before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = atomicAdd(&scratch.counters[r * kv_heads + kvh], 1u);
+    last_block = done == unsigned(used - 1);
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence(); // the other blocks' partials after their counts
+  for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
+    const int g = idx / D, e = idx % D;
+    const int h = kvh * group + g;
+    const std::size_t base = (std::size_t(r) * heads + h) * splits;
+    float big = -INFINITY;
+    for (int p = 0; p < used; ++p)
+      big = fmaxf(big, __ldcg(scratch.m + base + p));
+    float sum_l = 0.0f, sum_acc = 0.0f;
+    for (int p = 0; p < used; ++p) {
+      const float f = expf(__ldcg(scratch.m + base + p) - big);
+      sum_l += __ldcg(scratch.l + base + p) * f;
+      sum_acc += __ldcg(scratch.acc + (base + p) * D + e) * f;
+    }
+    out[(std::size_t(t) * heads + h) * D + e] = __float2bfloat16(sum_acc / sum_l);
+  }
+  if (threadIdx.x == 0) scratch.counters[r * kv_heads + kvh] = 0; // ready for the next launch
 }
 
 __device__ float silu(float g) { return g / (1.0f + expf(-g)); }
@@ -787,34 +936,38 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
 }
 
 void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
-                      paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps, cudaStream_t s) {
+                      paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
+                      const decode_scratch& scratch, int splits, cudaStream_t s) {
   if (view.rows == 0) return;
   if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > max_decode_group)
     throw std::runtime_error("qwen3_tts CUDA talker: decode_attention takes at most " +
                              std::to_string(max_decode_group) + " query heads a KV head, not " + std::to_string(heads) +
                              " / " + std::to_string(kv_heads) + " (use qk_norm_rope_append + paged_attention)");
-  const dim3 grid(unsigned(view.rows), unsigned(kv_heads));
+  if (splits < 1 || splits > max_decode_splits || (splits > 1 && (!scratch.acc || !scratch.counters)))
+    throw std::runtime_error("qwen3_tts CUDA talker: decode_attention splits " + std::to_string(splits) +
+                             " outside 1.." + std::to_string(max_decode_splits) + " or without scratch");
+  const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(splits));
+  const int group = heads / kv_heads;
+  auto launch = [&](auto d, auto g) {
+    decode_attention_kernel<decltype(d)::value, decltype(g)::value>
+        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch);
+  };
+  auto by_group = [&](auto d) {
+    if (group <= 1)
+      launch(d, std::integral_constant<int, 1>{});
+    else if (group <= 2)
+      launch(d, std::integral_constant<int, 2>{});
+    else if (group <= 4)
+      launch(d, std::integral_constant<int, 4>{});
+    else
+      launch(d, std::integral_constant<int, 8>{});
+  };
   switch (head_dim) {
-  case 16:
-    decode_attention_kernel<16>
-        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
-    break;
-  case 32:
-    decode_attention_kernel<32>
-        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
-    break;
-  case 64:
-    decode_attention_kernel<64>
-        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
-    break;
-  case 128:
-    decode_attention_kernel<128>
-        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
-    break;
-  case 256:
-    decode_attention_kernel<256>
-        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps);
-    break;
+  case 16: by_group(std::integral_constant<int, 16>{}); break;
+  case 32: by_group(std::integral_constant<int, 32>{}); break;
+  case 64: by_group(std::integral_constant<int, 64>{}); break;
+  case 128: by_group(std::integral_constant<int, 128>{}); break;
+  case 256: by_group(std::integral_constant<int, 256>{}); break;
   default:
     throw std::runtime_error("qwen3_tts CUDA talker: decode attention has no kernel for head_dim " +
                              std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
