@@ -24,6 +24,8 @@
 #              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
 #   gputests   the real model's three GPU test programs and the codec graph test under memcheck (about 3 minutes)
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
+#   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
+#              only (qwen3tts_talker_bench --gemv-rows 8 and 0; about 2 minutes)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
@@ -209,6 +211,29 @@ compare_frames=${MSTAR_COMPARE_FRAMES:-48}
 compare_c=${MSTAR_COMPARE_C:-1,4,16,64}
 compare_text="Hello there, this is a test of the speech server."
 
+# Sets q to a qwen3tts with the server in it: the one built on the build machine and carried (build-carry/: the
+# binary and the shared libraries a bare GPU machine lacks, cpp-httplib's among them) when it loads here; else one
+# built here, which has no server where cpp-httplib is missing. $1 names the stage, $2 its log folder.
+find_qwen3tts() {
+  local stage=$1 d=$2 b=build-talker-gpu wheel_libs
+  wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
+    2>/dev/null)
+  if [ -x build-carry/qwen3tts ] &&
+     LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}" build-carry/qwen3tts --help > /dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
+    q=build-carry/qwen3tts
+    echo "$stage: the carried qwen3tts (built at $(cat build-carry/COMMIT 2>/dev/null))"
+    return 0
+  fi
+  q=$b/examples/qwen3tts
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("$stage: meson setup failed ($stage/setup.log)"); return 1; }
+  fi
+  ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("$stage: the build failed ($stage/build.log)"); return 1; }
+}
+
 # `qwen3tts serve` ($1) on a free port in the background with its output in $2.out/.err and the other arguments;
 # sets server_pid, and url to its address once it listens (empty when it never did).
 start_server() {
@@ -226,27 +251,10 @@ start_server() {
 }
 
 stage_compare() {
-  local d="$out/compare" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts ck=$compare_dir/ckpt06
+  local d="$out/compare" ck=$compare_dir/ckpt06
   local widest=${compare_c##*,}
   mkdir -p "$d"
-  # A qwen3tts built on the build machine and carried (build-carry/: the binary and the shared libraries a
-  # bare GPU machine lacks) saves the build when it loads here; else it is built.
-  local wheel_libs
-  wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
-    2>/dev/null)
-  if [ -x build-carry/qwen3tts ] &&
-     LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}" build-carry/qwen3tts --help > /dev/null 2>&1; then
-    export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
-    q=build-carry/qwen3tts
-    echo "compare: the carried qwen3tts (built at $(cat build-carry/COMMIT 2>/dev/null))"
-  else
-    if [ ! -f "$b/build.ninja" ]; then
-      meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-        { tail -30 "$d/setup.log"; summary+=("compare: meson setup failed (compare/setup.log)"); return; }
-    fi
-    ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
-      { tail -40 "$d/build.log"; summary+=("compare: the build failed (compare/build.log)"); return; }
-  fi
+  find_qwen3tts compare "$d" || return
   mkdir -p "$compare_dir"
   if [ ! -f "$ck/config.json" ]; then
     SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
@@ -320,6 +328,11 @@ stage_gputests() {
     rc=$?
     tail -4 "$d/memcheck_graph.log"
     all+="; codec graph memcheck rc $rc"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_talker_gpu_tests" --no-intro \
+      --test-case='small_gemv*,*fused attention*' > "$d/memcheck_talker.log" 2>&1
+    rc=$?
+    tail -4 "$d/memcheck_talker.log"
+    all+="; talker gemv + fused attention memcheck rc $rc"
   fi
   summary+=("gputests:$all")
 }
@@ -346,17 +359,34 @@ stage_profile() {
   done
 }
 
-# Where the time goes under load (see the list at the top); the checkpoint is the compare stage's.
-stage_diagnose() {
-  local d="$out/diagnose" b=build-talker-gpu ck=$compare_dir/ckpt06 q=build-talker-gpu/examples/qwen3tts
+# The decode step's time with and without the small-rows GEMV (see the list at the top).
+stage_decode() {
+  local d="$out/decode" b=build-talker-gpu size g
   mkdir -p "$d"
   if [ ! -f "$b/build.ninja" ]; then
     meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("diagnose: meson setup failed (diagnose/setup.log)"); return; }
+      { tail -30 "$d/setup.log"; summary+=("decode: meson setup failed (decode/setup.log)"); return; }
   fi
-  ninja -C "$b" -j"$(nproc)" examples/qwen3tts examples/qwen3_tts/pipeline/qwen3tts_beside_bench > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("diagnose: the build failed (diagnose/build.log)"); return; }
-  local math
+  ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/talker/qwen3tts_talker_bench > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("decode: the build failed (decode/build.log)"); return; }
+  for size in 0.6b 1.7b; do
+    for g in 8 0; do
+      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows 1,8,32,64,128 \
+        --iters 50 --gemv-rows "$g" > "$d/bench_${size}_gemv$g.log" 2>&1
+      grep -E '^(device|RESULT)' "$d/bench_${size}_gemv$g.log" | sed 's/^/  /'
+      while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv$g.log" |
+        sed 's/^RESULT //')
+    done
+  done
+}
+
+# Where the time goes under load (see the list at the top); the checkpoint is the compare stage's.
+stage_diagnose() {
+  local d="$out/diagnose" b=build-talker-gpu ck=$compare_dir/ckpt06 math
+  mkdir -p "$d"
+  find_qwen3tts diagnose "$d" || return
+  [ "${MSTAR_DIAGNOSE_BESIDE:-1}" = 1 ] && ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench \
+    >> "$d/build.log" 2>&1 &&
   for math in cublas tf32; do
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
       tee "$d/beside_$math.log"
@@ -370,7 +400,8 @@ stage_diagnose() {
         return; }
   fi
   local common=(--voice ryan --text "$compare_text") arm c lane extra
-  for arm in "1 on" "16 on" "64 on" "64 off" "64 on tf32"; do
+  for arm in ${MSTAR_DIAGNOSE_ARMS:-"1,on" "16,on" "64,on" "64,off" "64,on,tf32"}; do
+    arm=${arm//,/ }
     read -r c lane extra <<< "$arm"
     local name="c${c}_${lane}${extra:+_$extra}" more=()
     [ -n "$extra" ] && more=(--codec-math "$extra")
@@ -379,7 +410,7 @@ stage_diagnose() {
     tail -1 "$d/$name.log"
     python3 bench/reference/trace_summary.py "$d/$name.trace.json" > "$d/$name.summary.md" 2>&1
     summary+=("diagnose $name: $(tail -1 "$d/$name.log" | tr -s ' ')")
-    rm -f "$d/$name.trace.json"
+    gzip -f "$d/$name.trace.json"
   done
   start_server "$q" "$d/serve" --model "$ck" --lane on --max-live 64 --max-batch 64
   if [ -n "$url" ]; then
@@ -396,7 +427,8 @@ stage_diagnose() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | diagnose)
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | diagnose | \
+      decode)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;
