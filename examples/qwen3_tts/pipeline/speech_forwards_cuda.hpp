@@ -50,7 +50,9 @@ inline bool cuda_device_present() {
 inline constexpr int cuda_prefill_tokens = 4096;
 
 // The CUDA Talker's capacities for a speech model of Spec at max_batch rows a step. Its generation state goes
-// to the engine's talker_state pool (bind_state), so its own store keeps a single slot.
+// to the engine's talker_state pool (bind_state), so its own store keeps a single slot. Its stream has the
+// device's greatest priority: the codec's large grids beside it then yield SMs to the chain's many small kernels
+// as blocks finish (qwen3tts_beside_bench; docs/benchmarks.md).
 template <class Spec>
 talker_cuda_limits speech_talker_limits(std::uint32_t max_batch) {
   talker_cuda_limits l;
@@ -60,6 +62,7 @@ talker_cuda_limits speech_talker_limits(std::uint32_t max_batch) {
   l.block_tokens = 16;
   l.max_pages = int(Spec::kv_blocks);
   l.state_slots = 1;
+  l.high_priority = true;
   return l;
 }
 
