@@ -373,9 +373,9 @@ stage_decode() {
   fi
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/talker/qwen3tts_talker_bench > "$d/build.log" 2>&1 ||
     { tail -40 "$d/build.log"; summary+=("decode: the build failed (decode/build.log)"); return; }
-  for size in 0.6b 1.7b; do
+  for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
     for g in 8 0; do
-      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows 1,8,32,64,128 \
+      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,8,32,64,128}" \
         --iters 50 --gemv-rows "$g" > "$d/bench_${size}_gemv$g.log" 2>&1
       grep -E '^(device|RESULT)' "$d/bench_${size}_gemv$g.log" | sed 's/^/  /'
       while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv$g.log" |

@@ -296,9 +296,10 @@ void compare_runs(rig& m, const std::vector<talker_prompt>& prompts, int frames,
 
 } // namespace
 
-TEST_CASE("on the host Talker's path every CUDA Talker decision and logit agrees with the host float32 Talker" *
+TEST_CASE("on the host Talker's path with the decode products of up to 8 rows on small_gemv every CUDA Talker "
+          "decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  rig m(2);
+  rig m(2, 8);
   compare_runs(m, {make_prompt(12, 1, false), make_prompt(7, 2, true)}, 32);
 }
 
@@ -312,7 +313,7 @@ TEST_CASE("on the host Talker's path with every product on cuBLAS (gemv_rows 0) 
 TEST_CASE("on the host Talker's path at five rows, the predictor's first pass (10 tokens) on cuBLAS and the other "
           "decode products on small_gemv, every CUDA Talker decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  rig m(5);
+  rig m(5, 8);
   compare_runs(m,
                {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
                 make_prompt(6, 7, true)},
@@ -689,9 +690,12 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
 
 TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // The same attention in another order (the fused launch shares each row's context among the Talker's 8 splits
-  // and merges them; prompts of 10 and 5 ids give contexts of more than 8 tokens, so the merge runs), so the
-  // logits agree to float rounding and the greedy codes are the same.
+  // The same attention summed in another order (the fused launch shares each row's context among the Talker's 8
+  // splits and merges them; prompts of 10 and 5 ids give contexts of more than 8 tokens, so the merge runs). The
+  // float sums differ in their last bits, and where such a difference crosses a bf16 rounding boundary of the
+  // attention output one element moves by a bf16 step (2^-8 relative); measured on the H100: Talker 0, predictor
+  // 1.4e-3. The bound is one bf16 step of the largest logit (the parity tests allow 5e-2); the greedy codes are the
+  // same.
   struct run_result {
     std::vector<std::int32_t> frames;
     std::vector<float> talker, predictor;
@@ -735,7 +739,7 @@ TEST_CASE("a decode step with fused attention gives the two-launch step's codes 
   std::printf("fused vs split decode attention, 2 rows x 10 frames: relative logits difference Talker %.3g, "
               "predictor %.3g\n",
               double(talker_err), double(predictor_err));
-  CHECK(talker_err <= 1e-4f);
-  CHECK(predictor_err <= 1e-4f);
+  CHECK(talker_err <= 4e-3f);
+  CHECK(predictor_err <= 4e-3f);
   CHECK(fused.frames == split.frames);
 }

@@ -65,8 +65,9 @@ struct talker_cuda_limits {
   bool high_priority = false;
   // Weight products of at most this many rows (tokens) in the decode step -- the Talker's layers and heads, the
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
-  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8).
-  int gemv_rows = 8;
+  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8). The
+  // default is where it was measured faster than cuBLAS (docs/benchmarks.md: 1 row, not 8).
+  int gemv_rows = 1;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
