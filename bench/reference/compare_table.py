@@ -3,8 +3,8 @@
 
     python3 bench/reference/compare_table.py DIR
 
-DIR holds inproc.json, inproc_graphs.json and inproc_tf32.json (`qwen3tts loadgen`; the last two with
---codec-graphs and --codec-math tf32), http_<lane>.json (`qwen3tts loadgen-http` against a server per
+DIR holds inproc.json and inproc_<variant>.json (`qwen3tts loadgen`, the variants with other codec options,
+their rows named by them), http_<lane>.json (`qwen3tts loadgen-http` against a server per
 lane), reference.json (bench/reference/reference_load.py) and, where it ran, faster.json
 (bench/reference/faster_load.py): each a JSON array of rows (or {"rows": [...]}) with system, lane, c, n, ok,
 failed, wall_s, frames, audio_s_per_s, first_p50_ms, first_p95_ms, gap_p95_ms. Prints one markdown table of
@@ -48,7 +48,8 @@ def fmt(v, unit="", digits=1):
 
 def main():
     d = sys.argv[1]
-    rows = [r for name in ("inproc", "inproc_graphs", "inproc_tf32") for r in rows_of(os.path.join(d, name + ".json"))]
+    inproc = ["inproc.json"] + sorted(n for n in os.listdir(d) if n.startswith("inproc_") and n.endswith(".json"))
+    rows = [r for name in inproc for r in rows_of(os.path.join(d, name))]
     for lane in ("off", "on", "auto"):
         rows += rows_of(os.path.join(d, "http_%s.json" % lane))
     peers = rows_of(os.path.join(d, "reference.json")) + rows_of(os.path.join(d, "faster.json"))

@@ -47,8 +47,12 @@ struct speech_service_options {
   // Where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda when the program
   // was built with it and a CUDA device is present and the sampling is one it computes; host otherwise).
   std::string device = "auto";
-  bool codec_graphs = false; // the CUDA codec's steps from CUDA graphs (speech_forward_options::codec_graphs)
-  std::string codec_math = "cublas"; // the CUDA codec's sums: cublas, tf32 or double (codec_cuda_math)
+  // The CUDA codec: its steps replayed from CUDA graphs (speech_forward_options::codec_graphs; a service batches
+  // one window width a step, so a replay pads rows to their bucket only) and its sums in TF32 (cublas: float32,
+  // tf32, double: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the fixtures). Both measured
+  // faster through the engine than eager float32 (docs/benchmarks.md); run_speech keeps float32 eager.
+  bool codec_graphs = true;
+  std::string codec_math = "tf32";
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };

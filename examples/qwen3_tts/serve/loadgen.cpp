@@ -40,10 +40,12 @@ mstar::lane_mode lane_mode_of(const std::string& s) {
 load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64_t seed, std::uint32_t c,
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
-  // The codec's launch and math in the name where they are not the defaults: -cg codec graphs, -tf32.
+  // The codec's launch and math in the name where they are not the service's defaults: -eager, -cublas, -double.
   row.system = "mstar";
-  if (svc.on_cuda() && svc.options().codec_graphs) row.system += "-cg";
-  if (svc.on_cuda() && svc.options().codec_math != "cublas") row.system += "-" + svc.options().codec_math;
+  const pipeline::speech_service_options defaults;
+  if (svc.on_cuda() && svc.options().codec_graphs != defaults.codec_graphs)
+    row.system += svc.options().codec_graphs ? "-graphs" : "-eager";
+  if (svc.on_cuda() && svc.options().codec_math != defaults.codec_math) row.system += "-" + svc.options().codec_math;
   row.c = c;
   row.n = n;
   std::mutex lock;
@@ -93,12 +95,13 @@ int loadgen_main(int argc, char** argv) {
                "`qwen3tts loadgen-http`: audio seconds per second, first audio p50/p95, the gap p95 between audio "
                "windows"};
   std::string model_dir, text = "Hello there, this is a test of the speech server.", voice, instructions;
-  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, codec_math = "cublas", trace_path;
+  std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, trace_path;
+  std::string codec_math = pipeline::speech_service_options{}.codec_math;
   std::vector<std::uint32_t> cs = {1, 4, 16};
   std::vector<std::string> lanes = {"on"};
   std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
   std::uint64_t seed = 1;
-  bool codec_graphs = false;
+  bool codec_graphs = pipeline::speech_service_options{}.codec_graphs;
   app.add_option("--model", model_dir, "checkpoint folder in the official layout")->required();
   app.add_option("-c,--concurrency", cs, "clients at once; a list runs each")
       ->delimiter(',')
@@ -123,9 +126,10 @@ int loadgen_main(int argc, char** argv) {
   app.add_option("--device", device, "host, cuda or auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
-  app.add_flag("--codec-graphs", codec_graphs, "on CUDA, replay the codec's steps from CUDA graphs per rows bucket "
-                                              "and widest window instead of launching them eagerly");
-  app.add_option("--codec-math", codec_math, "on CUDA, the codec's sums: cublas (float32), tf32 or double")
+  app.add_flag("--codec-graphs,!--codec-eager", codec_graphs,
+               "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
+               "launch them eagerly (--codec-eager)");
+  app.add_option("--codec-math", codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
       ->check(CLI::IsMember({"cublas", "tf32", "double"}))
       ->capture_default_str();
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")

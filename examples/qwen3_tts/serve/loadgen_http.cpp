@@ -55,6 +55,7 @@ load_row run_http_arm(const http_load& l, std::uint32_t c, std::uint32_t first, 
       // One connection per client, as HTTP clients of a speech API keep theirs: a new connection per request
       // makes c connects at once at every wave, beyond the server's listen backlog.
       cli.set_keep_alive(true);
+      cli.set_tcp_nodelay(true); // the request's header and body go out at once, not after a delayed ACK
       for (std::uint32_t i; (i = next.fetch_add(1)) < n;) {
         nlohmann::json body = {{"model", "qwen3-tts"},
                                {"input", l.text},

@@ -46,8 +46,8 @@ struct serve_options {
   std::uint32_t max_live = 16, max_queued = 128, max_batch = 16;
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
-  std::string lane = "on", window = "1,2,4,8";
-  bool codec_graphs = false;
+  std::string lane = "on", window = "1,2,4,8", codec_math = pipeline::speech_service_options{}.codec_math;
+  bool codec_graphs = pipeline::speech_service_options{}.codec_graphs;
 };
 
 // A 4xx/5xx answer: OpenAI's error object.
@@ -212,6 +212,7 @@ private:
     so.max_live = o_.max_live;
     so.max_batch = std::min(o_.max_batch, o_.max_live);
     so.codec_graphs = o_.codec_graphs;
+    so.codec_math = o_.codec_math;
     so.ramp.clear();
     for (auto id : parse_ids(o_.window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
@@ -508,8 +509,12 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
-  app.add_flag("--codec-graphs", o.codec_graphs, "on CUDA, replay the codec's steps from CUDA graphs per rows bucket "
-                                                 "and widest window instead of launching them eagerly");
+  app.add_flag("--codec-graphs,!--codec-eager", o.codec_graphs,
+               "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
+               "launch them eagerly (--codec-eager)");
+  app.add_option("--codec-math", o.codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
+      ->check(CLI::IsMember({"cublas", "tf32", "double"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a
@@ -523,6 +528,7 @@ int serve_main(int argc, char** argv) {
   try {
     server srv(o);
     httplib::Server http;
+    http.set_tcp_nodelay(true); // a streamed chunk goes out at once, not after the client's delayed ACK
     const std::size_t threads = std::size_t(o.max_live) + o.max_queued + 16; // a streaming client holds one
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     srv.install(http);
