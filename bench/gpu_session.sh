@@ -263,7 +263,7 @@ stage_compare() {
   fi
   local common=(--voice ryan --text "$compare_text")
   timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
-    --lane off,on,auto --warmup 1 --json "$compare_dir/inproc.json" 2>&1 | tee "$d/inproc.log"
+    --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --warmup 1 --json "$compare_dir/inproc.json" 2>&1 | tee "$d/inproc.log"
   local inproc=${PIPESTATUS[0]} http=0 lane
   # MSTAR_COMPARE_CODEC_ARMS=0 leaves out the codec variants below (a shorter call).
   if [ "${MSTAR_COMPARE_CODEC_ARMS:-1}" = 1 ]; then
