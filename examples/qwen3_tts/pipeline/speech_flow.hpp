@@ -41,6 +41,10 @@ struct speech_request {
   // The request's sampler seed; unset: the engine's seed mixed with the request's id (the sampler's own).
   // A server sets it so that a request's audio does not depend on the id it happened to get.
   std::optional<std::uint64_t> seed;
+  // The prompt's rows, built already from `prompt` (speech_service::submit builds them on the caller's thread, so
+  // that a request's text projection is not computed on the worker's main thread, one request after another);
+  // null: the flow builds them when the request starts.
+  std::shared_ptr<const built_prompt> built;
 };
 
 // What the flow keeps of an ended request.
@@ -120,7 +124,9 @@ public:
     auto r = std::make_unique<detail::live_speech>();
     r->id = id;
     r->in = in;
-    r->prompt = talker_->build_prompt(in.prompt); // throws for an unknown speaker or language: the request fails
+    // Throws for an unknown speaker or language: the request fails.
+    r->prompt = in.built ? *in.built : talker_->build_prompt(in.prompt);
+    r->in.built.reset();
     // Each frame after the first adds a token to the request's KV: past the cache's capacity it could never be
     // given its last frames, and its code buffer (reserved whole, below) could ask for gigabytes.
     if (std::uint64_t(r->prompt.rows) + in.max_frames > Spec::kv_tokens)

@@ -166,7 +166,7 @@ template <class Spec>
 class speech_service {
 public:
   speech_service(const talker_host& talker, const codec_decoder& codec, const speech_service_options& o = {})
-      : o_(o), runtime_(make_runtime(talker, codec, o)) {
+      : o_(o), talker_(&talker), runtime_(make_runtime(talker, codec, o)) {
     auto& flow = runtime_->flow();
     flow.on_start = [this](mstar::request_id id) {
       std::lock_guard g(lock_);
@@ -219,8 +219,18 @@ public:
     runtime_->stop();
   }
 
-  // Any thread. The request's id; its callbacks run on the worker's main thread.
+  // Any thread. The request's id; its callbacks run on the worker's main thread. Its prompt's rows are built here,
+  // on the caller's thread; a prompt that cannot be built is left to the flow, where the request fails with the
+  // reason.
   mstar::request_id submit(speech_request in, speech_callbacks cb) {
+    in.submitted = mstar::metrics::now_ns();
+    if (!in.built) {
+      try {
+        in.built = std::make_shared<const built_prompt>(talker_->build_prompt(in.prompt));
+      } catch (const std::exception&) {
+        // the flow builds it again at start and fails the request with the reason
+      }
+    }
     mstar::request_id id;
     {
       std::lock_guard g(lock_);
@@ -228,7 +238,6 @@ public:
       calls_[id] = call{std::move(cb), false};
       ++counts_.submitted;
     }
-    in.submitted = mstar::metrics::now_ns();
     runtime_->submit(id, std::move(in));
     return id;
   }
@@ -310,6 +319,7 @@ private:
   }
 
   speech_service_options o_;
+  const talker_host* talker_;
   bool on_cuda_ = false;
   std::unique_ptr<detail::service_runtime<Spec>> runtime_;
   mutable std::mutex lock_;
