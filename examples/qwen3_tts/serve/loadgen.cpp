@@ -1,6 +1,6 @@
 // `qwen3tts loadgen`: the closed loop of `loadgen-http`, in process. The checkpoint is loaded once; for each
-// lane mode one speech_service runs, and for each concurrency c, c clients (the service's callbacks) each send
-// their next request as soon as the last one ended. Every request speaks the same text with its own seed.
+// lane mode one speech_service runs, and for each concurrency c, c client threads each send their next request
+// as soon as the last one ended. Every request speaks the same text with its own seed.
 // First audio runs from submit to the first codec window's audio, gaps between consecutive windows: the
 // figures the server's clients see, less HTTP.
 #include "serve.hpp"
@@ -9,11 +9,13 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec_checkpoint.hpp"
@@ -35,8 +37,10 @@ mstar::lane_mode lane_mode_of(const std::string& s) {
   return mstar::lane_mode::automatic;
 }
 
-// Requests first..first+n-1 through svc, at most c in flight; request i samples with seed mix(seed + i, 1), as
-// the server does for a body with "seed": seed + i.
+// Requests first..first+n-1 through svc by c client threads, each sending its next request when its last one
+// ended (the closed loop of loadgen-http, whose clients are threads too: a request's prompt is built on its
+// client's thread in submit, as a server's handler threads build theirs); request i samples with seed
+// mix(seed + i, 1), as the server does for a body with "seed": seed + i.
 load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64_t seed, std::uint32_t c,
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
@@ -49,40 +53,45 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
   row.c = c;
   row.n = n;
   std::mutex lock;
-  std::condition_variable cv;
-  std::uint32_t in_flight = 0, ended = 0;
   std::uint64_t samples = 0;
+  std::atomic<std::uint32_t> next{0};
   const auto started = mstar::metrics::now_ns();
-  for (std::uint32_t i = 0; i < n; ++i) {
-    {
-      std::unique_lock g(lock);
-      cv.wait(g, [&] { return in_flight < c; });
-      ++in_flight;
-    }
-    pipeline::speech_request r = base;
-    r.seed = mstar::mix_seed(seed + first + i, 1);
-    pipeline::speech_callbacks cb;
-    cb.on_end = [&](const pipeline::speech_result& x) {
-      std::lock_guard g(lock);
-      if (x.how == mstar::request_end::completed) {
-        ++row.ok;
-        samples += x.samples;
-        row.frames += x.frames;
-        if (x.first_audio >= 0) row.first.push_back(1e-9 * double(x.first_audio - x.submitted));
-        for (const auto gap : x.gaps)
-          row.gaps.push_back(1e-9 * double(gap));
-      } else {
-        ++row.failed;
-        if (first_error.empty()) first_error = x.why.empty() ? "ended without completing" : x.why;
+  std::vector<std::thread> clients;
+  for (std::uint32_t k = 0; k < c; ++k)
+    clients.emplace_back([&] {
+      std::mutex mine;
+      std::condition_variable cv;
+      for (std::uint32_t i; (i = next.fetch_add(1)) < n;) {
+        pipeline::speech_request r = base;
+        r.seed = mstar::mix_seed(seed + first + i, 1);
+        bool done = false;
+        pipeline::speech_callbacks cb;
+        cb.on_end = [&](const pipeline::speech_result& x) { // the worker's main thread: records, never waits
+          {
+            std::lock_guard g(lock);
+            if (x.how == mstar::request_end::completed) {
+              ++row.ok;
+              samples += x.samples;
+              row.frames += x.frames;
+              if (x.first_audio >= 0) row.first.push_back(1e-9 * double(x.first_audio - x.submitted));
+              for (const auto gap : x.gaps)
+                row.gaps.push_back(1e-9 * double(gap));
+            } else {
+              ++row.failed;
+              if (first_error.empty()) first_error = x.why.empty() ? "ended without completing" : x.why;
+            }
+          }
+          std::lock_guard g(mine);
+          done = true;
+          cv.notify_one();
+        };
+        svc.submit(std::move(r), std::move(cb));
+        std::unique_lock g(mine);
+        cv.wait(g, [&] { return done; });
       }
-      --in_flight;
-      ++ended;
-      cv.notify_all();
-    };
-    svc.submit(std::move(r), std::move(cb));
-  }
-  std::unique_lock g(lock);
-  cv.wait(g, [&] { return ended == n; });
+    });
+  for (auto& t : clients)
+    t.join();
   row.wall_s = 1e-9 * double(mstar::metrics::now_ns() - started);
   row.audio_s = double(samples) / double(rate);
   return row;

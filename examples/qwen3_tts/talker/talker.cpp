@@ -428,19 +428,27 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
   codec.push_back(c_.codec_pad);
   codec.push_back(c_.codec_bos);
 
-  const std::int32_t specials[3] = {c_.tts_bos, c_.tts_eos, c_.tts_pad};
-  std::vector<float> special(std::size_t(3) * hd);
-  text_rows(specials, special.data());
-  const float* tts_bos = special.data();
-  const float* tts_eos = special.data() + hd;
-  const float* tts_pad = special.data() + 2 * hd;
-
   built_prompt b;
   const std::size_t n = ids.size();
   const std::span<const std::int32_t> text(ids.data() + 3, n - 8); // between the header and the tail
   const int instr = int(p.instruct_ids.size());
   const int codec_rows = int(codec.size()) - 1; // all but the final bos, which joins the first text row
   const int text_in_prompt = p.non_streaming ? int(text.size()) + 2 : 1;
+
+  // Every text row the prompt uses, projected in one pass over the projection's weights (one call per group of
+  // rows read them once a group): tts_bos, tts_eos, tts_pad, the instruction, the 3-id header, the text.
+  std::vector<std::int32_t> all = {c_.tts_bos, c_.tts_eos, c_.tts_pad};
+  all.insert(all.end(), p.instruct_ids.begin(), p.instruct_ids.end());
+  all.insert(all.end(), ids.begin(), ids.begin() + 3);
+  all.insert(all.end(), text.begin(), text.end());
+  std::vector<float> projected(all.size() * std::size_t(hd));
+  text_rows(all, projected.data());
+  const auto at = [&](std::size_t i) { return projected.data() + i * std::size_t(hd); };
+  const float* tts_bos = at(0);
+  const float* tts_eos = at(1);
+  const float* tts_pad = at(2);
+  const float* text_row0 = at(6 + std::size_t(instr)); // text[i] at text_row0 + i * hd
+
   b.rows = instr + 3 + codec_rows + text_in_prompt;
   b.prefill.assign(std::size_t(b.rows) * hd, 0.0f);
   float* row = b.prefill.data();
@@ -450,12 +458,9 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
     return r;
   };
 
-  if (instr > 0) {
-    text_rows(p.instruct_ids, row);
-    row += std::size_t(instr) * hd;
-  }
-  text_rows(std::span(ids.data(), 3), row);
-  row += std::size_t(3) * hd;
+  // The instruction's rows, then the header's: consecutive in `projected` as in the prompt.
+  std::copy_n(at(3), std::size_t(instr + 3) * hd, row);
+  row += std::size_t(instr + 3) * hd;
   for (int i = 0; i < codec_rows; ++i) {
     float* r = next();
     std::copy_n(i + 1 < codec_rows ? tts_pad : tts_bos, hd, r);
@@ -463,14 +468,14 @@ built_prompt talker_host::build_prompt(const talker_prompt& p) const {
   }
   if (!p.non_streaming) {
     float* r = next();
-    text_rows(text.first(1), r);
+    std::copy_n(text_row0, hd, r);
     add_row(w_.codec_embedding, c_.codec_bos, hd, r);
     b.trailing_rows = int(text.size()); // text after the first id, then tts_eos
     b.trailing.assign(std::size_t(b.trailing_rows) * hd, 0.0f);
-    if (text.size() > 1) text_rows(text.subspan(1), b.trailing.data());
+    std::copy_n(text_row0 + hd, (text.size() - 1) * std::size_t(hd), b.trailing.data());
     std::copy_n(tts_eos, hd, b.trailing.data() + std::size_t(b.trailing_rows - 1) * hd);
   } else {
-    text_rows(text, row);
+    std::copy_n(text_row0, text.size() * std::size_t(hd), row);
     for (std::size_t i = 0; i < text.size(); ++i)
       add_row(w_.codec_embedding, c_.codec_pad, hd, next());
     float* eos = next();
