@@ -25,7 +25,8 @@
 #   gputests   the real model's three GPU test programs and the codec graph test under memcheck (about 3 minutes)
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
-#              only (qwen3tts_talker_bench --gemv-rows 8 and 0; about 2 minutes)
+#              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
+#              (--gemv-norm; about 2 minutes)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
@@ -330,7 +331,7 @@ stage_gputests() {
     tail -4 "$d/memcheck_graph.log"
     all+="; codec graph memcheck rc $rc"
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_talker_gpu_tests" --no-intro \
-      --test-case='small_gemv*,*fused attention*' > "$d/memcheck_talker.log" 2>&1
+      --test-case='small_gemv*,*fused attention*,*norms done by the products*' > "$d/memcheck_talker.log" 2>&1
     rc=$?
     tail -4 "$d/memcheck_talker.log"
     all+="; talker gemv + fused attention memcheck rc $rc"
@@ -378,6 +379,11 @@ stage_decode() {
       while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv$g.log" |
         sed 's/^RESULT //')
     done
+    # The norms before the qkv and gate/up products done by small_gemv's blocks (talker_cuda_limits::gemv_norm).
+    timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows 1,2 --iters 50 \
+      --gemv-rows 8 --gemv-norm > "$d/bench_${size}_gemv_norm.log" 2>&1
+    while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv_norm.log" |
+      sed 's/^RESULT //')
   done
 }
 

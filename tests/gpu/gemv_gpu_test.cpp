@@ -15,6 +15,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -219,6 +220,47 @@ TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up pr
   }
 }
 
+TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bits, store and swiglu, 1 to 8 rows" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The prologue takes rms_norm's sums in rms_norm's order, so the two paths agree bit for bit, not to a tolerance.
+  // The 0.6B's qkv (4096 x 1024) and gate_up (2 x 3072 x 1024), the 1.7B's gate_up (2 x 6144 x 2048), and a
+  // shape of no round size.
+  const std::vector<std::tuple<int, int, gemv_epilogue>> cases = {{4096, 1024, gemv_epilogue::store},
+                                                                  {2 * 3072, 1024, gemv_epilogue::swiglu},
+                                                                  {2 * 6144, 2048, gemv_epilogue::swiglu},
+                                                                  {1001, 1000, gemv_epilogue::store}};
+  for (const auto& [out, in, e] : cases) {
+    const product p(out, in, in, std::uint64_t(out) + std::uint64_t(in) * 3u);
+    const int ld = in + 8; // the residual rows' leading dimension, wider than in
+    device_array<float> x32(std::size_t(8) * ld);
+    device_array<float> norm_w(static_cast<std::size_t>(in));
+    x32.upload(random_f32(std::size_t(8) * ld, std::uint64_t(in) + 7));
+    norm_w.upload(random_f32(std::size_t(in), std::uint64_t(in) + 11));
+    const bool swiglu = e == gemv_epilogue::swiglu;
+    const int width = swiglu ? out / 2 : out;
+    device_array<bf16> xn(std::size_t(8) * in);
+    device_array<float> y_two(std::size_t(8) * width), y_one(std::size_t(8) * width);
+    device_array<bf16> act_two(std::size_t(8) * width), act_one(std::size_t(8) * width);
+    for (int rows = 1; rows <= 8; ++rows) {
+      // rms_norm reads rows of `in` contiguous values: copy the strided residual rows into a packed buffer first.
+      device_array<float> packed(std::size_t(rows) * in);
+      MSTAR_CUDA_REQUIRE(cudaMemcpy2D(packed.p, std::size_t(in) * 4, x32.p, std::size_t(ld) * 4, std::size_t(in) * 4,
+                                      std::size_t(rows), cudaMemcpyDeviceToDevice));
+      qwen3_tts::cuda::rms_norm(packed.p, nullptr, norm_w.p, xn.p, nullptr, rows, in, 1e-6f, nullptr);
+      small_gemv(e, p.w.p, out, in, xn.p, in, swiglu ? nullptr : y_two.p, swiglu ? act_two.p : nullptr, width, rows,
+                 nullptr);
+      small_gemv(e, p.w.p, out, in, nullptr, in, swiglu ? nullptr : y_one.p, swiglu ? act_one.p : nullptr, width, rows,
+                 nullptr, qwen3_tts::cuda::gemv_norm{x32.p, ld, norm_w.p, 1e-6f});
+      const std::size_t n = std::size_t(rows) * width;
+      INFO("out ", out, ", in ", in, ", rows ", rows);
+      if (swiglu)
+        CHECK(act_one.download<std::uint16_t>(n) == act_two.download<std::uint16_t>(n));
+      else
+        CHECK(y_one.download<std::uint32_t>(n) == y_two.download<std::uint32_t>(n));
+    }
+  }
+}
+
 TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and the value") {
   // Every refusal comes before any device work, so this runs without a GPU too.
   auto message = [](int rows, int out, int in, int ldx, gemv_epilogue e) -> std::string {
@@ -244,6 +286,25 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
   CHECK(odd_ldx.find("1028") != std::string::npos);
   const std::string odd_out = message(1, 7, 8, 8, gemv_epilogue::swiglu);
   CHECK(odd_out.find("not 7") != std::string::npos);
+  {
+    // The norm prologue: rows wider than its shared memory holds, and a residual epilogue into the rows it reads.
+    alignas(16) static const std::uint16_t none[8] = {};
+    const auto* w = reinterpret_cast<const bf16*>(none);
+    float y[8] = {};
+    const float weight[8] = {};
+    auto refusal = [&](int in, gemv_epilogue e, float* out_rows) -> std::string {
+      try {
+        small_gemv(e, w, 8, in, nullptr, in, out_rows, nullptr, 8, 1, nullptr,
+                   qwen3_tts::cuda::gemv_norm{y, in, weight, 1e-6f});
+      } catch (const std::invalid_argument& err) {
+        return err.what();
+      }
+      return "(no refusal)";
+    };
+    const int wide = qwen3_tts::cuda::max_gemv_norm_in + 8;
+    CHECK(refusal(wide, gemv_epilogue::store, y).find(std::to_string(wide)) != std::string::npos);
+    CHECK(refusal(8, gemv_epilogue::residual, y).find("normalises") != std::string::npos);
+  }
   CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(1, 1020, 1020));
   CHECK(qwen3_tts::cuda::small_gemv_fits(8, 6144, 6144));
 }

@@ -139,9 +139,10 @@ struct rig {
   talker_config config = tiny_config();
   talker_host host{config, load_talker_weights(config, random_tensor)};
   talker_cuda gpu;
-  // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv).
-  explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows)
-      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows}) {
+  // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv);
+  // gemv_norm: talker_cuda_limits::gemv_norm (the norms before them done by the products).
+  explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows, bool gemv_norm = false)
+      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm}) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
 };
@@ -688,6 +689,59 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
   cudaFree(d_seen);
 }
 
+namespace {
+
+// Two prompts (10 and 5 text ids) prefilled on m, then `frames` decode steps of both rows: every step's frames,
+// Talker logits and predictor logits.
+struct two_row_run {
+  std::vector<std::int32_t> frames;
+  std::vector<float> talker, predictor;
+};
+two_row_run run_two_rows(rig& m, int frames) {
+  const std::vector<talker_prompt> prompts = {make_prompt(10, 4, false), make_prompt(5, 6, false)};
+  std::vector<float> embeds;
+  std::vector<int> lens;
+  for (const auto& p : prompts) {
+    const built_prompt b = m.host.build_prompt(p);
+    embeds.insert(embeds.end(), b.prefill.begin(), b.prefill.end());
+    lens.push_back(b.rows);
+  }
+  kv_block_pool pool(96, 4, 5);
+  std::vector<row_pages> pages(2);
+  std::vector<row_pages*> ptrs = {&pages[0], &pages[1]};
+  m.gpu.prefill(embeds, pool.plan(ptrs, lens).view());
+  two_row_run out;
+  for (int f = 0; f < frames; ++f) {
+    const std::vector<int> one = {1, 1};
+    const step_tables t = pool.plan(ptrs, one);
+    const std::vector<std::int32_t> text = {trailing_text_id(prompts[0], m.config, f),
+                                            trailing_text_id(prompts[1], m.config, f)};
+    m.gpu.set_decode_inputs(t.view(), text);
+    m.gpu.decode(2);
+    const auto fr = m.gpu.frames(2);
+    const auto tl = m.gpu.talker_logits(2);
+    const auto pl = m.gpu.predictor_logits(2);
+    out.frames.insert(out.frames.end(), fr.begin(), fr.end());
+    out.talker.insert(out.talker.end(), tl.begin(), tl.end());
+    out.predictor.insert(out.predictor.end(), pl.begin(), pl.end());
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("on small_gemv, the decode step with the norms done by the products gives the same bits as without" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // gemv_norm takes rms_norm's sums in rms_norm's order: codes and logits are equal, not merely close.
+  rig with_norm(2, 8, true), without(2, 8, false);
+  const two_row_run a = run_two_rows(with_norm, 6), b = run_two_rows(without, 6);
+  CHECK(a.frames == b.frames);
+  REQUIRE(a.talker.size() == b.talker.size());
+  REQUIRE(a.predictor.size() == b.predictor.size());
+  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *
           doctest::skip(!mstar::test::has_gpu())) {
   // The same attention summed in another order (the fused launch shares each row's context among the Talker's 8
@@ -696,43 +750,12 @@ TEST_CASE("a decode step with fused attention gives the two-launch step's codes 
   // attention output one element moves by a bf16 step (2^-8 relative); measured on the H100: Talker 0, predictor
   // 1.4e-3. The bound is one bf16 step of the largest logit (the parity tests allow 5e-2); the greedy codes are the
   // same.
-  struct run_result {
-    std::vector<std::int32_t> frames;
-    std::vector<float> talker, predictor;
-  };
   auto run = [](bool fused) {
     rig m(2);
     m.gpu.set_fused_decode(fused);
-    const std::vector<talker_prompt> prompts = {make_prompt(10, 4, false), make_prompt(5, 6, false)};
-    std::vector<float> embeds;
-    std::vector<int> lens;
-    for (const auto& p : prompts) {
-      const built_prompt b = m.host.build_prompt(p);
-      embeds.insert(embeds.end(), b.prefill.begin(), b.prefill.end());
-      lens.push_back(b.rows);
-    }
-    kv_block_pool pool(96, 4, 5);
-    std::vector<row_pages> pages(2);
-    std::vector<row_pages*> ptrs = {&pages[0], &pages[1]};
-    m.gpu.prefill(embeds, pool.plan(ptrs, lens).view());
-    run_result out;
-    for (int f = 0; f < 10; ++f) {
-      const std::vector<int> one = {1, 1};
-      const step_tables t = pool.plan(ptrs, one);
-      const std::vector<std::int32_t> text = {trailing_text_id(prompts[0], m.config, f),
-                                              trailing_text_id(prompts[1], m.config, f)};
-      m.gpu.set_decode_inputs(t.view(), text);
-      m.gpu.decode(2);
-      const auto fr = m.gpu.frames(2);
-      const auto tl = m.gpu.talker_logits(2);
-      const auto pl = m.gpu.predictor_logits(2);
-      out.frames.insert(out.frames.end(), fr.begin(), fr.end());
-      out.talker.insert(out.talker.end(), tl.begin(), tl.end());
-      out.predictor.insert(out.predictor.end(), pl.begin(), pl.end());
-    }
-    return out;
+    return run_two_rows(m, 10);
   };
-  const run_result split = run(false), fused = run(true);
+  const two_row_run split = run(false), fused = run(true);
   REQUIRE(split.talker.size() == fused.talker.size());
   const float talker_err = rel_err(fused.talker.data(), split.talker.data(), split.talker.size());
   const float predictor_err = rel_err(fused.predictor.data(), split.predictor.data(), split.predictor.size());

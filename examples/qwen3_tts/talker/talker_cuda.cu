@@ -235,6 +235,7 @@ struct talker_cuda::state {
 
   // Products of at most this many rows in a decode step run as small_gemv (talker_cuda_limits::gemv_rows).
   int gemv_rows = 0;
+  bool gemv_norm = false; // talker_cuda_limits::gemv_norm
   bool gemv_fits(int m, int in, int ldx) const { return m <= gemv_rows && cuda::small_gemv_fits(m, in, ldx); }
   // gemm's product, as small_gemv where `small` (a decode step's product) and the shape fits.
   void linear(cudaStream_t s, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m,
@@ -282,10 +283,17 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
   // ends in SwiGLU, so the norms that follow have nothing to add: all of a layer's products or none.
   const bool gemv =
       small && st.gemv_fits(tokens, h, h) && st.gemv_fits(tokens, qw, qw) && st.gemv_fits(tokens, inter, inter);
+  // On small_gemv with gemv_norm, the qkv and gate/up products normalise the residual themselves.
+  const bool norm_in_gemv = gemv && st.gemv_norm && h <= cuda::max_gemv_norm_in;
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
-    cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
-    st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
+    if (norm_in_gemv) {
+      cuda::small_gemv(cuda::gemv_epilogue::store, lw.qkv, qkv_width(d), h, nullptr, h, st.qkv, nullptr, qkv_width(d),
+                       tokens, s, {x, h, lw.input_norm, d.rms_eps});
+    } else {
+      cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
+      st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
+    }
     if (fused) {
       cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
                              d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s);
@@ -296,9 +304,14 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
     }
     if (gemv) {
       cuda::small_gemv(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s);
-      cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
-      cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter, tokens,
-                       s);
+      if (norm_in_gemv) {
+        cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, nullptr, h, nullptr, st.act, inter,
+                         tokens, s, {x, h, lw.post_norm, d.rms_eps});
+      } else {
+        cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
+        cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter,
+                         tokens, s);
+      }
       cuda::small_gemv(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s);
       continue;
     }
@@ -364,6 +377,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
   TALKER_CHECK(cublasSetWorkspace(st.blas, st.workspace, workspace_bytes));
   st.gemv_rows = limits.gemv_rows;
+  st.gemv_norm = limits.gemv_norm;
 
   const auto& T = dims.talker;
   const auto& P = dims.predictor;

@@ -68,6 +68,9 @@ struct talker_cuda_limits {
   // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8). The
   // default is where it was measured faster than cuBLAS (docs/benchmarks.md: 1 row, not 8).
   int gemv_rows = 1;
+  // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
+  // (cuda::gemv_norm: the same bits, one launch fewer each). Off by default until measured on a GPU.
+  bool gemv_norm = false;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

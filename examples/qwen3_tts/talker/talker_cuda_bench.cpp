@@ -5,10 +5,11 @@
 // copy rate measured in the same run.
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
-//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--sample] [--profile]
+//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm] [--sample] [--profile]
 //
 // --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
 // small-rows GEMV kernel instead of cuBLAS (0: cuBLAS everywhere; default: the library's default).
+// --gemv-norm: talker_cuda_limits::gemv_norm, the RMSNorms before those products done by the products.
 // --sample: the reference's default sampling (top-k 50, temperature 0.9, for code 0 and the predictor's
 // codes) instead of greedy choices. --profile: for each row count, one replay of the fused decode graph
 // between cudaProfilerStart and cudaProfilerStop and nothing timed, for a kernel profiler started with
@@ -65,10 +66,11 @@ double copy_rate(cudaStream_t s) {
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
-                 int iters, double rate, bool sample, bool profile, int gemv_rows) {
+                 int iters, double rate, bool sample, bool profile, int gemv_rows, bool gemv_norm) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
   lim.gemv_rows = gemv_rows;
+  lim.gemv_norm = gemv_norm;
   lim.max_rows = max_rows;
   lim.block_tokens = 16;
   const int pages_per_row = (kv + lim.block_tokens - 1) / lim.block_tokens;
@@ -132,9 +134,9 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
                               double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
       const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
       const double floor_ms = bytes / rate * 1e3;
-      std::printf("RESULT %-5s %-5s gemv %d rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f "
+      std::printf("RESULT %-5s %-5s gemv %d%s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f "
                   "frames/s  %zu nodes\n",
-                  name, fused ? "fused" : "split", gemv_rows, rows, median, double(ms.front()), floor_ms,
+                  name, fused ? "fused" : "split", gemv_rows, gemv_norm ? "+norm" : "", rows, median, double(ms.front()), floor_ms,
                   median / floor_ms, rows / (median * 1e-3), model.graph_nodes(rows));
     }
   }
@@ -147,7 +149,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
 int main(int argc, char** argv) {
   std::string which = "both";
   int mlp = 6144, kv = 256, iters = 200, gemv_rows = qwen3_tts::talker_cuda_limits{}.gemv_rows;
-  bool sample = false, profile = false;
+  bool sample = false, profile = false, gemv_norm = false;
   std::vector<int> rows = {1, 8, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -167,6 +169,8 @@ int main(int argc, char** argv) {
       rows = int_list(value());
     else if (a == "--gemv-rows")
       gemv_rows = std::stoi(value());
+    else if (a == "--gemv-norm")
+      gemv_norm = true;
     else if (a == "--sample")
       sample = true;
     else if (a == "--profile")
@@ -201,9 +205,11 @@ int main(int argc, char** argv) {
       std::printf("every product on cuBLAS (--gemv-rows 0)\n");
     using qwen3_tts::released_talker_dims;
     if (which == "0.6b" || which == "both")
-      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile, gemv_rows);
+      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile, gemv_rows,
+                  gemv_norm);
     if (which == "1.7b" || which == "both")
-      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile, gemv_rows);
+      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile, gemv_rows,
+                  gemv_norm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;

@@ -479,13 +479,55 @@ __device__ float dot8(uint4 w, const float (&x)[8], float acc) {
   return acc;
 }
 
-template <int R, gemv_epilogue E>
+// The norm prologue of small_gemv: x32's rows RMS-normalised into xs (bf16, rows x in) by the block, each row's
+// sum of squares taken as rms_norm_kernel takes it with its 256 threads (thread t's strided sum, warp sums, the
+// 8 warps' sums summed by one warp), here by 128 threads standing for 256: the same bits as rms_norm.
+__device__ void gemv_norm_rows(const gemv_norm& n, int in, int rows, bf16* xs) {
+  static_assert(gemv_warps * 32 * 2 == 256, "the prologue stands 128 threads for rms_norm's 256");
+  __shared__ float part[8];
+  __shared__ float inv_s;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = n.x32 + std::size_t(r) * n.ld;
+    float lo = 0.0f, hi = 0.0f;
+    for (int i = t; i < in; i += 256)
+      lo += xr[i] * xr[i];
+    for (int i = t + 128; i < in; i += 256)
+      hi += xr[i] * xr[i];
+    lo = warp_sum(lo);
+    hi = warp_sum(hi);
+    if (lane == 0) {
+      part[warp] = lo;
+      part[warp + 4] = hi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      float v = lane < 8 ? part[lane] : 0.0f;
+      v = warp_sum(v);
+      if (lane == 0) inv_s = rsqrtf(v / float(in) + n.eps);
+    }
+    __syncthreads();
+    const float inv = inv_s;
+    for (int i = t; i < in; i += blockDim.x)
+      xs[std::size_t(r) * in + i] = __float2bfloat16(n.weight[i] * (xr[i] * inv));
+    __syncthreads(); // part and inv_s are reused by the next row; xs is read by every warp
+  }
+}
+
+template <int R, gemv_epilogue E, bool Norm>
 __global__ void __launch_bounds__(gemv_warps * 32)
     small_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
-                      bf16* act, int ldy, int rows) {
+                      bf16* act, int ldy, int rows, gemv_norm norm) {
   constexpr int O = gemv_rows_per_warp(E, R);
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * gemv_warps + (threadIdx.x >> 5);
+  if constexpr (Norm) {
+    extern __shared__ uint4 gemv_xs[]; // rows x in bf16, 16-byte aligned
+    bf16* xs = reinterpret_cast<bf16*>(gemv_xs);
+    gemv_norm_rows(norm, in, rows, xs); // every thread of the block, before any warp may leave
+    x = xs;
+    ldx = in;
+  }
   const int inter = out / 2;
   // The warp's weight rows; a second row past `out` (odd out) re-reads the first and is not written.
   int wrow[O];
@@ -517,7 +559,8 @@ __global__ void __launch_bounds__(gemv_warps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r >= rows) break;
-        const uint4 xq = __ldg(reinterpret_cast<const uint4*>(x + std::size_t(r) * ldx) + sl);
+        const uint4* xrow = reinterpret_cast<const uint4*>(x + std::size_t(r) * ldx) + sl;
+        const uint4 xq = Norm ? *xrow : __ldg(xrow);
         const auto* xh = reinterpret_cast<const __nv_bfloat162*>(&xq);
         float xf[8];
 #pragma unroll
@@ -554,19 +597,36 @@ __global__ void __launch_bounds__(gemv_warps * 32)
   }
 }
 
-template <gemv_epilogue E>
+template <gemv_epilogue E, bool Norm>
 void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
-                       cudaStream_t s) {
+                       const gemv_norm& norm, cudaStream_t s) {
   const int rounded = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
   const int per_warp = gemv_rows_per_warp(E, rounded);
   const int warps = E == gemv_epilogue::swiglu ? out / 2 : (out + per_warp - 1) / per_warp;
   const unsigned blocks = unsigned((warps + gemv_warps - 1) / gemv_warps);
+  const std::size_t smem = Norm ? std::size_t(rows) * in * sizeof(bf16) : 0;
   switch (rounded) {
-  case 1: small_gemv_kernel<1, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows); break;
-  case 2: small_gemv_kernel<2, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows); break;
-  case 4: small_gemv_kernel<4, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows); break;
-  default: small_gemv_kernel<8, E><<<blocks, gemv_warps * 32, 0, s>>>(w, out, in, x, ldx, y32, act, ldy, rows);
+  case 1:
+    small_gemv_kernel<1, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    break;
+  case 2:
+    small_gemv_kernel<2, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    break;
+  case 4:
+    small_gemv_kernel<4, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    break;
+  default:
+    small_gemv_kernel<8, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
   }
+}
+
+template <gemv_epilogue E>
+void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
+                       const gemv_norm& norm, cudaStream_t s) {
+  if (norm.x32)
+    launch_small_gemv<E, true>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
+  else
+    launch_small_gemv<E, false>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
 }
 
 __global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width, bool act) {
@@ -982,7 +1042,7 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 }
 
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s) {
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm) {
   auto refuse = [](const std::string& what) {
     throw std::invalid_argument("qwen3_tts CUDA talker: small_gemv " + what);
   };
@@ -992,26 +1052,38 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
   if (in <= 0 || in % 8 != 0)
     refuse("reads w in 16-byte slices: in must be a positive multiple of 8, not " + std::to_string(in) +
            " (use cuBLAS)");
-  if (ldx < in || ldx % 8 != 0)
+  if (norm.x32) {
+    if (!norm.weight || norm.ld < in)
+      refuse("normalises x32 rows: it needs the norm's weight and a leading dimension of at least in " +
+             std::to_string(in) + ", not " + std::to_string(norm.ld));
+    if (in > max_gemv_norm_in)
+      refuse("normalises rows of at most " + std::to_string(max_gemv_norm_in) + " inputs in shared memory, not " +
+             std::to_string(in) + " (use rms_norm, then small_gemv)");
+  } else if (ldx < in || ldx % 8 != 0) {
     refuse("reads x in 16-byte slices: ldx must be a multiple of 8 and at least in " + std::to_string(in) + ", not " +
            std::to_string(ldx));
+  }
   if (out <= 0 || (swiglu && out % 2 != 0))
     refuse("needs out > 0" + std::string(swiglu ? " and even (the fused [gate; up] weight)" : "") + ", not " +
            std::to_string(out));
-  if (reinterpret_cast<std::uintptr_t>(w) % 16 != 0 || reinterpret_cast<std::uintptr_t>(x) % 16 != 0)
+  if (reinterpret_cast<std::uintptr_t>(w) % 16 != 0 || (!norm.x32 && reinterpret_cast<std::uintptr_t>(x) % 16 != 0))
     refuse("needs w and x 16-byte aligned; w is at " + std::to_string(reinterpret_cast<std::uintptr_t>(w) % 16) +
            " and x at " + std::to_string(reinterpret_cast<std::uintptr_t>(x) % 16) + " bytes past a 16-byte boundary");
   if (ldy < (swiglu ? out / 2 : out))
     refuse("writes rows of " + std::to_string(swiglu ? out / 2 : out) + " outputs, but ldy is " + std::to_string(ldy));
+  if (norm.x32 && epilogue == gemv_epilogue::residual && y32 == norm.x32)
+    refuse("cannot add to the rows it normalises (other blocks still read them)");
   if (swiglu ? act == nullptr : y32 == nullptr)
     refuse(swiglu ? "has no output: the swiglu epilogue writes act" : "has no output: store and residual write y32");
   switch (epilogue) {
-  case gemv_epilogue::store: launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, s); break;
+  case gemv_epilogue::store:
+    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
+    break;
   case gemv_epilogue::residual:
-    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, s);
+    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
     break;
   case gemv_epilogue::swiglu:
-    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, s);
+    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
     break;
   }
   check_launch("small_gemv");

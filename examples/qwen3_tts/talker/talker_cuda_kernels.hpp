@@ -95,13 +95,23 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 // in must be a multiple of 8, ldx too, and w and x 16-byte aligned (w is read as 16-byte slices);
 // small_gemv_fits says whether a shape qualifies, and small_gemv throws, naming the value, for one that
 // does not.
+// With `norm` (x32 given), x is not read: each block first computes x = bf16(RMSNorm(x32 rows) * weight) into
+// shared memory, with rms_norm's sums in rms_norm's order (the same bits as rms_norm then small_gemv), so the
+// norm's launch and its bf16 round trip through memory go (at most max_gemv_norm_in inputs a row).
 enum class gemv_epilogue { store, residual, swiglu };
 constexpr int max_gemv_rows = 8;
+constexpr int max_gemv_norm_in = 48 * 1024 / (2 * max_gemv_rows);
+struct gemv_norm {
+  const float* x32 = nullptr; // float32 rows of leading dimension ld
+  int ld = 0;
+  const float* weight = nullptr;
+  float eps = 0.0f;
+};
 constexpr bool small_gemv_fits(int rows, int in, int ldx) {
   return rows >= 1 && rows <= max_gemv_rows && in > 0 && in % 8 == 0 && ldx >= in && ldx % 8 == 0;
 }
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s);
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm = {});
 
 // y = silu(x + bias) as bf16, or (silu == false) y32 = x + bias as float32.
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s);
