@@ -351,6 +351,21 @@ def test_loadgen_in_process():
         for r in data:
             check(r["ok"] == 6 and r["failed"] == 0 and r["audio_s_per_s"] > 0, "every request ok: %r" % r)
             check(r["frames"] == 6 * 12, "min_new_tokens = max_new_tokens = 13: 12 frames a request: %r" % r)
+        # --trace: the worker's Chrome trace of one lane, every step on its stream's track with its rows.
+        trace_path = os.path.join(scratch, "run.trace.json")
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "2", "-n", "4",
+                              "--trace", trace_path], capture_output=True, text=True, timeout=120)
+        check(out.returncode == 0, "loadgen --trace exits 0: %s" % out.stderr)
+        events = json.load(open(trace_path))["traceEvents"] if os.path.exists(trace_path) else []
+        tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+        decodes = [e for e in events if e.get("ph") == "X" and e.get("name") == "talker_decode"
+                   and tracks.get(e["tid"]) == "chain stream"]
+        check(len(decodes) >= 12 and all(1 <= e["args"]["rows"] <= 2 for e in decodes),
+              "the trace has the decode steps on the chain stream's track, 1 or 2 rows each: %d" % len(decodes))
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "--lane", "off,on",
+                              "--trace", trace_path], capture_output=True, text=True, timeout=60)
+        check(out.returncode == 1 and "--trace" in out.stderr and "one --lane" in out.stderr,
+              "--trace with two lanes is refused, saying to give one: %r" % out.stderr)
         gen["min_new_tokens"] = -1
         json.dump(gen, open(gen_path, "w"))
         out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1", "-n", "1"],
