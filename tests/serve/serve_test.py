@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -159,6 +160,19 @@ def test_health_and_metrics(srv):
                  "qwen3tts_codec_free_slots", "qwen3tts_lane_on_share", 'qwen3tts_requests_total{outcome="rejected"}',
                  "qwen3tts_gpu_busy_seconds_total", "qwen3tts_gpu_busy_fraction"]:
         check(name in m, "/metrics has %s" % name)
+
+
+def test_listen_backlog(srv):
+    """The server listens with a backlog of SOMAXCONN, not cpp-httplib 0.11's 5: c clients connecting at once
+    would overflow an accept queue of 5, and the kernel then delays a handshake by a second or resets it."""
+    ss = shutil.which("ss")
+    if ss is None:
+        print("note: no `ss` (iproute2) here: the listen backlog is not read")
+        return
+    out = subprocess.run([ss, "-ltnH", "sport = :%d" % srv.port], capture_output=True, text=True).stdout.split()
+    # ss -ltn: State Recv-Q Send-Q Local Peer; for a listening socket Send-Q is its backlog.
+    check(len(out) >= 3 and out[2].isdigit() and int(out[2]) >= 128,
+          "the server's listening socket has a backlog of at least 128: %r" % out)
 
 
 def test_equal_to_synth(srv):
@@ -330,7 +344,6 @@ def test_loadgen_in_process():
     """`qwen3tts loadgen` runs the closed loop in process: a row per lane and c with every request ok, and a
     checkpoint whose generation_config.json sets min_new_tokens = max_new_tokens makes every request exactly
     max_new_tokens - 1 frames (the end token masked throughout: how benchmarks fix the work)."""
-    import shutil
     with tempfile.TemporaryDirectory() as scratch:
         model = os.path.join(scratch, "fixed")
         shutil.copytree(MODEL, model)
@@ -419,7 +432,7 @@ def main():
     srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
                  "--max-body", "65536")
     try:
-        for test in (test_health_and_metrics, test_equal_to_synth, test_hang_ups, test_malformed, test_fuzz,
+        for test in (test_health_and_metrics, test_listen_backlog, test_equal_to_synth, test_hang_ups, test_malformed, test_fuzz,
                      test_loadgen_http):
             t = time.time()
             test(srv)

@@ -2,8 +2,12 @@
 
 #include <CLI/CLI.hpp>
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -479,6 +483,28 @@ private:
   histogram first_audio_, gap_;
 };
 
+// Debian's cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into its library, so
+// no define here changes it), and the server has no accessor for its socket. With more clients connecting at once
+// the accept queue overflows: the kernel drops the handshake's last ACK, so a client waits a second for the
+// SYN-ACK to come again, or sees its connection reset ("no answer: Read" in loadgen-http at c = 64). Listening
+// again on a listening socket sets its backlog (Linux), so the bound socket is found among the process's
+// descriptors -- listening, on this port -- and given SOMAXCONN. Nothing is changed where none is found.
+void widen_listen_backlog(int port) {
+  const long open_max = sysconf(_SC_OPEN_MAX);
+  for (int fd = 0; fd < (open_max > 0 ? std::min<long>(open_max, 65536) : 1024); ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
 } // namespace
 
 int serve_main(int argc, char** argv) {
@@ -537,6 +563,7 @@ int serve_main(int argc, char** argv) {
       std::cerr << "qwen3tts serve: cannot bind " << o.host << ":" << o.port << " (in use, or not an address here)\n";
       return 1;
     }
+    widen_listen_backlog(port);
     std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
     std::thread stopper([&] {
