@@ -49,6 +49,19 @@ out=${OUT:-/tmp/gpu_session}
 mkdir -p "$out"
 summary=()
 
+# Configures build-talker-gpu (CUDA on, release) where it is not yet, then builds the given targets; $1 names the
+# stage and $2 its log folder, where setup.log and build.log go. Fails, with a summary line, when either step does.
+build_gpu() {
+  local stage=$1 d=$2 b=build-talker-gpu
+  shift 2
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
+      { tail -30 "$d/setup.log"; summary+=("$stage: meson setup failed ($stage/setup.log)"); return 1; }
+  fi
+  ninja -C "$b" -j"$(nproc)" "$@" > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; summary+=("$stage: the build failed ($stage/build.log)"); return 1; }
+}
+
 stage_wheels() {
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
@@ -152,13 +165,7 @@ stage_suite() {
 stage_codec() {
   local d="$out/codec" b=build-talker-gpu
   mkdir -p "$d"
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("codec: meson setup failed (codec/setup.log)"); return; }
-  fi
-  ninja -C "$b" -j"$(nproc)" tests/gpu/mstar_codec_gpu_tests examples/qwen3_tts/codec/qwen3tts_codec_bench \
-    > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("codec: the build failed (codec/build.log)"); return; }
+  build_gpu "codec" "$d" tests/gpu/mstar_codec_gpu_tests examples/qwen3_tts/codec/qwen3tts_codec_bench || return
   timeout 120 "$b/tests/gpu/mstar_codec_gpu_tests" --no-intro 2>&1 | tee "$d/tests.log"
   local rc=${PIPESTATUS[0]} san=skipped
   if command -v compute-sanitizer > /dev/null; then
@@ -179,12 +186,7 @@ stage_codec() {
 stage_split() {
   local d="$out/split" b=build-talker-gpu q=build-talker-gpu/examples/qwen3tts
   mkdir -p "$d"
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("split: meson setup failed (split/setup.log)"); return; }
-  fi
-  ninja -C "$b" -j"$(nproc)" examples/qwen3tts tests/split/mstar_edge_gpu_test > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("split: the build failed (split/build.log)"); return; }
+  build_gpu "split" "$d" examples/qwen3tts tests/split/mstar_edge_gpu_test || return
   timeout 60 "$b/tests/split/mstar_edge_gpu_test" 2>&1 | tee "$d/edge.log"
   local edge=${PIPESTATUS[0]}
   timeout 200 "$q" --backend cuda --config configs/qwen3tts.yaml -c 8,32,128 --lane off,on,auto --settle \
@@ -220,19 +222,15 @@ find_qwen3tts() {
   wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
     2>/dev/null)
   if [ -x build-carry/qwen3tts ] &&
-     LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}" build-carry/qwen3tts --help > /dev/null 2>&1; then
+     LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}" build-carry/qwen3tts --help \
+       > /dev/null 2>&1; then
     export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
     q=build-carry/qwen3tts
     echo "$stage: the carried qwen3tts (built at $(cat build-carry/COMMIT 2>/dev/null))"
     return 0
   fi
   q=$b/examples/qwen3tts
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("$stage: meson setup failed ($stage/setup.log)"); return 1; }
-  fi
-  ninja -C "$b" -j"$(nproc)" examples/qwen3tts > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("$stage: the build failed ($stage/build.log)"); return 1; }
+  build_gpu "$stage" "$d" examples/qwen3tts || return 1
 }
 
 # `qwen3tts serve` ($1) on a free port in the background with its output in $2.out/.err and the other arguments;
@@ -311,13 +309,8 @@ stage_peers() {
 stage_gputests() {
   local d="$out/gputests" b=build-talker-gpu t rc all=""
   mkdir -p "$d"
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("gputests: meson setup failed (gputests/setup.log)"); return; }
-  fi
-  ninja -C "$b" -j"$(nproc)" tests/gpu/mstar_talker_gpu_tests tests/gpu/mstar_codec_gpu_tests \
-    tests/gpu/mstar_speech_gpu_tests > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("gputests: the build failed (gputests/build.log)"); return; }
+  build_gpu "gputests" "$d" tests/gpu/mstar_talker_gpu_tests tests/gpu/mstar_codec_gpu_tests \
+    tests/gpu/mstar_speech_gpu_tests || return
   for t in talker codec speech; do
     timeout 240 "$b/tests/gpu/mstar_${t}_gpu_tests" --no-intro > "$d/$t.log" 2>&1
     rc=$?
@@ -345,12 +338,7 @@ stage_profile() {
   local d="$out/profile" b=build-talker-gpu rows
   mkdir -p "$d"
   command -v ncu > /dev/null || { summary+=("profile: no ncu on PATH"); return; }
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("profile: meson setup failed (profile/setup.log)"); return; }
-  fi
-  ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/talker/qwen3tts_talker_bench > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("profile: the build failed (profile/build.log)"); return; }
+  build_gpu "profile" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for rows in 1 64; do
     timeout 150 ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
       --print-units base "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model 0.6b --rows "$rows" \
@@ -365,16 +353,11 @@ stage_profile() {
 stage_decode() {
   local d="$out/decode" b=build-talker-gpu size g
   mkdir -p "$d"
-  if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -30 "$d/setup.log"; summary+=("decode: meson setup failed (decode/setup.log)"); return; }
-  fi
-  ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/talker/qwen3tts_talker_bench > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("decode: the build failed (decode/build.log)"); return; }
+  build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
     for g in 8 0; do
-      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,8,32,64,128}" \
-        --iters 50 --gemv-rows "$g" > "$d/bench_${size}_gemv$g.log" 2>&1
+      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" \
+        --rows "${MSTAR_DECODE_ROWS:-1,8,32,64,128}" --iters 50 --gemv-rows "$g" > "$d/bench_${size}_gemv$g.log" 2>&1
       grep -E '^(device|RESULT)' "$d/bench_${size}_gemv$g.log" | sed 's/^/  /'
       while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv$g.log" |
         sed 's/^RESULT //')
@@ -392,8 +375,7 @@ stage_diagnose() {
   local d="$out/diagnose" b=build-talker-gpu ck=$compare_dir/ckpt06 math
   mkdir -p "$d"
   find_qwen3tts diagnose "$d" || return
-  [ "${MSTAR_DIAGNOSE_BESIDE:-1}" = 1 ] && ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench \
-    >> "$d/build.log" 2>&1 &&
+  [ "${MSTAR_DIAGNOSE_BESIDE:-1}" = 1 ] && build_gpu diagnose "$d" examples/qwen3_tts/pipeline/qwen3tts_beside_bench &&
   for math in cublas tf32; do
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
       tee "$d/beside_$math.log"

@@ -262,6 +262,17 @@ __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_vie
             out + (std::size_t(t) * heads + h) * D);
 }
 
+// The 8 bf16 values of a 16-byte load, as floats.
+__device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+
 // A decode step's attention in one launch (every row has exactly one new token): block (row, kv head,
 // split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
 // block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
@@ -322,15 +333,6 @@ __global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv,
       acc[g][e] = 0.0f;
     }
   }
-  auto unpack = [](const uint4& u, float* f) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 v = __bfloat1622float2(h[e]);
-      f[2 * e] = v.x;
-      f[2 * e + 1] = v.y;
-    }
-  };
   // Two tokens a lane-group in flight: both K and V rows are loaded before the first is used.
   constexpr int stride = warps * tokens_per_warp;
   for (int j0 = begin + warp * tokens_per_warp; j0 < end; j0 += 2 * stride) {
@@ -352,8 +354,8 @@ __global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv,
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       float k[8], v[8];
-      unpack(kr[u], k);
-      unpack(vr[u], v);
+      bf16x8_to_float(kr[u], k);
+      bf16x8_to_float(vr[u], v);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float d = 0.0f;
@@ -561,14 +563,8 @@ __global__ void __launch_bounds__(gemv_warps * 32)
         if (r >= rows) break;
         const uint4* xrow = reinterpret_cast<const uint4*>(x + std::size_t(r) * ldx) + sl;
         const uint4 xq = Norm ? *xrow : __ldg(xrow);
-        const auto* xh = reinterpret_cast<const __nv_bfloat162*>(&xq);
         float xf[8];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(xh[j]);
-          xf[2 * j] = f.x;
-          xf[2 * j + 1] = f.y;
-        }
+        bf16x8_to_float(xq, xf);
 #pragma unroll
         for (int k = 0; k < O; ++k)
           acc[k][r] = dot8(wq[u][k], xf, acc[k][r]);
