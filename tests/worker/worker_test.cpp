@@ -10,15 +10,18 @@
 #include "worker/tts_flow.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 
 using namespace worker_test;
 
@@ -991,40 +994,54 @@ TEST_CASE("Worker.a chain node with min_batch waits for rows while the chain has
       o.nodes[prefill_node].max_wait = wait;
       run_setup s(o);
       std::vector<std::size_t> rows;
+      // Requests between their prefill's launch and their last decode step's (by seed), and prefill
+      // steps below 4 rows launched while there were any: such a request has a decode row ready, in
+      // flight or on its way, so the chain has other work and a waiting prefill must be passed over.
+      const auto in = inputs(96, 21, 48);
+      std::map<std::uint64_t, std::uint32_t> frames_of;
+      for (const auto& i : in) frames_of[i.seed] = i.frames;
+      std::set<std::uint64_t> mid_decode;
+      std::size_t small_beside_decode = 0;
       s.worker.template forward<Prefill>([&](const auto& ctx) {
         rows.push_back(ctx.payloads.size()); // the GPU thread: read after stop()
+        if (ctx.payloads.size() < 4 && !mid_decode.empty()) ++small_beside_decode;
+        for (const auto& p : ctx.payloads)
+          if (frames_of.at(p.seed) > 1) mid_decode.insert(p.seed);
         enqueue_prefill(s.backend, ctx);
       });
-      // Decode steps of at least 300 us (a sleep on the stream thread, which needs no CPU): the chain
-      // then has decode work whenever requests are decoding, whatever the machine's load, so a prefill
-      // below min_batch runs early only when no request is decoding (or after max_wait).
+      // Decode steps of at least 300 us (a sleep on the stream thread, which needs no CPU), so that the
+      // chain has decode work in flight for a while whenever requests are decoding.
       s.worker.template forward<Decode>([&](const auto& ctx) {
+        for (const auto& p : ctx.payloads)
+          if (p.first + 1 >= frames_of.at(p.seed)) mid_decode.erase(p.seed);
         enqueue_decode(s.backend, ctx);
         s.backend.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
       });
-      const auto in = inputs(96, 21, 48);
       run_to_idle(s.worker, in);
       check_all_completed(s.flow, in);
       CHECK(pools_full(s.engine));
-      return std::pair{rows, s.worker.counters().batch_waits.load()};
+      CHECK(mid_decode.empty());
+      return std::tuple{rows, s.worker.counters().batch_waits.load(), small_beside_decode};
     };
-    const auto [plain, plain_waits] = run(0, std::chrono::microseconds(0));
-    const auto [waited, waits] = run(4, std::chrono::seconds(1));
+    const auto [plain, plain_waits, plain_beside] = run(0, std::chrono::microseconds(0));
+    const auto [waited, waits, waited_beside] = run(4, std::chrono::seconds(1));
     const auto sum = [](const std::vector<std::size_t>& v) { return std::accumulate(v.begin(), v.end(), std::size_t{0}); };
     REQUIRE(sum(plain) == 96);
     REQUIRE(sum(waited) == 96);
     const auto small = std::count_if(waited.begin(), waited.end(), [](std::size_t r) { return r < 4; });
     INFO("prefill steps: " << plain.size() << " without min_batch, " << waited.size() << " with min_batch 4 (" << small
-                           << " of them below 4 rows); " << waits << " picks passed over the waiting node");
+                           << " of them below 4 rows); " << waits << " picks passed over the waiting node; small steps beside a "
+                           << "decode step: " << plain_beside << " without, " << waited_beside << " with");
     CHECK(plain_waits == 0);
     CHECK(waits > 0);
-    // 16 requests at once, ending one by one: without a minimum most prefill steps take a row or two;
-    // with it a step below 4 rows runs only when the chain has nothing else (max_wait, 1 s, does not
-    // come). With instant decode steps the share of those moments followed the machine's load (a CI
-    // run with the sanitizer soaks beside it: 40 small steps of 48, unloaded 0-1 of 21-22), hence the
-    // 300 us decode steps above.
+    // 16 requests at once, ending one by one: without a minimum most prefill steps take a row or two,
+    // most of them while other requests decode; with it a step below 4 rows runs only when the chain
+    // has nothing else (max_wait, 1 s, does not come), so never while a request decodes. How many idle
+    // moments a run has follows the machine's load (unloaded 0-1 small steps of 18-22; 10 of 23 on 16
+    // busy cores running the whole suite), so the rule itself is what is checked.
+    CHECK(plain_beside > 0);
+    CHECK(waited_beside == 0);
     CHECK(waited.size() <= plain.size());
-    CHECK(small * 3 <= waited.size());
   }
 }
 
