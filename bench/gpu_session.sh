@@ -26,7 +26,10 @@
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
 #              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
-#              (--gemv-norm; about 2 minutes)
+#              and apart (--gemv-norm 1 and 0; about 2 minutes)
+#   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
+#              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host (qwen3tts_talker_bench
+#              --prefill-tokens; MSTAR_PREFILL_SIZES, _ROWS, _TOKENS; about 1 minute)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
@@ -362,11 +365,29 @@ stage_decode() {
       while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv$g.log" |
         sed 's/^RESULT //')
     done
-    # The norms before the qkv and gate/up products done by small_gemv's blocks (talker_cuda_limits::gemv_norm).
-    timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows 1,2 --iters 50 \
-      --gemv-rows 8 --gemv-norm > "$d/bench_${size}_gemv_norm.log" 2>&1
-    while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv_norm.log" |
-      sed 's/^RESULT //')
+    # The norms before the qkv and gate/up products done by small_gemv's blocks, and apart
+    # (talker_cuda_limits::gemv_norm).
+    for g in 1 0; do
+      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows 1,2 --iters 50 \
+        --gemv-rows 8 --gemv-norm $g > "$d/bench_${size}_gemv_norm$g.log" 2>&1
+      while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv_norm$g.log" |
+        sed 's/^RESULT //')
+    done
+  done
+}
+
+# The prefill step's GPU time and the host time its call takes (see the list at the top), beside the decode step at
+# the same row counts with the library's defaults.
+stage_prefill() {
+  local d="$out/prefill" b=build-talker-gpu size
+  mkdir -p "$d"
+  build_gpu "prefill" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
+  for size in ${MSTAR_PREFILL_SIZES:-0.6b}; do
+    timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" \
+      --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" --iters 20 --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" \
+      > "$d/bench_$size.log" 2>&1
+    grep -E '^(device|RESULT)' "$d/bench_$size.log" | sed 's/^/  /'
+    while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_$size.log" | sed 's/^RESULT //')
   done
 }
 
@@ -417,7 +438,7 @@ stage_diagnose() {
 for s in "$@"; do
   case "$s" in
     wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | diagnose | \
-      decode)
+      decode | prefill)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;

@@ -141,7 +141,8 @@ struct rig {
   talker_cuda gpu;
   // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv);
   // gemv_norm: talker_cuda_limits::gemv_norm (the norms before them done by the products).
-  explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows, bool gemv_norm = false)
+  explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows,
+               bool gemv_norm = talker_cuda_limits{}.gemv_norm)
       : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm}) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }

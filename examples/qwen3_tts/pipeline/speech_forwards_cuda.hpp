@@ -194,7 +194,7 @@ private:
                                " tokens, its plans " + std::to_string(tokens));
       gpu_->set_seeds(seeds_);
       backend_->wait(cuda_stream(), to_talker_);
-      gpu_->prefill_frame(embeds_, plan, slots); // synchronous: embeds_ is free again on return
+      gpu_->prefill_frame(embeds_, plan, slots); // asynchronous; embeds_ is staged, free again on return
     } else {
       text_.resize(rows);
       for (std::uint32_t i = 0; i < rows; ++i) {

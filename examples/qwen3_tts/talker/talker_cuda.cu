@@ -134,6 +134,11 @@ struct talker_cuda::state {
       if (pinned_mirrors[i]) cudaFreeHost(pinned_mirrors[i]);
       if (copied[i]) cudaEventDestroy(copied[i]);
     }
+    for (staging_ring* r : {&embeds_in, &seeds_in})
+      for (int i = 0; i < staging_ring::size; ++i) {
+        if (r->buf[i]) cudaFreeHost(r->buf[i]);
+        if (r->copied[i]) cudaEventDestroy(r->copied[i]);
+      }
     for (void* p : owned)
       cudaFree(p);
     if (stream) cudaStreamDestroy(stream);
@@ -211,6 +216,31 @@ struct talker_cuda::state {
     TALKER_CHECK(cudaMemcpyAsync(qo_indptr, pinned, pinned_ints * 4, cudaMemcpyHostToDevice, s));
     TALKER_CHECK(cudaEventRecord(copied[mirror], s));
   }
+
+  // Pinned staging for what the host hands a step by value (the prefill's embeds, the seeds), so that the
+  // step's copy is asynchronous and the call returns at once: a buffer is rewritten only once the copy from
+  // it (event `copied`) has run, as with the plan's mirrors.
+  struct staging_ring {
+    static constexpr int size = 2;
+    void* buf[size] = {};
+    cudaEvent_t copied[size] = {};
+    int next = 0;
+    void allocate(std::size_t bytes) {
+      for (int i = 0; i < size; ++i) {
+        TALKER_CHECK(cudaMallocHost(&buf[i], bytes));
+        TALKER_CHECK(cudaEventCreateWithFlags(&copied[i], cudaEventDisableTiming));
+      }
+    }
+    // Copies n bytes of src to dst on s through the next buffer.
+    void copy(void* dst, const void* src, std::size_t n, cudaStream_t s) {
+      next = (next + 1) % size;
+      TALKER_CHECK(cudaEventSynchronize(copied[next]));
+      std::memcpy(buf[next], src, n);
+      TALKER_CHECK(cudaMemcpyAsync(dst, buf[next], n, cudaMemcpyHostToDevice, s));
+      TALKER_CHECK(cudaEventRecord(copied[next], s));
+    }
+  };
+  staging_ring embeds_in, seeds_in;
 
   // The predictor's fixed plans: iteration 0 is a 2-token prefill per row at positions 0, 1; iteration
   // g >= 1 appends one token at position g + 1. Row r owns page r (one page of 16 slots).
@@ -433,6 +463,8 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   const std::size_t qw = std::size_t(std::max(T.heads * T.head_dim, P.heads * P.head_dim));
   const std::size_t inter = std::size_t(std::max(T.intermediate, P.intermediate));
   st.x = device_alloc<float>(tokens * width, own);
+  st.embeds_in.allocate(tokens * std::size_t(T.hidden) * sizeof(float));
+  st.seeds_in.allocate(std::size_t(limits.max_rows) * sizeof(std::uint64_t));
   st.xin = device_alloc<float>(tokens * width, own);
   st.xn = device_alloc<bf16>(tokens * std::max(width, qw), own);
   st.qkv = device_alloc<float>(tokens * qkvw, own);
@@ -769,7 +801,7 @@ void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& pl
   planned_rows_ = 0; // the plan buffers now hold a prefill's tables
   cudaStream_t s = stream_;
   st.upload_mirror(s);
-  TALKER_CHECK(cudaMemcpyAsync(st.x, embeds.data(), embeds.size() * 4, cudaMemcpyHostToDevice, s));
+  st.embeds_in.copy(st.x, embeds.data(), embeds.size() * 4, s);
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices, st.last_page_len,
                               st.positions, rows,           tokens,          limits_.block_tokens};
   run_stack(st, st.talker, T, st.x, tokens, view, st.xn, st.hidden_all, s);
@@ -781,7 +813,6 @@ void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& pl
   choose_code0(rows);
   if (frame) enqueue_predict(rows);
   cuda::scatter_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, s);
-  TALKER_CHECK(cudaStreamSynchronize(s));
 }
 
 void talker_cuda::choose_code0(int rows) {
@@ -833,8 +864,7 @@ void talker_cuda::set_seeds(std::span<const std::uint64_t> seeds) {
                                 std::to_string(limits_.max_rows) + " rows");
   std::vector<std::uint64_t> all(std::size_t(limits_.max_rows), 0);
   std::copy(seeds.begin(), seeds.end(), all.begin());
-  TALKER_CHECK(cudaMemcpyAsync(s_->seeds, all.data(), all.size() * 8, cudaMemcpyHostToDevice, stream_));
-  TALKER_CHECK(cudaStreamSynchronize(stream_));
+  s_->seeds_in.copy(s_->seeds, all.data(), all.size() * 8, stream_);
 }
 
 void talker_cuda::force_codes(std::span<const std::int32_t> codes) {

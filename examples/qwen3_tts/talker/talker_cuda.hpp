@@ -69,8 +69,9 @@ struct talker_cuda_limits {
   // default is where it was measured faster than cuBLAS (docs/benchmarks.md: 1 row, not 8).
   int gemv_rows = 1;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
-  // (cuda::gemv_norm: the same bits, one launch fewer each). Off by default until measured on a GPU.
-  bool gemv_norm = false;
+  // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
+  // rms_norm launch before each.
+  bool gemv_norm = true;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
@@ -134,7 +135,8 @@ public:
   // plan (the host forward's step_plan: the engine's kv_cache / attention / positions plans) and by slots
   // (row r's request's slot; empty: slot r). Runs the Talker, keeps each row's last post-norm hidden state,
   // computes its code-0 logits and chooses code 0 of frame 0; each row's state starts afresh, its seed the
-  // one set_seeds gave the row. Synchronous.
+  // one set_seeds gave the row. Asynchronous on the model's stream (embeds go through pinned staging: the
+  // span may be reused on return); the read functions below synchronise.
   void prefill(std::span<const float> embeds, const step_plan& plan, std::span<const std::int32_t> slots = {});
   // prefill, then the code predictor: frame 0 complete (frames() reads it), as the speech flow's prefill
   // step makes it.
@@ -164,7 +166,7 @@ public:
   void set_sampling(const talker_sampling& sampling);
   // Each row's request seed (Philox key; the counter is the frame, the lane the codebook), as the host
   // sampler's seeds; rows past the span get 0. The next prefill stores them in its rows' slots, where
-  // later steps find them. Synchronous.
+  // later steps find them. Asynchronous on the model's stream, through pinned staging.
   void set_seeds(std::span<const std::uint64_t> seeds);
   // Decode steps run each layer's q/k norm, RoPE, KV append and attention as one launch (off by
   // default until a GPU run has shown it equal to the two launches and faster). Drops captured graphs.

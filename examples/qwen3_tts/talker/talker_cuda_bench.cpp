@@ -5,11 +5,16 @@
 // copy rate measured in the same run.
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
-//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm] [--sample] [--profile]
+//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm 0|1] [--prefill-tokens 40]
+//                         [--sample] [--profile]
 //
 // --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
 // small-rows GEMV kernel instead of cuBLAS (0: cuBLAS everywhere; default: the library's default).
-// --gemv-norm: talker_cuda_limits::gemv_norm, the RMSNorms before those products done by the products.
+// --gemv-norm 0|1: talker_cuda_limits::gemv_norm, the RMSNorms before those products done by the products
+// (default: the library's default).
+// --prefill-tokens N: also times the prefill step (prefill_frame: the Talker over every row's prompt, then the
+// code predictor's frame 0) of N tokens a row at each row count, eager as the speech flow runs it: its GPU time,
+// and the host time the call takes to return (0: not timed).
 // --sample: the reference's default sampling (top-k 50, temperature 0.9, for code 0 and the predictor's
 // codes) instead of greedy choices. --profile: for each row count, one replay of the fused decode graph
 // between cudaProfilerStart and cudaProfilerStop and nothing timed, for a kernel profiler started with
@@ -28,6 +33,7 @@
 #include "qwen3_tts/cuda_bench.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -66,17 +72,17 @@ double copy_rate(cudaStream_t s) {
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
-                 int iters, double rate, bool sample, bool profile, int gemv_rows, bool gemv_norm) {
+                 int iters, double rate, bool sample, bool profile, int gemv_rows, bool gemv_norm, int prefill_tokens) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
   lim.gemv_rows = gemv_rows;
   lim.gemv_norm = gemv_norm;
   lim.max_rows = max_rows;
   lim.block_tokens = 16;
-  const int pages_per_row = (kv + lim.block_tokens - 1) / lim.block_tokens;
+  const int pages_per_row = (std::max(kv, prefill_tokens) + lim.block_tokens - 1) / lim.block_tokens;
   lim.kv_blocks = max_rows * pages_per_row;
   lim.max_pages = lim.kv_blocks;
-  lim.max_prefill_tokens = 2 * max_rows;
+  lim.max_prefill_tokens = max_rows * std::max(2, prefill_tokens);
   qwen3_tts::talker_cuda model(dims, lim);
   model.random_weights(1234);
   if (sample) model.set_sampling(qwen3_tts::talker_sampling{});
@@ -139,6 +145,41 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
                   name, fused ? "fused" : "split", gemv_rows, gemv_norm ? "+norm" : "", rows, median, double(ms.front()), floor_ms,
                   median / floor_ms, rows / (median * 1e-3), model.graph_nodes(rows));
     }
+    if (prefill_tokens > 0) {
+      // Fresh pages for the prompts; every replay writes the same KV positions.
+      qwen3_tts::kv_block_pool prompt_pool(lim.kv_blocks, lim.block_tokens);
+      std::vector<qwen3_tts::row_pages> prompt_pages(static_cast<std::size_t>(rows));
+      std::vector<qwen3_tts::row_pages*> prompt_ptrs;
+      for (auto& p : prompt_pages)
+        prompt_ptrs.push_back(&p);
+      const std::vector<int> lens(static_cast<std::size_t>(rows), prefill_tokens);
+      const qwen3_tts::step_tables prompt = prompt_pool.plan(prompt_ptrs, lens);
+      std::vector<float> embeds(std::size_t(rows) * prefill_tokens * T.hidden);
+      for (std::size_t i = 0; i < embeds.size(); ++i)
+        embeds[i] = 0.02f * float(int((i * 2654435761u) % 1001) - 500) / 500.0f;
+      const int n = std::max(5, std::min(iters, 20));
+      std::vector<float> gpu_ms, host_ms;
+      for (int i = 0; i < n + 2; ++i) {
+        check(cudaEventRecord(e0, model.stream()), "cudaEventRecord");
+        const auto t0 = std::chrono::steady_clock::now();
+        model.prefill_frame(embeds, prompt.view());
+        const auto t1 = std::chrono::steady_clock::now();
+        check(cudaEventRecord(e1, model.stream()), "cudaEventRecord");
+        check(cudaEventSynchronize(e1), "prefill step");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+        if (i < 2) continue; // warm-up
+        gpu_ms.push_back(ms);
+        host_ms.push_back(float(std::chrono::duration<double, std::milli>(t1 - t0).count()));
+      }
+      std::sort(gpu_ms.begin(), gpu_ms.end());
+      std::sort(host_ms.begin(), host_ms.end());
+      std::printf("RESULT %-5s prefill gemv %d%s rows %4d x %3d tokens  GPU %8.3f ms (min %8.3f)  host %7.3f ms  "
+                  "%9.1f tokens/ms\n",
+                  name, gemv_rows, gemv_norm ? "+norm" : "", rows, prefill_tokens, double(gpu_ms[gpu_ms.size() / 2]),
+                  double(gpu_ms.front()), double(host_ms[host_ms.size() / 2]),
+                  rows * prefill_tokens / double(gpu_ms[gpu_ms.size() / 2]));
+    }
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -149,7 +190,8 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
 int main(int argc, char** argv) {
   std::string which = "both";
   int mlp = 6144, kv = 256, iters = 200, gemv_rows = qwen3_tts::talker_cuda_limits{}.gemv_rows;
-  bool sample = false, profile = false, gemv_norm = false;
+  bool sample = false, profile = false, gemv_norm = qwen3_tts::talker_cuda_limits{}.gemv_norm;
+  int prefill_tokens = 0;
   std::vector<int> rows = {1, 8, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -170,7 +212,9 @@ int main(int argc, char** argv) {
     else if (a == "--gemv-rows")
       gemv_rows = std::stoi(value());
     else if (a == "--gemv-norm")
-      gemv_norm = true;
+      gemv_norm = std::stoi(value()) != 0;
+    else if (a == "--prefill-tokens")
+      prefill_tokens = std::stoi(value());
     else if (a == "--sample")
       sample = true;
     else if (a == "--profile")
@@ -206,10 +250,10 @@ int main(int argc, char** argv) {
     using qwen3_tts::released_talker_dims;
     if (which == "0.6b" || which == "both")
       bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile, gemv_rows,
-                  gemv_norm);
+                  gemv_norm, prefill_tokens);
     if (which == "1.7b" || which == "both")
       bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile, gemv_rows,
-                  gemv_norm);
+                  gemv_norm, prefill_tokens);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;
