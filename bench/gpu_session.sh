@@ -20,6 +20,8 @@
 #              alone against beside the codec (qwen3tts_beside_bench); same build directory as the talker stage;
 #              about 3 minutes
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
+#   large      the 1.7B model end to end in process (random weights at the released sizes; c = 1, 16, 64, lane
+#              auto; MSTAR_LARGE_C, _LANES; about 2 minutes)
 #   peers      the reference and faster-qwen3-tts on that checkpoint, then the table and ratios (both below;
 #              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
 #   gputests   the real model's three GPU test programs and the codec graph test under memcheck (about 3 minutes)
@@ -293,6 +295,24 @@ stage_compare() {
   summary+=("compare: in process rc $inproc, http rc $http (compare/table.md; the peers come in stage peers)")
 }
 
+# The 1.7B model end to end, in process: a random-weight checkpoint of the released 1.7B sizes, loaded at
+# c = 1, 16 and 64 with the compare stage's texts and frame counts (mstar only: the peers run the 0.6B).
+stage_large() {
+  local d="$out/large" ck=$compare_dir/ckpt17
+  mkdir -p "$d"
+  find_qwen3tts large "$d" || return
+  if [ ! -f "$ck/config.json" ]; then
+    SIZE=1.7b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
+      { tail -30 "$d/checkpoint.log"; summary+=("large: writing the checkpoint failed (large/checkpoint.log)")
+        return; }
+  fi
+  timeout 200 "$q" loadgen --model "$ck" --device cuda --language english --voice ryan --text "$compare_text" \
+    -c "${MSTAR_LARGE_C:-1,16,64}" --lane "${MSTAR_LARGE_LANES:-auto}" --warmup 1 --json "$d/inproc17.json" 2>&1 |
+    tee "$d/inproc.log"
+  summary+=("large: 1.7B in process rc ${PIPESTATUS[0]}")
+  while read -r line; do summary+=("  $line"); done < <(grep -E '^\| mstar' "$d/inproc.log")
+}
+
 stage_peers() {
   local d="$out/peers" ck=$compare_dir/ckpt06
   mkdir -p "$d"
@@ -438,7 +458,7 @@ stage_diagnose() {
 for s in "$@"; do
   case "$s" in
     wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | diagnose | \
-      decode | prefill)
+      decode | prefill | large)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;

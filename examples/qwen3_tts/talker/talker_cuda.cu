@@ -253,6 +253,41 @@ struct talker_cuda::state {
 
   std::map<int, cudaGraphExec_t> graphs;
   std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
+  // Keys of graphs: a decode step's row count (negative in the speech flow's order); the prefill's code
+  // predictor, prefill_predictor_key + its row count.
+  static constexpr int prefill_predictor_key = 1 << 20;
+
+  // Runs enqueue() on s: eagerly when graphs are off; else from the graph captured under key, on the first
+  // call with it. The graph bakes enqueue's launches, so whatever they read from the host (sizes, settings,
+  // the store's address) must be the same on every call with the key, or the graphs dropped when it changes.
+  template <class F>
+  void run(cudaStream_t s, bool use_graphs, int key, const char* what, const F& enqueue) {
+    if (!use_graphs) {
+      enqueue();
+      return;
+    }
+    auto it = graphs.find(key);
+    if (it == graphs.end()) {
+      cudaGraph_t graph = nullptr;
+      TALKER_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue();
+      } catch (...) {
+        cudaStreamEndCapture(s, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      TALKER_CHECK(cudaStreamEndCapture(s, &graph));
+      std::size_t nodes = 0;
+      if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) graph_nodes[key] = nodes;
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      check(e, (std::string("cudaGraphInstantiate (") + what + ")").c_str());
+      it = graphs.emplace(key, exec).first;
+    }
+    TALKER_CHECK(cudaGraphLaunch(it->second, s));
+  }
 
   // y[m][out] = x[m][in] * w[out][in]^T (column-major view: y^T = w * x^T). Always on the model's
   // stream, which the handle was bound to once: cublasSetStream resets the handle's workspace to
@@ -811,7 +846,11 @@ void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& pl
   TALKER_CHECK(cudaMemsetAsync(st.seen, 0, std::size_t(rows) * dims_.codec_vocab, s));
   TALKER_CHECK(cudaMemsetAsync(st.generated, 0, std::size_t(rows) * 4, s));
   choose_code0(rows);
-  if (frame) enqueue_predict(rows);
+  // The predictor's 15 passes are the same launches for every prefill of so many rows (fixed plans, the
+  // rows' inputs in device buffers): one graph per row count instead of some 750 launches.
+  if (frame)
+    st.run(s, use_graphs_, state::prefill_predictor_key + rows, "prefill's code predictor",
+           [&] { enqueue_predict(rows); });
   cuda::scatter_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, s);
 }
 
@@ -997,33 +1036,8 @@ void talker_cuda::launch_decode(int rows, bool frame_first) {
     throw std::invalid_argument("qwen3_tts CUDA talker: decode of " + std::to_string(rows) +
                                 " rows, but set_decode_inputs planned " + std::to_string(planned_rows_) +
                                 "; plan every decode step with its own rows first");
-  if (!use_graphs_) {
-    enqueue_decode(rows, frame_first);
-    return;
-  }
-  state& st = *s_;
   const int key = frame_first ? -rows : rows; // each order its own graphs
-  auto it = st.graphs.find(key);
-  if (it == st.graphs.end()) {
-    cudaGraph_t graph = nullptr;
-    TALKER_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue_decode(rows, frame_first);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    TALKER_CHECK(cudaStreamEndCapture(stream_, &graph));
-    std::size_t nodes = 0;
-    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) st.graph_nodes[key] = nodes;
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    check(e, "cudaGraphInstantiate (decode step)");
-    it = st.graphs.emplace(key, exec).first;
-  }
-  TALKER_CHECK(cudaGraphLaunch(it->second, stream_));
+  s_->run(stream_, use_graphs_, key, "decode step", [&] { enqueue_decode(rows, frame_first); });
 }
 
 void talker_cuda::upload_slots(std::span<const std::int32_t> slots, int rows) {
