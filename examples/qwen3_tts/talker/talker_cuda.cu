@@ -253,10 +253,7 @@ struct talker_cuda::state {
 
   std::map<int, cudaGraphExec_t> graphs;
   std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
-  // Keys of graphs: a decode step's row count (negative in the speech flow's order); the prefill's code
-  // predictor, prefill_predictor_key + its row count.
-  static constexpr int prefill_predictor_key = 1 << 20;
-
+  // Keys of graphs: a decode step's row count, negative in the speech flow's order.
   // Runs enqueue() on s: eagerly when graphs are off; else from the graph captured under key, on the first
   // call with it. The graph bakes enqueue's launches, so whatever they read from the host (sizes, settings,
   // the store's address) must be the same on every call with the key, or the graphs dropped when it changes.
@@ -846,11 +843,9 @@ void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& pl
   TALKER_CHECK(cudaMemsetAsync(st.seen, 0, std::size_t(rows) * dims_.codec_vocab, s));
   TALKER_CHECK(cudaMemsetAsync(st.generated, 0, std::size_t(rows) * 4, s));
   choose_code0(rows);
-  // The predictor's 15 passes are the same launches for every prefill of so many rows (fixed plans, the
-  // rows' inputs in device buffers): one graph per row count instead of some 750 launches.
-  if (frame)
-    st.run(s, use_graphs_, state::prefill_predictor_key + rows, "prefill's code predictor",
-           [&] { enqueue_predict(rows); });
+  // Eager. A graph per row count would replace some 750 launches, but capturing one took 30-155 ms of the GPU
+  // thread's time under load, for each row count met first (docs/benchmarks.md).
+  if (frame) enqueue_predict(rows);
   cuda::scatter_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, s);
 }
 
