@@ -3,12 +3,14 @@
 #include "talker.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "mstar/resources/sampler.hpp"
@@ -42,23 +44,61 @@ void linear_part(const float* x, int tokens, int in, const float* w, const float
   }
 }
 
-// linear_part over all outputs; a product of more than 2^22 multiply-adds is split by outputs over the host's
-// cores (a prompt's text projection, a prefill), which changes no bit of the result.
+// Helper threads the process's products may run at once beside their callers: one fewer than the cores, shared
+// by every caller, so that many prompts projected at once (a service's submitting threads) do not start a
+// core's worth of helpers each and crowd out the worker's threads.
+class helper_budget {
+public:
+  static helper_budget& process() {
+    static helper_budget b(int(std::max(1u, std::thread::hardware_concurrency())) - 1);
+    return b;
+  }
+  // Up to `wanted` helpers, as many as are free now (maybe none).
+  int take(int wanted) {
+    int free = free_.load(std::memory_order_relaxed);
+    while (wanted > 0 && free > 0) {
+      const int n = std::min(wanted, free);
+      if (free_.compare_exchange_weak(free, free - n, std::memory_order_acquire)) return n;
+    }
+    return 0;
+  }
+  void give(int n) { free_.fetch_add(n, std::memory_order_release); }
+
+private:
+  explicit helper_budget(int n) : free_(n) {}
+  std::atomic<int> free_;
+};
+
+// linear_part over all outputs; a product of more than 2^22 multiply-adds is split by outputs over the caller and
+// the helper threads free (helper_budget; a prompt's text projection, a prefill), which changes no bit of the
+// result.
 void linear(const float* x, int tokens, int in, const tensor& w, const float* bias, int out, float* y) {
   const double work = double(tokens) * in * out;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int parts = work < double(1 << 22) ? 1 : int(std::min<unsigned>(cores, unsigned(std::max(1, out / 64))));
+  const int wanted = work < double(1 << 22) ? 1 : int(std::min<unsigned>(cores, unsigned(std::max(1, out / 64))));
+  const int helping = wanted > 1 ? helper_budget::process().take(wanted - 1) : 0;
+  const int parts = 1 + helping;
   if (parts <= 1) {
     linear_part(x, tokens, in, w.data(), bias, out, y, 0, out);
     return;
   }
+  struct give_back {
+    int n;
+    ~give_back() { helper_budget::process().give(n); }
+  } returned{helping};
   std::vector<std::thread> helpers;
   helpers.reserve(std::size_t(parts - 1));
   const int step = (out + parts - 1) / parts;
-  for (int p = 1; p < parts; ++p) {
-    const int o0 = p * step, o1 = std::min(out, o0 + step);
-    if (o0 < o1) helpers.emplace_back(linear_part, x, tokens, in, w.data(), bias, out, y, o0, o1);
+  int p = 1;
+  try {
+    for (; p < parts; ++p) {
+      const int o0 = p * step, o1 = std::min(out, o0 + step);
+      if (o0 < o1) helpers.emplace_back(linear_part, x, tokens, in, w.data(), bias, out, y, o0, o1);
+    }
+  } catch (const std::system_error&) { // no thread to be had: the caller computes the parts left
   }
+  for (; p < parts; ++p)
+    linear_part(x, tokens, in, w.data(), bias, out, y, p * step, std::min(out, (p + 1) * step));
   linear_part(x, tokens, in, w.data(), bias, out, y, 0, std::min(out, step));
   for (auto& h : helpers)
     h.join();

@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "talker.hpp"
 
@@ -141,6 +143,38 @@ TEST_CASE("Talker.a_decode_step_refuses_a_row_with_more_than_one_token") {
   talker_step_output out;
   CHECK_THROWS_WITH_AS(model().decode(x, t.view(), kv, out), doctest::Contains("exactly one a row"),
                        std::invalid_argument);
+}
+
+TEST_CASE("Talker.prompts_projected_on_many_threads_at_once_give_one_thread's_bits") {
+  // A text width of 512 makes the projection's first product 40 x 512 x 512 multiply-adds, above the size that
+  // is split over helper threads; eight callers at once share the process's helpers (some get none), and
+  // every split sums each output in the same order.
+  nlohmann::json config = small_config();
+  config["talker_config"]["text_hidden_size"] = 512;
+  const talker_config c = parse_talker_config(config);
+  const talker_host wide(c, load_talker_weights(c, random_tensor));
+  std::vector<std::int32_t> text;
+  for (int i = 0; i < 34; ++i)
+    text.push_back(3 + (i * 7) % 50);
+  const talker_prompt p = prompt(text);
+  const built_prompt alone = wide.build_prompt(p);
+  REQUIRE(alone.rows + alone.trailing_rows >= 40);
+  std::vector<built_prompt> together(8);
+  {
+    std::vector<std::thread> callers;
+    for (auto& b : together)
+      callers.emplace_back([&wide, &p, &b] {
+        for (int k = 0; k < 3; ++k)
+          b = wide.build_prompt(p);
+      });
+    for (auto& t : callers)
+      t.join();
+  }
+  for (const auto& b : together) {
+    CHECK(b.prefill == alone.prefill);
+    CHECK(b.trailing == alone.trailing);
+    CHECK(b.tts_pad == alone.tts_pad);
+  }
 }
 
 TEST_CASE("Talker.the_prompt_refuses_an_unknown_speaker_or_language_by_name") {
