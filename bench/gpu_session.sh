@@ -277,6 +277,14 @@ stage_compare() {
       tee "$d/inproc_eager_f32.log"
     inproc="$inproc, eager float32 codec ${PIPESTATUS[0]}"
   fi
+  # MSTAR_COMPARE_PREGRAPHS=1: also in process with the Talker's decode graphs captured at start
+  # (--talker-graphs-at-start): rows "mstar-pregraphs".
+  if [ "${MSTAR_COMPARE_PREGRAPHS:-0}" = 1 ]; then
+    timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+      --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --talker-graphs-at-start --warmup 1 \
+      --json "$compare_dir/inproc_pregraphs.json" 2>&1 | tee "$d/inproc_pregraphs.log"
+    inproc="$inproc, Talker graphs at start ${PIPESTATUS[0]}"
+  fi
   # MSTAR_COMPARE_HTTP_LANES: the server's lane modes to load (default all three).
   for lane in ${MSTAR_COMPARE_HTTP_LANES:-off on auto}; do
     start_server "$q" "$d/serve_$lane" --model "$ck" --lane "$lane" --max-live "$widest" --max-batch "$widest"

@@ -416,39 +416,49 @@ TEST_CASE("through the CUDA pipeline a request among many of different lengths m
               requests.size(), identical);
 }
 
-TEST_CASE("a speech service serves on the CUDA Talker where a CUDA device is present, on the host otherwise") {
-  // Runs without a GPU too: then device auto must fall back to the host and still speak.
+TEST_CASE("a speech service serves on the CUDA Talker where a CUDA device is present, on the host otherwise, and "
+          "its Talker graphs captured at start give the codes of graphs captured on first use") {
+  // Runs without a GPU too: then device auto must fall back to the host and still speak (and ignore
+  // talker_graphs_at_start).
   register_cuda_service<host_speech>();
   const fixture c = load_fixture("tiny06");
   const int groups = c.talker.config().code_groups;
-  speech_service_options so;
-  so.sampling = talker_sampling::greedy();
-  so.max_live = 4;
-  so.max_batch = 4;
-  speech_service<host_speech> svc(c.talker, c.codec, so);
-  CHECK(svc.on_cuda() == mstar::test::has_gpu());
-  std::mutex m;
-  std::condition_variable cv;
-  std::optional<speech_result> got;
-  speech_callbacks callbacks;
-  callbacks.on_end = [&](const speech_result& r) {
-    std::lock_guard g(m);
-    got = r;
-    cv.notify_one();
-  };
-  svc.submit(request_of(c.prompts[0], 8), std::move(callbacks));
-  std::unique_lock g(m);
-  REQUIRE(cv.wait_for(g, std::chrono::seconds(120), [&] { return got.has_value(); }));
-  REQUIRE(got->how == mstar::request_end::completed);
-  CHECK(got->frames == 8);
   std::vector<std::int32_t> want;
   for (std::size_t f = 0; f < 8; ++f)
     for (const auto& code : c.prompts[0].at("codes")[f])
       want.push_back(code.get<std::int32_t>());
-  const int at = first_difference(got->codes, want, groups);
-  std::printf("speech service on the %s: %d of 8 frames equal the reference's\n",
-              svc.on_cuda() ? "CUDA Talker" : "host", at < 0 ? 8 : at);
-  if (!svc.on_cuda()) CHECK(got->codes == want); // the host float32 Talker is exact on the fixtures
+  std::vector<std::int32_t> codes[2];
+  for (const bool at_start : {false, true}) {
+    INFO("talker_graphs_at_start ", at_start);
+    speech_service_options so;
+    so.sampling = talker_sampling::greedy();
+    so.max_live = 4;
+    so.max_batch = 4;
+    so.talker_graphs_at_start = at_start;
+    speech_service<host_speech> svc(c.talker, c.codec, so);
+    CHECK(svc.on_cuda() == mstar::test::has_gpu());
+    std::mutex m;
+    std::condition_variable cv;
+    std::optional<speech_result> got;
+    speech_callbacks callbacks;
+    callbacks.on_end = [&](const speech_result& r) {
+      std::lock_guard g(m);
+      got = r;
+      cv.notify_one();
+    };
+    svc.submit(request_of(c.prompts[0], 8), std::move(callbacks));
+    std::unique_lock g(m);
+    REQUIRE(cv.wait_for(g, std::chrono::seconds(120), [&] { return got.has_value(); }));
+    REQUIRE(got->how == mstar::request_end::completed);
+    CHECK(got->frames == 8);
+    const int at = first_difference(got->codes, want, groups);
+    std::printf("speech service on the %s%s: %d of 8 frames equal the reference's\n",
+                svc.on_cuda() ? "CUDA Talker" : "host", at_start ? " (Talker graphs captured at start)" : "",
+                at < 0 ? 8 : at);
+    if (!svc.on_cuda()) CHECK(got->codes == want); // the host float32 Talker is exact on the fixtures
+    codes[at_start] = got->codes;
+  }
+  CHECK(codes[true] == codes[false]);
 }
 
 TEST_CASE("a speech service asked for device cuda where no CUDA device is usable refuses, naming the way out" *

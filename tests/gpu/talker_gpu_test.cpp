@@ -743,6 +743,26 @@ TEST_CASE("on small_gemv, the decode step with the norms done by the products gi
   CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("decode-step graphs captured up front for every row count are replayed with the bits of graphs captured "
+          "on first use" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  rig ahead(2), lazy(2);
+  CHECK_THROWS_WITH_AS(ahead.gpu.capture_decode_graphs(3, false), doctest::Contains("max_rows is 2"),
+                       std::invalid_argument);
+  ahead.gpu.capture_decode_graphs(2, false);
+  CHECK(ahead.gpu.decode_graphs() == 2);
+  CHECK(ahead.gpu.graph_nodes(1) > 0);
+  CHECK(ahead.gpu.graph_nodes(2) > 0);
+  const two_row_run a = run_two_rows(ahead, 6), b = run_two_rows(lazy, 6);
+  CHECK(ahead.gpu.decode_graphs() == 2); // the steps replayed what was captured, capturing nothing more
+  CHECK(lazy.gpu.decode_graphs() == 1);
+  CHECK(a.frames == b.frames);
+  REQUIRE(a.talker.size() == b.talker.size());
+  REQUIRE(a.predictor.size() == b.predictor.size());
+  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *
           doctest::skip(!mstar::test::has_gpu())) {
   // The same attention summed in another order (the fused launch shares each row's context among the Talker's 8

@@ -40,6 +40,11 @@ struct speech_forward_options {
   // no launch cost a kernel, but the padding up to bucket x width frames is computed too) instead of launched
   // eagerly. The host backend has no launches to save and ignores it.
   bool codec_graphs = false;
+  // The CUDA Talker's decode-step graphs captured for every row count 1..max_batch when the forward functions are
+  // prepared (speech_forwards::prepare, before the worker starts), instead of when a row count first comes to a
+  // step (under load one capture took 14-160 ms of the GPU thread, the chain waiting). Off by default until
+  // measured on a GPU; the host backend ignores it.
+  bool talker_graphs_at_start = false;
 };
 
 namespace detail {

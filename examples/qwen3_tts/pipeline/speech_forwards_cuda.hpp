@@ -142,6 +142,18 @@ public:
 
   bool buffers_free() const { return frames_.all_free() && audio_.all_free(); }
 
+  // Before the worker starts: with talker_graphs_at_start, binds the Talker to the engine's talker_state pool (as
+  // the first step would) and captures its decode-step graphs for every row count up to max_batch.
+  template <class Engine>
+  void prepare(Engine& engine) {
+    if (!o_.talker_graphs_at_start) return;
+    const auto& pool = engine.template resource<typename Spec::TalkerState>();
+    float* layer = pool.state(0, 0); // the pool's layer 0 block, the steps' segments[0].pool_layer
+    gpu_->bind_state(layer, pool.state_elements() * sizeof(float), int(pool.slots()));
+    bound_ = layer;
+    gpu_->capture_decode_graphs(int(o_.max_batch), /*frame_first=*/true);
+  }
+
 private:
   mstar::cuda_stream cuda_stream() const { return mstar::cuda_stream{gpu_->stream()}; }
   mstar::cuda_stream codec_stream() const { return mstar::cuda_stream{codec_.stream()}; }

@@ -53,6 +53,9 @@ struct speech_service_options {
   // faster through the engine than eager float32 (docs/benchmarks.md); run_speech keeps float32 eager.
   bool codec_graphs = true;
   std::string codec_math = "tf32";
+  // The CUDA Talker's decode-step graphs for every row count captured when the service starts
+  // (speech_forward_options::talker_graphs_at_start; off by default until measured on a GPU).
+  bool talker_graphs_at_start = false;
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };
@@ -109,7 +112,9 @@ public:
     fo.max_batch = o.max_batch;
     fo.max_window = flow_.widest_window();
     fo.codec_graphs = o.codec_graphs;
+    fo.talker_graphs_at_start = o.talker_graphs_at_start;
     fwd_ = make_forwards(backend_, fo);
+    if constexpr (requires { fwd_->prepare(engine_); }) fwd_->prepare(engine_);
     mstar::worker_options wo;
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());

@@ -44,12 +44,15 @@ mstar::lane_mode lane_mode_of(const std::string& s) {
 load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64_t seed, std::uint32_t c,
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
-  // The codec's launch and math in the name where they are not the service's defaults: -eager, -cublas, -double.
+  // The codec's launch and math, and when the Talker's graphs are captured, in the name where they are not the
+  // service's defaults: -eager, -cublas, -double, -pregraphs.
   row.system = "mstar";
   const pipeline::speech_service_options defaults;
   if (svc.on_cuda() && svc.options().codec_graphs != defaults.codec_graphs)
     row.system += svc.options().codec_graphs ? "-graphs" : "-eager";
   if (svc.on_cuda() && svc.options().codec_math != defaults.codec_math) row.system += "-" + svc.options().codec_math;
+  if (svc.on_cuda() && svc.options().talker_graphs_at_start != defaults.talker_graphs_at_start)
+    row.system += svc.options().talker_graphs_at_start ? "-pregraphs" : "-lazygraphs";
   row.c = c;
   row.n = n;
   std::mutex lock;
@@ -111,6 +114,7 @@ int loadgen_main(int argc, char** argv) {
   std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
   std::uint64_t seed = 1;
   bool codec_graphs = pipeline::speech_service_options{}.codec_graphs;
+  bool talker_graphs_at_start = pipeline::speech_service_options{}.talker_graphs_at_start;
   app.add_option("--model", model_dir, "checkpoint folder in the official layout")->required();
   app.add_option("-c,--concurrency", cs, "clients at once; a list runs each")
       ->delimiter(',')
@@ -141,6 +145,8 @@ int loadgen_main(int argc, char** argv) {
   app.add_option("--codec-math", codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
       ->check(CLI::IsMember({"cublas", "tf32", "double"}))
       ->capture_default_str();
+  app.add_flag("--talker-graphs-at-start", talker_graphs_at_start,
+               "on CUDA, capture the Talker's decode-step graphs for every row count when the service starts");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
@@ -168,6 +174,7 @@ int loadgen_main(int argc, char** argv) {
     so.device = device;
     so.codec_graphs = codec_graphs;
     so.codec_math = codec_math;
+    so.talker_graphs_at_start = talker_graphs_at_start;
     so.ramp.clear();
     for (auto id : parse_ids(window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");

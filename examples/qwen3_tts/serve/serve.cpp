@@ -52,6 +52,7 @@ struct serve_options {
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8", codec_math = pipeline::speech_service_options{}.codec_math;
   bool codec_graphs = pipeline::speech_service_options{}.codec_graphs;
+  bool talker_graphs_at_start = pipeline::speech_service_options{}.talker_graphs_at_start;
 };
 
 // A 4xx/5xx answer: OpenAI's error object.
@@ -217,6 +218,7 @@ private:
     so.max_batch = std::min(o_.max_batch, o_.max_live);
     so.codec_graphs = o_.codec_graphs;
     so.codec_math = o_.codec_math;
+    so.talker_graphs_at_start = o_.talker_graphs_at_start;
     so.ramp.clear();
     for (auto id : parse_ids(o_.window, "--window")) {
       if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
@@ -541,6 +543,8 @@ int serve_main(int argc, char** argv) {
   app.add_option("--codec-math", o.codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
       ->check(CLI::IsMember({"cublas", "tf32", "double"}))
       ->capture_default_str();
+  app.add_flag("--talker-graphs-at-start", o.talker_graphs_at_start,
+               "on CUDA, capture the Talker's decode-step graphs for every row count when the server starts");
   CLI11_PARSE(app, argc, argv);
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a

@@ -254,15 +254,21 @@ struct talker_cuda::state {
   std::map<int, cudaGraphExec_t> graphs;
   std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
   // Keys of graphs: a decode step's row count, negative in the speech flow's order.
-  // Runs enqueue() on s: eagerly when graphs are off; else from the graph captured under key, on the first
-  // call with it. The graph bakes enqueue's launches, so whatever they read from the host (sizes, settings,
-  // the store's address) must be the same on every call with the key, or the graphs dropped when it changes.
+  // Runs enqueue() on s: eagerly when graphs are off; else from the graph captured under key (graph()).
   template <class F>
   void run(cudaStream_t s, bool use_graphs, int key, const char* what, const F& enqueue) {
     if (!use_graphs) {
       enqueue();
       return;
     }
+    TALKER_CHECK(cudaGraphLaunch(graph(s, key, what, enqueue), s));
+  }
+
+  // The graph captured under key, capturing enqueue()'s launches on s (nothing runs) on the first call with it.
+  // The graph bakes those launches, so whatever they read from the host (sizes, settings, the store's address)
+  // must be the same on every call with the key, or the graphs dropped when it changes.
+  template <class F>
+  cudaGraphExec_t graph(cudaStream_t s, int key, const char* what, const F& enqueue) {
     auto it = graphs.find(key);
     if (it == graphs.end()) {
       cudaGraph_t graph = nullptr;
@@ -283,7 +289,7 @@ struct talker_cuda::state {
       check(e, (std::string("cudaGraphInstantiate (") + what + ")").c_str());
       it = graphs.emplace(key, exec).first;
     }
-    TALKER_CHECK(cudaGraphLaunch(it->second, s));
+    return it->second;
   }
 
   // y[m][out] = x[m][in] * w[out][in]^T (column-major view: y^T = w * x^T). Always on the model's
@@ -1031,9 +1037,20 @@ void talker_cuda::launch_decode(int rows, bool frame_first) {
     throw std::invalid_argument("qwen3_tts CUDA talker: decode of " + std::to_string(rows) +
                                 " rows, but set_decode_inputs planned " + std::to_string(planned_rows_) +
                                 "; plan every decode step with its own rows first");
-  const int key = frame_first ? -rows : rows; // each order its own graphs
-  s_->run(stream_, use_graphs_, key, "decode step", [&] { enqueue_decode(rows, frame_first); });
+  s_->run(stream_, use_graphs_, decode_key(rows, frame_first), "decode step",
+          [&] { enqueue_decode(rows, frame_first); });
 }
+
+void talker_cuda::capture_decode_graphs(int max_rows, bool frame_first) {
+  if (max_rows <= 0 || max_rows > limits_.max_rows)
+    throw std::invalid_argument("qwen3_tts CUDA talker: capture_decode_graphs up to " + std::to_string(max_rows) +
+                                " rows; max_rows is " + std::to_string(limits_.max_rows));
+  if (!use_graphs_) return;
+  for (int rows = 1; rows <= max_rows; ++rows)
+    s_->graph(stream_, decode_key(rows, frame_first), "decode step", [&] { enqueue_decode(rows, frame_first); });
+}
+
+std::size_t talker_cuda::decode_graphs() const { return s_->graphs.size(); }
 
 void talker_cuda::upload_slots(std::span<const std::int32_t> slots, int rows) {
   state& st = *s_;

@@ -174,6 +174,14 @@ public:
   // Nodes of the graph captured for `rows` (0 before its capture): at small batches the step's time is
   // mostly one launch latency per node.
   std::size_t graph_nodes(int rows) const;
+  // Captures the graph of the decode step (decode_frame's order when frame_first, decode's otherwise) for every
+  // row count 1..max_rows not captured yet, without running any: a service pays the captures when it starts
+  // rather than when a row count first comes (under load one took 14-160 ms of the launching thread). Needs the
+  // state store bound first (bind_state) and the sampling and attention settings final (changing them drops the
+  // graphs). Nothing to do with graphs off.
+  void capture_decode_graphs(int max_rows, bool frame_first);
+  // Decode-step graphs captured so far, both orders.
+  std::size_t decode_graphs() const;
   // Teacher forcing for parity tests: codes [rows][16] (-1 = the model's own choice) that the next
   // prefill or decode step takes instead of its argmax; column 0 is the code 0 the step chooses (the
   // next frame's), columns 1..15 the frame's predictor codes. The logits stay the model's own, so a test
@@ -195,6 +203,8 @@ public:
   const talker_cuda_limits& limits() const { return limits_; }
 
   struct state; // device buffers and weights (talker_cuda.cu)
+  // The key of the decode step's graph for `rows` in an order: each order its own graphs.
+  static int decode_key(int rows, bool frame_first) { return frame_first ? -rows : rows; }
 
 private:
   void run_prefill(std::span<const float> embeds, const step_plan& plan, std::span<const std::int32_t> slots,
