@@ -30,8 +30,9 @@
 #              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
 #              and apart (--gemv-norm 1 and 0; about 2 minutes)
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
-#              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host (qwen3tts_talker_bench
-#              --prefill-tokens; MSTAR_PREFILL_SIZES, _ROWS, _TOKENS; about 1 minute)
+#              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
+#              those rows, each greedy and sampled (qwen3tts_talker_bench --prefill-tokens, --sample;
+#              MSTAR_PREFILL_SIZES, _ROWS, _TOKENS; about 1 minute)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
@@ -411,11 +412,16 @@ stage_prefill() {
   mkdir -p "$d"
   build_gpu "prefill" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for size in ${MSTAR_PREFILL_SIZES:-0.6b}; do
-    timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" \
-      --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" --iters 20 --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" \
-      > "$d/bench_$size.log" 2>&1
-    grep -E '^(device|RESULT)' "$d/bench_$size.log" | sed 's/^/  /'
-    while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_$size.log" | sed 's/^RESULT //')
+    # Greedy, then sampled as the reference's generation config does (top-k 50, temperature 0.9; the service's
+    # workload): the steps' difference is the sampling kernels' time.
+    for mode in greedy sample; do
+      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" \
+        --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" --iters 20 --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" \
+        $([ "$mode" = sample ] && echo --sample) > "$d/bench_${size}_$mode.log" 2>&1
+      grep -E '^(device|RESULT)' "$d/bench_${size}_$mode.log" | sed 's/^/  /'
+      while read -r line; do summary+=("  $mode $line"); done < <(grep '^RESULT' "$d/bench_${size}_$mode.log" |
+        sed 's/^RESULT //')
+    done
   done
 }
 
