@@ -251,9 +251,10 @@ struct talker_cuda::state {
   std::int32_t* pred_page_indptr = nullptr;
   std::int32_t* pred_page_indices = nullptr;
 
+  // Captured decode steps by talker_cuda::decode_key (the row count, negative in the speech flow's order).
   std::map<int, cudaGraphExec_t> graphs;
   std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
-  // Keys of graphs: a decode step's row count, negative in the speech flow's order.
+
   // Runs enqueue() on s: eagerly when graphs are off; else from the graph captured under key (graph()).
   template <class F>
   void run(cudaStream_t s, bool use_graphs, int key, const char* what, const F& enqueue) {
