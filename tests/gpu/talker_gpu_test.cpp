@@ -378,6 +378,16 @@ TEST_CASE("trailing_text_id names the text row that build_prompt gives each deco
 
 namespace {
 
+// A fixture tensor's name, "p<prompt>.<tensor>" (appended piece by piece: GCC 12 warns, wrongly, of an
+// overlapping memcpy in `"p" + std::to_string(r) + ...`).
+std::string prompt_tensor(int prompt, const std::string& tensor) {
+  std::string name = "p";
+  name += std::to_string(prompt);
+  name += '.';
+  name += tensor;
+  return name;
+}
+
 // The expected tensors of a fixture case (float32), by name.
 class fixture_tensors {
 public:
@@ -472,7 +482,7 @@ void check_against_reference(const std::string& name, bool forced) {
   float worst_talker = 0, worst_predictor = 0;
   auto compare_logits = [&](int r, const float* got, const std::string& tensor, std::size_t at, std::size_t n,
                             float& worst, const std::string& what) {
-    const auto ref = expected.get("p" + std::to_string(r) + "." + tensor);
+    const auto ref = expected.get(prompt_tensor(r, tensor));
     const float e = rel_err(got, ref.data() + at * n, n);
     worst = std::max(worst, e);
     INFO(label(r), " ", what, ": max|cuda - reference| / max|reference| = ", e);
@@ -595,7 +605,7 @@ TEST_CASE("the fixture prompts built by the host Talker are the reference's pref
     const nlohmann::json cases = read_json_object(dir + "/expected/talker.json");
     for (const auto& c : cases.at("prompts")) {
       const talker_prompt p = prompt_from(c);
-      const auto ref = expected.get("p" + std::to_string(r) + ".prefill_embeds");
+      const auto ref = expected.get(prompt_tensor(r, "prefill_embeds"));
       const built_prompt b = host.build_prompt(p);
       INFO(name, " prompt ", r);
       REQUIRE(b.prefill.size() == ref.size());

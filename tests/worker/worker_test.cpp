@@ -1037,11 +1037,11 @@ TEST_CASE("Worker.a chain node with min_batch waits for rows while the chain has
     // 16 requests at once, ending one by one: without a minimum most prefill steps take a row or two,
     // most of them while other requests decode; with it a step below 4 rows runs only when the chain
     // has nothing else (max_wait, 1 s, does not come), so never while a request decodes. How many idle
-    // moments a run has follows the machine's load (unloaded 0-1 small steps of 18-22; 10 of 23 on 16
-    // busy cores running the whole suite), so the rule itself is what is checked.
-    CHECK(plain_beside > 0);
+    // moments a run has, and how many rows a step without a minimum finds, follow the machine's load
+    // (unloaded: 0-1 small steps of 18-22 with the minimum, 28-59 steps without; on 16 busy cores 10 small
+    // of 23; under CI's soaks 14 steps without against 16 with), so the rule itself is what is checked:
+    // the picks that passed the node over (waits, above), and no small step while a request decodes.
     CHECK(waited_beside == 0);
-    CHECK(waited.size() <= plain.size());
   }
 }
 

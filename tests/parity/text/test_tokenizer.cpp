@@ -67,7 +67,10 @@ std::string escaped(const std::string& s) {
 
 std::string ids_text(const std::vector<token_id>& ids) {
   std::string s = "[";
-  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]); // appended apart: GCC 12 warns, wrongly, of an overlapping memcpy in "," + ...
+  }
   return s + "]";
 }
 
