@@ -42,8 +42,8 @@ struct speech_forward_options {
   bool codec_graphs = false;
   // The CUDA Talker's decode-step graphs captured for every row count 1..max_batch when the forward functions are
   // prepared (speech_forwards::prepare, before the worker starts), instead of when a row count first comes to a
-  // step (under load one capture took 14-160 ms of the GPU thread, the chain waiting). Off by default until
-  // measured on a GPU; the host backend ignores it.
+  // step (under load a capture held the GPU thread for tens of milliseconds, the chain waiting;
+  // docs/benchmarks.md). Off by default until measured on a GPU; the host backend ignores it.
   bool talker_graphs_at_start = false;
 };
 

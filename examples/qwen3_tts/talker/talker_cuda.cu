@@ -850,8 +850,8 @@ void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& pl
   TALKER_CHECK(cudaMemsetAsync(st.seen, 0, std::size_t(rows) * dims_.codec_vocab, s));
   TALKER_CHECK(cudaMemsetAsync(st.generated, 0, std::size_t(rows) * 4, s));
   choose_code0(rows);
-  // Eager. A graph per row count would replace some 750 launches, but capturing one took 30-155 ms of the GPU
-  // thread's time under load, for each row count met first (docs/benchmarks.md).
+  // Eager. A graph per row count would replace some 750 launches, but under load capturing one held the GPU
+  // thread for tens of milliseconds, for each row count met first (docs/benchmarks.md).
   if (frame) enqueue_predict(rows);
   cuda::scatter_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, s);
 }

@@ -176,9 +176,9 @@ public:
   std::size_t graph_nodes(int rows) const;
   // Captures the graph of the decode step (decode_frame's order when frame_first, decode's otherwise) for every
   // row count 1..max_rows not captured yet, without running any: a service pays the captures when it starts
-  // rather than when a row count first comes (under load one took 14-160 ms of the launching thread). Needs the
-  // state store bound first (bind_state) and the sampling and attention settings final (changing them drops the
-  // graphs). Nothing to do with graphs off.
+  // rather than when a row count first comes (under load one held the launching thread for tens of milliseconds;
+  // docs/benchmarks.md). Needs the state store bound first (bind_state) and the sampling and attention settings
+  // final (changing them drops the graphs). Nothing to do with graphs off.
   void capture_decode_graphs(int max_rows, bool frame_first);
   // Decode-step graphs captured so far, both orders.
   std::size_t decode_graphs() const;
