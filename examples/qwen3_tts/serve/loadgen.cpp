@@ -5,6 +5,7 @@
 // figures the server's clients see, less HTTP.
 #include "serve.hpp"
 #include "load_report.hpp"
+#include "service_flags.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -108,13 +109,11 @@ int loadgen_main(int argc, char** argv) {
                "windows"};
   std::string model_dir, text = "Hello there, this is a test of the speech server.", voice, instructions;
   std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, trace_path;
-  std::string codec_math = pipeline::speech_service_options{}.codec_math;
   std::vector<std::uint32_t> cs = {1, 4, 16};
   std::vector<std::string> lanes = {"on"};
   std::uint32_t n = 0, warmup = 0, max_frames = 0, max_batch = 0;
   std::uint64_t seed = 1;
-  bool codec_graphs = pipeline::speech_service_options{}.codec_graphs;
-  bool talker_graphs_at_start = pipeline::speech_service_options{}.talker_graphs_at_start;
+  pipeline::speech_service_options so; // the CUDA flags' fields here, the rest once the checkpoint is read
   app.add_option("--model", model_dir, "checkpoint folder in the official layout")->required();
   app.add_option("-c,--concurrency", cs, "clients at once; a list runs each")
       ->delimiter(',')
@@ -139,14 +138,7 @@ int loadgen_main(int argc, char** argv) {
   app.add_option("--device", device, "host, cuda or auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
-  app.add_flag("--codec-graphs,!--codec-eager", codec_graphs,
-               "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
-               "launch them eagerly (--codec-eager)");
-  app.add_option("--codec-math", codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
-      ->check(CLI::IsMember({"cublas", "tf32", "double"}))
-      ->capture_default_str();
-  app.add_flag("--talker-graphs-at-start", talker_graphs_at_start,
-               "on CUDA, capture the Talker's decode-step graphs for every row count when the service starts");
+  add_cuda_flags(app, so);
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
@@ -166,20 +158,12 @@ int loadgen_main(int argc, char** argv) {
     base.prompt = make_prompt(model_dir, talker.config(), parts);
 
     const std::uint32_t widest = *std::max_element(cs.begin(), cs.end());
-    pipeline::speech_service_options so;
     so.sampling = sampling_from(model_dir);
     base.max_frames = max_frames ? max_frames : std::uint32_t(so.sampling.max_frames);
     so.max_live = widest;
     so.max_batch = max_batch ? std::min(max_batch, widest) : widest;
     so.device = device;
-    so.codec_graphs = codec_graphs;
-    so.codec_math = codec_math;
-    so.talker_graphs_at_start = talker_graphs_at_start;
-    so.ramp.clear();
-    for (auto id : parse_ids(window, "--window")) {
-      if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
-      so.ramp.push_back(std::uint32_t(id));
-    }
+    so.ramp = window_ramp(window);
     const int rate = codec.config().output_sample_rate;
     if (!trace_path.empty()) {
       if (lanes.size() != 1)
@@ -196,7 +180,7 @@ int loadgen_main(int argc, char** argv) {
       service svc(talker, codec, so);
       if (rows.empty()) {
         std::printf("qwen3tts loadgen: %s on %s, %u frames a request at most, max batch %u\n", model_dir.c_str(),
-                    svc.on_cuda() ? ("cuda, codec " + codec_math + (codec_graphs ? " from graphs" : " eager")).c_str()
+                    svc.on_cuda() ? ("cuda, codec " + so.codec_math + (so.codec_graphs ? " from graphs" : " eager")).c_str()
                                   : "host",
                     base.max_frames, so.max_batch);
         print_load_header();

@@ -1,4 +1,5 @@
 #include "serve.hpp"
+#include "service_flags.hpp"
 
 #include <CLI/CLI.hpp>
 #include <httplib.h>
@@ -50,9 +51,8 @@ struct serve_options {
   std::uint32_t max_live = 16, max_queued = 128, max_batch = 16;
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
-  std::string lane = "on", window = "1,2,4,8", codec_math = pipeline::speech_service_options{}.codec_math;
-  bool codec_graphs = pipeline::speech_service_options{}.codec_graphs;
-  bool talker_graphs_at_start = pipeline::speech_service_options{}.talker_graphs_at_start;
+  std::string lane = "on", window = "1,2,4,8";
+  pipeline::speech_service_options cuda; // add_cuda_flags' fields: the codec's launch and math, the Talker's graphs
 };
 
 // A 4xx/5xx answer: OpenAI's error object.
@@ -216,14 +216,10 @@ private:
     so.sampling = sampling_from(o_.model_dir);
     so.max_live = o_.max_live;
     so.max_batch = std::min(o_.max_batch, o_.max_live);
-    so.codec_graphs = o_.codec_graphs;
-    so.codec_math = o_.codec_math;
-    so.talker_graphs_at_start = o_.talker_graphs_at_start;
-    so.ramp.clear();
-    for (auto id : parse_ids(o_.window, "--window")) {
-      if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
-      so.ramp.push_back(std::uint32_t(id));
-    }
+    so.codec_graphs = o_.cuda.codec_graphs;
+    so.codec_math = o_.cuda.codec_math;
+    so.talker_graphs_at_start = o_.cuda.talker_graphs_at_start;
+    so.ramp = window_ramp(o_.window);
     if (o_.lane == "off")
       so.lane = mstar::lane_mode::off;
     else if (o_.lane == "auto")
@@ -537,14 +533,7 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
-  app.add_flag("--codec-graphs,!--codec-eager", o.codec_graphs,
-               "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
-               "launch them eagerly (--codec-eager)");
-  app.add_option("--codec-math", o.codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
-      ->check(CLI::IsMember({"cublas", "tf32", "double"}))
-      ->capture_default_str();
-  app.add_flag("--talker-graphs-at-start", o.talker_graphs_at_start,
-               "on CUDA, capture the Talker's decode-step graphs for every row count when the server starts");
+  add_cuda_flags(app, o.cuda);
   CLI11_PARSE(app, argc, argv);
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a

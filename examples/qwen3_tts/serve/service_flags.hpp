@@ -1,0 +1,41 @@
+// What `qwen3tts serve` and `qwen3tts loadgen` share on their command lines: the speech service's options that
+// are not about the load (the CUDA codec's launch and math, when the CUDA Talker's decode graphs are captured)
+// and the codec's window ramp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "speech_service.hpp"
+#include "talker_request.hpp"
+
+namespace qwen3_tts::serve {
+
+// --codec-graphs / --codec-eager, --codec-math and --talker-graphs-at-start, bound to so's fields (so's values
+// are their defaults).
+inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) {
+  app.add_flag("--codec-graphs,!--codec-eager", so.codec_graphs,
+               "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
+               "launch them eagerly (--codec-eager)");
+  app.add_option("--codec-math", so.codec_math, "on CUDA, the codec's sums: tf32, cublas (float32) or double")
+      ->check(CLI::IsMember({"cublas", "tf32", "double"}))
+      ->capture_default_str();
+  app.add_flag("--talker-graphs-at-start", so.talker_graphs_at_start,
+               "on CUDA, capture the Talker's decode-step graphs for every row count when the service starts");
+}
+
+// --window's widths ("1,2,4,8": frames, the last repeating) as the service's ramp.
+inline std::vector<std::uint32_t> window_ramp(const std::string& window) {
+  std::vector<std::uint32_t> ramp;
+  for (auto id : parse_ids(window, "--window")) {
+    if (id <= 0) throw std::invalid_argument("--window: a width of 0 frames; give widths >= 1 (\"1,2,4,8\")");
+    ramp.push_back(std::uint32_t(id));
+  }
+  return ramp;
+}
+
+} // namespace qwen3_tts::serve
