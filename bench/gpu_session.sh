@@ -68,6 +68,20 @@ build_gpu() {
     { tail -40 "$d/build.log"; summary+=("$stage: the build failed ($stage/build.log)"); return 1; }
 }
 
+# Appends to the summary each line of file $2 that starts with the pattern $3 (grep -E; default RESULT, a word
+# that is dropped), after the prefix $1.
+summarize() {
+  local prefix=$1 file=$2 pattern=${3:-RESULT}
+  while read -r line; do summary+=("  $prefix$line"); done < <(grep -E "^$pattern" "$file" | sed 's/^RESULT //')
+}
+
+# qwen3tts_talker_bench of the build directory with the other arguments, its output in $1.
+talker_bench() {
+  local log=$1
+  shift
+  timeout 120 build-talker-gpu/examples/qwen3_tts/talker/qwen3tts_talker_bench "$@" > "$log" 2>&1
+}
+
 stage_wheels() {
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
@@ -184,9 +198,9 @@ stage_codec() {
   local bench=${PIPESTATUS[0]}
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" 2>&1 | tee "$d/beside.log"
-  while read -r line; do summary+=("  beside: $line"); done < <(grep '^RESULT' "$d/beside.log" | sed 's/^RESULT //')
+  summarize "beside: " "$d/beside.log"
   summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san, bench rc $bench")
-  while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench.log" | sed 's/^RESULT /codec /')
+  summarize "codec " "$d/bench.log"
 }
 
 stage_split() {
@@ -319,7 +333,7 @@ stage_large() {
     -c "${MSTAR_LARGE_C:-1,16,64}" --lane "${MSTAR_LARGE_LANES:-auto}" --warmup 1 --json "$d/inproc17.json" 2>&1 |
     tee "$d/inproc.log"
   summary+=("large: 1.7B in process rc ${PIPESTATUS[0]}")
-  while read -r line; do summary+=("  $line"); done < <(grep -E '^\| mstar' "$d/inproc.log")
+  summarize "" "$d/inproc.log" '\| mstar'
 }
 
 stage_peers() {
@@ -332,7 +346,7 @@ stage_peers() {
   python3 bench/reference/compare_table.py "$compare_dir" | tee "$d/table.md"
   summary+=("peers: reference $(test -s "$d/reference.json" && echo ok || echo MISSING), faster $(test -s \
     "$d/faster.json" && echo ok || echo MISSING) (peers/table.md)")
-  while read -r line; do summary+=("  $line"); done < <(grep '^RATIO' "$d/table.md")
+  summarize "" "$d/table.md" RATIO
 }
 
 # The real model's GPU tests alone (the Talker against the fixtures, the codec and its graphs, the model through
@@ -383,24 +397,22 @@ stage_profile() {
 
 # The decode step's time with and without the small-rows GEMV (see the list at the top).
 stage_decode() {
-  local d="$out/decode" b=build-talker-gpu size g
+  local d="$out/decode" size g
   mkdir -p "$d"
   build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
     for g in 8 0; do
-      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" \
-        --rows "${MSTAR_DECODE_ROWS:-1,8,32,64,128}" --iters 50 --gemv-rows "$g" > "$d/bench_${size}_gemv$g.log" 2>&1
+      talker_bench "$d/bench_${size}_gemv$g.log" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,8,32,64,128}" \
+        --iters 50 --gemv-rows "$g"
       grep -E '^(device|RESULT)' "$d/bench_${size}_gemv$g.log" | sed 's/^/  /'
-      while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv$g.log" |
-        sed 's/^RESULT //')
+      summarize "" "$d/bench_${size}_gemv$g.log"
     done
     # The norms before the qkv and gate/up products done by small_gemv's blocks, and apart
     # (talker_cuda_limits::gemv_norm).
     for g in 1 0; do
-      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" --rows 1,2 --iters 50 \
-        --gemv-rows 8 --gemv-norm $g > "$d/bench_${size}_gemv_norm$g.log" 2>&1
-      while read -r line; do summary+=("  $line"); done < <(grep '^RESULT' "$d/bench_${size}_gemv_norm$g.log" |
-        sed 's/^RESULT //')
+      talker_bench "$d/bench_${size}_gemv_norm$g.log" --model "$size" --rows 1,2 --iters 50 --gemv-rows 8 \
+        --gemv-norm "$g"
+      summarize "" "$d/bench_${size}_gemv_norm$g.log"
     done
   done
 }
@@ -408,19 +420,17 @@ stage_decode() {
 # The prefill step's GPU time and the host time its call takes (see the list at the top), beside the decode step at
 # the same row counts with the library's defaults.
 stage_prefill() {
-  local d="$out/prefill" b=build-talker-gpu size
+  local d="$out/prefill" size
   mkdir -p "$d"
   build_gpu "prefill" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for size in ${MSTAR_PREFILL_SIZES:-0.6b}; do
     # Greedy, then sampled as the reference's generation config does (top-k 50, temperature 0.9; the service's
     # workload): the steps' difference is the sampling kernels' time.
     for mode in greedy sample; do
-      timeout 120 "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model "$size" \
-        --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" --iters 20 --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" \
-        $([ "$mode" = sample ] && echo --sample) > "$d/bench_${size}_$mode.log" 2>&1
+      talker_bench "$d/bench_${size}_$mode.log" --model "$size" --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" --iters 20 \
+        --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" $([ "$mode" = sample ] && echo --sample)
       grep -E '^(device|RESULT)' "$d/bench_${size}_$mode.log" | sed 's/^/  /'
-      while read -r line; do summary+=("  $mode $line"); done < <(grep '^RESULT' "$d/bench_${size}_$mode.log" |
-        sed 's/^RESULT //')
+      summarize "$mode " "$d/bench_${size}_$mode.log"
     done
   done
 }
@@ -434,8 +444,7 @@ stage_diagnose() {
   for math in cublas tf32; do
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
       tee "$d/beside_$math.log"
-    while read -r line; do summary+=("  beside $math: $line"); done < <(grep '^RESULT' "$d/beside_$math.log" |
-      sed 's/^RESULT //')
+    summarize "beside $math: " "$d/beside_$math.log"
   done
   mkdir -p "$compare_dir"
   if [ ! -f "$ck/config.json" ]; then
