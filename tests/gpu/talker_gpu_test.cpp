@@ -700,6 +700,77 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
   cudaFree(d_seen);
 }
 
+TEST_CASE("the CUDA sampler's top-k keeps the host sampler's candidates on rows of ties, -inf and more than 4096 "
+          "entries" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // block_kth_largest's radix select: many logits equal to the k-th (all of them stay candidates), rows with
+  // -inf entries (suppressed ids) and with fewer finite entries than k, and rows longer than the 16 keys a
+  // thread keeps in registers (read again each pass). The draws equal the host sampler's but where one lands
+  // within rounding of a boundary of the CDF (its total summed in another order).
+  const talker_config c = tiny_config();
+  std::uint64_t state = 777;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(std::uint32_t(state >> 40)) / float(1u << 24);
+  };
+  const int rows = 32;
+  for (const int vocab : {1280, 5000}) {
+    for (const int pattern : {0, 1, 2}) {
+      // 0: integers in [-3, 3] (ties at the k-th); 1: as 0 with every 3rd entry -inf; 2: all -inf but 20 entries.
+      std::vector<float> logits(std::size_t(rows) * vocab);
+      for (std::size_t i = 0; i < logits.size(); ++i) {
+        const float v = std::floor(uniform() * 7.0f) - 3.0f;
+        const bool dropped = (pattern == 1 && i % 3 == 0) || (pattern == 2 && i % std::size_t(vocab) >= 20);
+        logits[i] = dropped ? -INFINITY : v;
+      }
+      std::vector<std::uint64_t> seeds(rows);
+      std::vector<std::int32_t> frame(rows);
+      for (int r = 0; r < rows; ++r) {
+        seeds[std::size_t(r)] = 99 + 104729ull * std::uint64_t(r);
+        frame[std::size_t(r)] = r % 7;
+      }
+      float* d_logits = nullptr;
+      std::uint64_t* d_seeds = nullptr;
+      std::int32_t *d_frame = nullptr, *d_out = nullptr;
+      MSTAR_CUDA_REQUIRE(cudaMalloc(&d_logits, logits.size() * 4));
+      MSTAR_CUDA_REQUIRE(cudaMalloc(&d_seeds, seeds.size() * 8));
+      MSTAR_CUDA_REQUIRE(cudaMalloc(&d_frame, frame.size() * 4));
+      MSTAR_CUDA_REQUIRE(cudaMalloc(&d_out, std::size_t(rows) * 4));
+      MSTAR_CUDA_REQUIRE(cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+      MSTAR_CUDA_REQUIRE(cudaMemcpy(d_seeds, seeds.data(), seeds.size() * 8, cudaMemcpyHostToDevice));
+      MSTAR_CUDA_REQUIRE(cudaMemcpy(d_frame, frame.data(), frame.size() * 4, cudaMemcpyHostToDevice));
+      talker_sampling s; // sampling, top_k 50, temperature 0.9
+      const talker_sampler sampler(c, s);
+      cuda::sample_rows(d_logits, vocab, cuda::sample_settings{s.sub.temperature, s.sub.top_k}, d_seeds, d_frame, 0, 5,
+                        d_out, 1, 0, nullptr, nullptr, rows, nullptr);
+      std::vector<std::int32_t> got(rows);
+      MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
+      MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+      int same = 0;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> l(logits.begin() + std::ptrdiff_t(r) * vocab, logits.begin() + std::ptrdiff_t(r + 1) * vocab);
+        const std::int32_t want = sampler.pick_sub(l, seeds[std::size_t(r)], std::uint32_t(frame[std::size_t(r)]), 5);
+        same += want == got[std::size_t(r)];
+        // Whatever the rounding, a draw is an entry the host kept: finite, and not below the k-th largest.
+        std::vector<float> row(logits.begin() + std::ptrdiff_t(r) * vocab,
+                               logits.begin() + std::ptrdiff_t(r + 1) * vocab);
+        std::vector<float> sorted = row;
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        REQUIRE(got[std::size_t(r)] >= 0);
+        REQUIRE(got[std::size_t(r)] < vocab);
+        CHECK(std::isfinite(row[std::size_t(got[std::size_t(r)])]));
+        CHECK(row[std::size_t(got[std::size_t(r)])] >= sorted[std::size_t(s.sub.top_k - 1)]);
+      }
+      INFO("vocab ", vocab, ", pattern ", pattern, ": ", same, " of ", rows, " draws equal the host's");
+      CHECK(same >= rows - 1);
+      cudaFree(d_logits);
+      cudaFree(d_seeds);
+      cudaFree(d_frame);
+      cudaFree(d_out);
+    }
+  }
+}
+
 namespace {
 
 // Two prompts (10 and 5 text ids) prefilled on m, then `frames` decode steps of both rows: every step's frames,

@@ -738,11 +738,26 @@ __device__ std::uint32_t order_key(float f) {
 __device__ float key_value(std::uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
 
 // The k-th largest of v[0..n) / temperature (k >= 1, k <= n), by a 4-pass radix select over order
-// keys: each pass histograms the next 8 bits of the candidates that share the prefix found so far.
+// keys: each pass histograms the next 8 bits of the candidates that share the prefix found so far, and the bin
+// holding the k-th is found from the bins' counts above it. The keys are computed once into registers (a row of
+// at most 16 x blockDim.x; a longer one is read again each pass); a warp adds each bin once for all its lanes
+// that fall in it (most keys share their top byte, so per-lane atomics conflicted 32-way); and warp 0 finds the
+// bin, 8 bins a lane, where one thread used to walk down the 256 bins of every pass. Integer counts only: the
+// k-th is the same value whatever the order of the additions.
 __device__ float block_kth_largest(const float* v, int n, float temperature, int k) {
+  constexpr int per = 16;
   __shared__ int hist[256];
   __shared__ std::uint32_t prefix_s;
   __shared__ int k_s;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rounds = (n + int(blockDim.x) - 1) / int(blockDim.x); // the same for every thread of the block
+  const bool cached = rounds <= per;
+  std::uint32_t keys[per];
+#pragma unroll
+  for (int j = 0; j < per; ++j) {
+    const int i = int(threadIdx.x) + j * int(blockDim.x);
+    keys[j] = cached && i < n ? order_key(v[i] / temperature) : 0u;
+  }
   if (threadIdx.x == 0) {
     prefix_s = 0;
     k_s = k;
@@ -753,17 +768,53 @@ __device__ float block_kth_largest(const float* v, int n, float temperature, int
       hist[b] = 0;
     __syncthreads();
     const std::uint32_t prefix = prefix_s;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const std::uint32_t key = order_key(v[i] / temperature);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1);
+    // Every lane of a warp takes every round (a lane past n with nothing to add), so the warp's votes see it whole.
+    auto count = [&](std::uint32_t key, bool valid) {
+      const bool in = valid && (key & mask) == prefix;
+      const unsigned voters = __ballot_sync(0xffffffffu, in);
+      if (in) {
+        const std::uint32_t bin = (key >> shift) & 0xffu;
+        const unsigned same = __match_any_sync(voters, bin);
+        if (lane == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
+      }
+    };
+    if (cached) {
+#pragma unroll
+      for (int j = 0; j < per; ++j)
+        if (j < rounds) count(keys[j], int(threadIdx.x) + j * int(blockDim.x) < n);
+    } else {
+      for (int j = 0; j < rounds; ++j) {
+        const int i = int(threadIdx.x) + j * int(blockDim.x);
+        count(i < n ? order_key(v[i] / temperature) : 0u, i < n);
+      }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int need = k_s, b = 255;
-      while (b > 0 && hist[b] < need)
-        need -= hist[b--];
-      prefix_s = prefix | (std::uint32_t(b) << shift);
-      k_s = need;
+    if (warp == 0) {
+      // Lane L holds bins 8L..8L+7; `above` counts the candidates in higher bins. The k_s-th largest lies in the
+      // lane with above < k_s <= above + its own count, in its highest bin whose count, with those above it,
+      // reaches k_s. Where no lane has it (fewer candidates than k_s: not for a k within the row), bin 0.
+      int c[8], own = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        c[e] = hist[lane * 8 + e];
+        own += c[e];
+      }
+      int from_here = own; // candidates in this lane's bins and every higher lane's
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_down_sync(0xffffffffu, from_here, o);
+        if (lane + o < 32) from_here += y;
+      }
+      const int above = from_here - own, need = k_s;
+      bool mine = above < need && need <= from_here;
+      if (__ballot_sync(0xffffffffu, mine) == 0u) mine = lane == 0;
+      if (mine) {
+        int left = need - above, b = 7;
+        while (b > 0 && c[b] < left)
+          left -= c[b--];
+        prefix_s = prefix | (std::uint32_t(lane * 8 + b) << shift);
+        k_s = left;
+      }
     }
     mask |= 0xffu << shift;
     __syncthreads();
