@@ -292,13 +292,13 @@ stage_compare() {
       tee "$d/inproc_eager_f32.log"
     inproc="$inproc, eager float32 codec ${PIPESTATUS[0]}"
   fi
-  # MSTAR_COMPARE_PREGRAPHS=1: also in process with the Talker's decode graphs captured at start
-  # (--talker-graphs-at-start): rows "mstar-pregraphs".
-  if [ "${MSTAR_COMPARE_PREGRAPHS:-0}" = 1 ]; then
+  # MSTAR_COMPARE_LAZYGRAPHS=1: also in process with the Talker's decode graphs captured when a row count first
+  # comes to a step (--talker-graphs-lazy; the service captures them all at start): rows "mstar-lazygraphs".
+  if [ "${MSTAR_COMPARE_LAZYGRAPHS:-0}" = 1 ]; then
     timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
-      --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --talker-graphs-at-start --warmup 1 \
-      --json "$compare_dir/inproc_pregraphs.json" 2>&1 | tee "$d/inproc_pregraphs.log"
-    inproc="$inproc, Talker graphs at start ${PIPESTATUS[0]}"
+      --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --talker-graphs-lazy --warmup 1 \
+      --json "$compare_dir/inproc_lazygraphs.json" 2>&1 | tee "$d/inproc_lazygraphs.log"
+    inproc="$inproc, Talker graphs lazily ${PIPESTATUS[0]}"
   fi
   # MSTAR_COMPARE_HTTP_LANES: the server's lane modes to load (default all three).
   for lane in ${MSTAR_COMPARE_HTTP_LANES:-off on auto}; do

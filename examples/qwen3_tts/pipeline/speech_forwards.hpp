@@ -43,7 +43,8 @@ struct speech_forward_options {
   // The CUDA Talker's decode-step graphs captured for every row count 1..max_batch when the forward functions are
   // prepared (speech_forwards::prepare, before the worker starts), instead of when a row count first comes to a
   // step (under load a capture held the GPU thread for tens of milliseconds, the chain waiting;
-  // docs/benchmarks.md). Off by default until measured on a GPU; the host backend ignores it.
+  // docs/benchmarks.md). Off here, where a caller's one request would pay for graphs it never replays;
+  // speech_service_options turns it on. The host backend ignores it.
   bool talker_graphs_at_start = false;
 };
 

@@ -21,7 +21,9 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
+#include <iostream>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -151,7 +153,11 @@ public:
     float* layer = pool.state(0, 0); // the pool's layer 0 block, the steps' segments[0].pool_layer
     gpu_->bind_state(layer, pool.state_elements() * sizeof(float), int(pool.slots()));
     bound_ = layer;
+    const auto t0 = std::chrono::steady_clock::now();
     gpu_->capture_decode_graphs(int(o_.max_batch), /*frame_first=*/true);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    std::cerr << "talker graphs: " << gpu_->decode_graphs() << " decode-step graphs (1.." << o_.max_batch
+              << " rows) captured in " << ms.count() << " ms\n";
   }
 
 private:

@@ -54,8 +54,9 @@ struct speech_service_options {
   bool codec_graphs = true;
   std::string codec_math = "tf32";
   // The CUDA Talker's decode-step graphs for every row count captured when the service starts
-  // (speech_forward_options::talker_graphs_at_start; off by default until measured on a GPU).
-  bool talker_graphs_at_start = false;
+  // (speech_forward_options::talker_graphs_at_start), not when a row count first comes to a step: measured
+  // faster under load (docs/benchmarks.md), for a second or two more at start.
+  bool talker_graphs_at_start = true;
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };
