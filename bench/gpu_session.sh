@@ -31,8 +31,9 @@
 #              and apart (--gemv-norm 1 and 0; about 2 minutes)
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
 #              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
-#              those rows, each greedy and sampled (qwen3tts_talker_bench --prefill-tokens, --sample;
-#              MSTAR_PREFILL_SIZES, _ROWS, _TOKENS; about 1 minute)
+#              those rows, each greedy and sampled, each with ordinary and programmatic dependent launches
+#              (qwen3tts_talker_bench --prefill-tokens, --sample, --pdl; MSTAR_PREFILL_SIZES, _ROWS, _TOKENS, _PDL;
+#              about 2 minutes)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
@@ -300,6 +301,15 @@ stage_compare() {
       --json "$compare_dir/inproc_lazygraphs.json" 2>&1 | tee "$d/inproc_lazygraphs.log"
     inproc="$inproc, Talker graphs lazily ${PIPESTATUS[0]}"
   fi
+  # MSTAR_COMPARE_PDL=1: also in process with the Talker's kernels launched with programmatic dependent launch
+  # (--talker-pdl): rows "mstar-pdl" (or "mstar-nopdl" where that is the default and MSTAR_COMPARE_PDL=0 is given).
+  if [ -n "${MSTAR_COMPARE_PDL:-}" ]; then
+    timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+      --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" $([ "$MSTAR_COMPARE_PDL" = 1 ] && echo --talker-pdl ||
+      echo --talker-no-pdl) --warmup 1 --json "$compare_dir/inproc_pdl$MSTAR_COMPARE_PDL.json" 2>&1 |
+      tee "$d/inproc_pdl$MSTAR_COMPARE_PDL.log"
+    inproc="$inproc, pdl $MSTAR_COMPARE_PDL ${PIPESTATUS[0]}"
+  fi
   # MSTAR_COMPARE_HTTP_LANES: the server's lane modes to load (default all three).
   for lane in ${MSTAR_COMPARE_HTTP_LANES:-off on auto}; do
     start_server "$q" "$d/serve_$lane" --model "$ck" --lane "$lane" --max-live "$widest" --max-batch "$widest"
@@ -425,12 +435,15 @@ stage_prefill() {
   build_gpu "prefill" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for size in ${MSTAR_PREFILL_SIZES:-0.6b}; do
     # Greedy, then sampled as the reference's generation config does (top-k 50, temperature 0.9; the service's
-    # workload): the steps' difference is the sampling kernels' time.
-    for mode in greedy sample; do
-      talker_bench "$d/bench_${size}_$mode.log" --model "$size" --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" --iters 20 \
-        --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" $([ "$mode" = sample ] && echo --sample)
-      grep -E '^(device|RESULT)' "$d/bench_${size}_$mode.log" | sed 's/^/  /'
-      summarize "$mode " "$d/bench_${size}_$mode.log"
+    # workload): the steps' difference is the sampling kernels' time. Each with the Talker's kernels launched
+    # ordinarily and with programmatic dependent launch (MSTAR_PREFILL_PDL, --pdl).
+    for pdl in ${MSTAR_PREFILL_PDL:-0 1}; do
+      for mode in greedy sample; do
+        talker_bench "$d/bench_${size}_${mode}_pdl$pdl.log" --model "$size" --rows "${MSTAR_PREFILL_ROWS:-1,16,64}" \
+          --iters 20 --prefill-tokens "${MSTAR_PREFILL_TOKENS:-40}" --pdl "$pdl" $([ "$mode" = sample ] && echo --sample)
+        grep -E '^(device|RESULT)' "$d/bench_${size}_${mode}_pdl$pdl.log" | sed 's/^/  /'
+        summarize "$mode " "$d/bench_${size}_${mode}_pdl$pdl.log"
+      done
     done
   done
 }

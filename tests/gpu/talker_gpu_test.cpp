@@ -140,10 +140,11 @@ struct rig {
   talker_host host{config, load_talker_weights(config, random_tensor)};
   talker_cuda gpu;
   // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv);
-  // gemv_norm: talker_cuda_limits::gemv_norm (the norms before them done by the products).
+  // gemv_norm: talker_cuda_limits::gemv_norm (the norms before them done by the products); pdl:
+  // talker_cuda_limits::pdl (programmatic dependent launch).
   explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows,
-               bool gemv_norm = talker_cuda_limits{}.gemv_norm)
-      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm}) {
+               bool gemv_norm = talker_cuda_limits{}.gemv_norm, bool pdl = talker_cuda_limits{}.pdl)
+      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm, pdl}) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
 };
@@ -779,8 +780,14 @@ struct two_row_run {
   std::vector<std::int32_t> frames;
   std::vector<float> talker, predictor;
 };
-two_row_run run_two_rows(rig& m, int frames) {
+// sample: the reference's default sampling (seeds 77 and 1077) instead of greedy choices.
+two_row_run run_two_rows(rig& m, int frames, bool sample = false) {
   const std::vector<talker_prompt> prompts = {make_prompt(10, 4, false), make_prompt(5, 6, false)};
+  if (sample) {
+    m.gpu.set_sampling(talker_sampling{});
+    const std::vector<std::uint64_t> seeds = {77, 1077};
+    m.gpu.set_seeds(seeds);
+  }
   std::vector<float> embeds;
   std::vector<int> lens;
   for (const auto& p : prompts) {
@@ -822,6 +829,25 @@ TEST_CASE("on small_gemv, the decode step with the norms done by the products gi
   REQUIRE(a.predictor.size() == b.predictor.size());
   CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("programmatic dependent launch gives the decode step and the prefill the same bits as ordinary launches" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // Every kernel waits for its predecessors before touching their outputs, so the overlap of launches changes no
+  // value. Small_gemv at 2 rows (its weight prefetch before the wait), then cuBLAS at 2 rows (programmatic
+  // launches after cuBLAS's kernels, ordinary ones after ours), greedy and sampled.
+  for (const int gemv_rows : {8, 1}) {
+    for (const bool sample : {false, true}) {
+      INFO("gemv_rows ", gemv_rows, ", sampled ", sample);
+      rig with_pdl(2, gemv_rows, true, true), without(2, gemv_rows, true, false);
+      const two_row_run a = run_two_rows(with_pdl, 6, sample), b = run_two_rows(without, 6, sample);
+      CHECK(a.frames == b.frames);
+      REQUIRE(a.talker.size() == b.talker.size());
+      REQUIRE(a.predictor.size() == b.predictor.size());
+      CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("decode-step graphs captured up front for every row count are replayed with the bits of graphs captured "

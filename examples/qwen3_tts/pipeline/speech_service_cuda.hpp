@@ -33,7 +33,9 @@ std::unique_ptr<detail::service_runtime<Spec>> make_cuda_service_runtime(const t
     return nullptr;
   }
   const codec_cuda_math codec_math = codec_math_named(o.codec_math);
-  auto gpu = std::make_shared<talker_cuda>(cuda_dims(talker.config()), speech_talker_limits<Spec>(o.max_batch));
+  talker_cuda_limits limits = speech_talker_limits<Spec>(o.max_batch);
+  limits.pdl = o.talker_pdl;
+  auto gpu = std::make_shared<talker_cuda>(cuda_dims(talker.config()), limits);
   gpu->load_weights(host_weight_source(talker.weights()));
   mstar::engine_options cuda_eo = eo;
   cuda_eo.max_tokens = std::uint32_t(cuda_prefill_tokens); // the CUDA Talker's prefill scratch

@@ -46,7 +46,7 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
   // The codec's launch and math, and when the Talker's graphs are captured, in the name where they are not the
-  // service's defaults: -eager, -cublas, -double, -lazygraphs.
+  // service's defaults: -eager, -cublas, -double, -lazygraphs, -pdl.
   row.system = "mstar";
   const pipeline::speech_service_options defaults;
   if (svc.on_cuda() && svc.options().codec_graphs != defaults.codec_graphs)
@@ -54,6 +54,8 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
   if (svc.on_cuda() && svc.options().codec_math != defaults.codec_math) row.system += "-" + svc.options().codec_math;
   if (svc.on_cuda() && svc.options().talker_graphs_at_start != defaults.talker_graphs_at_start)
     row.system += svc.options().talker_graphs_at_start ? "-pregraphs" : "-lazygraphs";
+  if (svc.on_cuda() && svc.options().talker_pdl != defaults.talker_pdl)
+    row.system += svc.options().talker_pdl ? "-pdl" : "-nopdl";
   row.c = c;
   row.n = n;
   std::mutex lock;

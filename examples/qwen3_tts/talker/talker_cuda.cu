@@ -825,6 +825,7 @@ void talker_cuda::prefill_frame(std::span<const float> embeds, const step_plan& 
 void talker_cuda::run_prefill(std::span<const float> embeds, const step_plan& plan,
                               std::span<const std::int32_t> slots, bool frame) {
   state& st = *s_;
+  const cuda::pdl_scope pdl(limits_.pdl);
   const auto& T = dims_.talker;
   const int rows = int(plan.rows());
   const int tokens = rows > 0 ? plan.qo_indptr.back() : 0;
@@ -947,6 +948,7 @@ void talker_cuda::set_decode_inputs(const step_plan& plan, std::span<const std::
 
 void talker_cuda::enqueue_decode(int rows, bool frame_first) {
   state& st = *s_;
+  const cuda::pdl_scope pdl(limits_.pdl);
   cuda::gather_state(st.store, st.store_row_bytes, st.row_slots, st.pieces, rows, stream_);
   if (frame_first) {
     enqueue_talker(rows);

@@ -72,6 +72,10 @@ struct talker_cuda_limits {
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
   // rms_norm launch before each.
   bool gemv_norm = true;
+  // The decode step's and the prefill's own kernels launched with programmatic dependent launch (cuda::pdl_scope):
+  // on Hopper a kernel's blocks start, and ask their first weights into L2, while the kernel before it finishes.
+  // The same bits either way.
+  bool pdl = false;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

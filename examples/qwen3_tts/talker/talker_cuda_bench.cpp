@@ -5,12 +5,14 @@
 // copy rate measured in the same run.
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
-//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm 0|1] [--prefill-tokens 40]
+//                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm 0|1] [--pdl 0|1] [--prefill-tokens 40]
 //                         [--sample] [--profile]
 //
 // --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
 // small-rows GEMV kernel instead of cuBLAS (0: cuBLAS everywhere; default: the library's default).
 // --gemv-norm 0|1: talker_cuda_limits::gemv_norm, the RMSNorms before those products done by the products
+// (default: the library's default).
+// --pdl 0|1: talker_cuda_limits::pdl, the Talker's own kernels launched with programmatic dependent launch
 // (default: the library's default).
 // --prefill-tokens N: also times the prefill step (prefill_frame: the Talker over every row's prompt, then the
 // code predictor's frame 0) of N tokens a row at each row count, eager as the speech flow runs it: its GPU time,
@@ -72,11 +74,15 @@ double copy_rate(cudaStream_t s) {
 }
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
-                 int iters, double rate, bool sample, bool profile, int gemv_rows, bool gemv_norm, int prefill_tokens) {
+                 int iters, double rate, bool sample, bool profile, const qwen3_tts::talker_cuda_limits& knobs,
+                 int prefill_tokens) {
   const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
   qwen3_tts::talker_cuda_limits lim;
-  lim.gemv_rows = gemv_rows;
-  lim.gemv_norm = gemv_norm;
+  lim.gemv_rows = knobs.gemv_rows;
+  lim.gemv_norm = knobs.gemv_norm;
+  lim.pdl = knobs.pdl;
+  const int gemv_rows = knobs.gemv_rows;
+  const char* norm_pdl = knobs.gemv_norm ? (knobs.pdl ? "+norm+pdl" : "+norm") : (knobs.pdl ? "+pdl" : "");
   lim.max_rows = max_rows;
   lim.block_tokens = 16;
   const int pages_per_row = (std::max(kv, prefill_tokens) + lim.block_tokens - 1) / lim.block_tokens;
@@ -142,7 +148,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
       const double floor_ms = bytes / rate * 1e3;
       std::printf("RESULT %-5s %-5s gemv %d%s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f "
                   "frames/s  %zu nodes\n",
-                  name, fused ? "fused" : "split", gemv_rows, gemv_norm ? "+norm" : "", rows, median, double(ms.front()), floor_ms,
+                  name, fused ? "fused" : "split", gemv_rows, norm_pdl, rows, median, double(ms.front()), floor_ms,
                   median / floor_ms, rows / (median * 1e-3), model.graph_nodes(rows));
     }
     if (prefill_tokens > 0) {
@@ -176,7 +182,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
       std::sort(host_ms.begin(), host_ms.end());
       std::printf("RESULT %-5s prefill gemv %d%s rows %4d x %3d tokens  GPU %8.3f ms (min %8.3f)  host %7.3f ms  "
                   "%9.1f tokens/ms\n",
-                  name, gemv_rows, gemv_norm ? "+norm" : "", rows, prefill_tokens, double(gpu_ms[gpu_ms.size() / 2]),
+                  name, gemv_rows, norm_pdl, rows, prefill_tokens, double(gpu_ms[gpu_ms.size() / 2]),
                   double(gpu_ms.front()), double(host_ms[host_ms.size() / 2]),
                   rows * prefill_tokens / double(gpu_ms[gpu_ms.size() / 2]));
     }
@@ -189,8 +195,9 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
 
 int main(int argc, char** argv) {
   std::string which = "both";
-  int mlp = 6144, kv = 256, iters = 200, gemv_rows = qwen3_tts::talker_cuda_limits{}.gemv_rows;
-  bool sample = false, profile = false, gemv_norm = qwen3_tts::talker_cuda_limits{}.gemv_norm;
+  int mlp = 6144, kv = 256, iters = 200;
+  qwen3_tts::talker_cuda_limits knobs; // gemv_rows, gemv_norm, pdl: the library's defaults unless given
+  bool sample = false, profile = false;
   int prefill_tokens = 0;
   std::vector<int> rows = {1, 8, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
@@ -210,9 +217,11 @@ int main(int argc, char** argv) {
     else if (a == "--rows")
       rows = int_list(value());
     else if (a == "--gemv-rows")
-      gemv_rows = std::stoi(value());
+      knobs.gemv_rows = std::stoi(value());
     else if (a == "--gemv-norm")
-      gemv_norm = std::stoi(value()) != 0;
+      knobs.gemv_norm = std::stoi(value()) != 0;
+    else if (a == "--pdl")
+      knobs.pdl = std::stoi(value()) != 0;
     else if (a == "--prefill-tokens")
       prefill_tokens = std::stoi(value());
     else if (a == "--sample")
@@ -242,18 +251,18 @@ int main(int argc, char** argv) {
     std::printf("decode step = 15 code-predictor passes + text row + Talker + codec head + code-0 choice, %d KV "
                 "tokens a row, median of %d graph replays\n",
                 kv, iters);
-    if (gemv_rows > 0)
-      std::printf("products of at most %d rows on small_gemv, larger ones on cuBLAS (--gemv-rows %d)\n", gemv_rows,
-                  gemv_rows);
+    if (knobs.gemv_rows > 0)
+      std::printf("products of at most %d rows on small_gemv, larger ones on cuBLAS (--gemv-rows %d)\n",
+                  knobs.gemv_rows, knobs.gemv_rows);
     else
       std::printf("every product on cuBLAS (--gemv-rows 0)\n");
     using qwen3_tts::released_talker_dims;
     if (which == "0.6b" || which == "both")
-      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile, gemv_rows,
-                  gemv_norm, prefill_tokens);
+      bench_model("0.6B", released_talker_dims(false, mlp), rows, kv, iters, rate, sample, profile, knobs,
+                  prefill_tokens);
     if (which == "1.7b" || which == "both")
-      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile, gemv_rows,
-                  gemv_norm, prefill_tokens);
+      bench_model("1.7B", released_talker_dims(true, mlp), rows, kv, iters, rate, sample, profile, knobs,
+                  prefill_tokens);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qwen3tts_talker_bench: %s\n", e.what());
     return 1;

@@ -8,6 +8,7 @@
 #include "mstar/resources/sampler.hpp"
 
 #include <cfloat>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,41 @@ void check_launch(const char* kernel) {
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("qwen3_tts CUDA talker: launch of ") + kernel +
                              " failed: " + cudaGetErrorString(e));
+}
+
+// Whether this thread's launches carry programmatic dependent launch (pdl_scope).
+thread_local bool launch_pdl = false;
+
+// kernel<<<grid, block, smem, s>>>(args...), with cudaLaunchAttributeProgrammaticStreamSerialization where a
+// pdl_scope is on. A failed launch is left for check_launch (cudaGetLastError reports it).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
+                   Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = s;
+  config.attrs = launch_pdl ? &attr : nullptr;
+  config.numAttrs = launch_pdl ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The first thing every kernel here does, before it touches memory that another kernel writes (weights, which
+// nothing writes after the upload, may be read before). Launched programmatically (pdl_scope), a kernel may
+// start while the kernel before it on the stream still runs: griddepcontrol.wait returns once every
+// predecessor has completed and its writes are visible (at once for a launch without that attribute), and
+// since every kernel here waits, the completion of each kernel implies that of all before it. Then
+// launch_dependents lets the next kernel's blocks start as this one's are all under way: one kernel ahead,
+// never more.
+__device__ __forceinline__ void await_predecessors() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ float warp_sum(float v) {
@@ -70,6 +106,7 @@ __device__ std::size_t kv_offset(const paged_view& v, int r, int j, int h, int k
 }
 
 __global__ void rms_norm_kernel(float* x, const float* add, const float* w, bf16* y, float* y32, int width, float eps) {
+  await_predecessors();
   float* xr = x + std::size_t(blockIdx.x) * width;
   const float* ar = add ? add + std::size_t(blockIdx.x) * width : nullptr;
   float ss = 0.0f;
@@ -91,6 +128,7 @@ __global__ void rms_norm_kernel(float* x, const float* add, const float* w, bf16
 
 __global__ void gather_last_rows_kernel(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16,
                                         int width) {
+  await_predecessors();
   const int r = blockIdx.x;
   const float* row = src + std::size_t(qo_indptr[r + 1] - 1) * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
@@ -135,6 +173,7 @@ __device__ void store_head(const float* src, int head_dim, bf16* dst) {
 __global__ void qk_norm_rope_append_kernel(const float* qkv, const float* q_norm, const float* k_norm,
                                            const float* inv_freq, float* q_out, kv_layer cache, paged_view view,
                                            int heads, int kv_heads, int head_dim, float eps) {
+  await_predecessors();
   const int t = blockIdx.x;
   const int warps = blockDim.x >> 5;
   const int width = (heads + 2 * kv_heads) * head_dim;
@@ -255,6 +294,7 @@ __device__ void attend(const float* qh, const kv_layer& cache, const paged_view&
 template <int D>
 __global__ void paged_attention_kernel(const float* q, kv_layer cache, paged_view view, bf16* out, int heads,
                                        int kv_heads) {
+  await_predecessors();
   const int t = blockIdx.x, h = blockIdx.y;
   const int r = row_of_token(view.qo_indptr, view.rows, t);
   const int last = kv_len_of_row(view, r) - (view.qo_indptr[r + 1] - view.qo_indptr[r]) + (t - view.qo_indptr[r]);
@@ -288,6 +328,7 @@ __global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv,
                                                                const float* k_norm, const float* inv_freq,
                                                                kv_layer cache, paged_view view, bf16* out, int heads,
                                                                int kv_heads, float eps, decode_scratch scratch) {
+  await_predecessors();
   constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
   constexpr int parts = warps * tokens_per_warp;
   __shared__ float q_s[G][D];
@@ -445,6 +486,7 @@ __global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv,
 __device__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 __global__ void swiglu_kernel(const float* gate_up, bf16* out, int tokens, int inter) {
+  await_predecessors();
   const std::size_t n = std::size_t(tokens) * inter;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -523,13 +565,6 @@ __global__ void __launch_bounds__(gemv_warps * 32)
   constexpr int O = gemv_rows_per_warp(E, R);
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * gemv_warps + (threadIdx.x >> 5);
-  if constexpr (Norm) {
-    extern __shared__ uint4 gemv_xs[]; // rows x in bf16, 16-byte aligned
-    bf16* xs = reinterpret_cast<bf16*>(gemv_xs);
-    gemv_norm_rows(norm, in, rows, xs); // every thread of the block, before any warp may leave
-    x = xs;
-    ldx = in;
-  }
   const int inter = out / 2;
   // The warp's weight rows; a second row past `out` (odd out) re-reads the first and is not written.
   int wrow[O];
@@ -539,12 +574,29 @@ __global__ void __launch_bounds__(gemv_warps * 32)
     wrow[k] = E == gemv_epilogue::swiglu ? warp + k * inter : warp * O + k;
     live[k] = E == gemv_epilogue::swiglu ? warp < inter : wrow[k] < out;
   }
-  if (!live[0]) return; // uniform across the warp, and no block barrier follows
   const int slices = in / 8;
   const uint4* wv[O];
 #pragma unroll
   for (int k = 0; k < O; ++k)
     wv[k] = reinterpret_cast<const uint4*>(w + std::size_t(live[k] ? wrow[k] : wrow[0]) * in);
+  // The weights are no kernel's output: the first pass's slices are asked into L2 while a programmatically
+  // launched kernel waits for the one before it (a hint; nothing waits for it).
+  if (live[0]) {
+#pragma unroll
+    for (int u = 0; u < gemv_unroll; ++u)
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+        if (lane + 32 * u < slices) asm volatile("prefetch.global.L2 [%0];" ::"l"(wv[k] + lane + 32 * u));
+  }
+  await_predecessors();
+  if constexpr (Norm) {
+    extern __shared__ uint4 gemv_xs[]; // rows x in bf16, 16-byte aligned
+    bf16* xs = reinterpret_cast<bf16*>(gemv_xs);
+    gemv_norm_rows(norm, in, rows, xs); // every thread of the block, before any warp may leave
+    x = xs;
+    ldx = in;
+  }
+  if (!live[0]) return; // uniform across the warp, and no block barrier follows
 
   float acc[O][R] = {};
   for (int s0 = lane; s0 < slices; s0 += 32 * gemv_unroll) {
@@ -603,16 +655,16 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
   const std::size_t smem = Norm ? std::size_t(rows) * in * sizeof(bf16) : 0;
   switch (rounded) {
   case 1:
-    small_gemv_kernel<1, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<1, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
     break;
   case 2:
-    small_gemv_kernel<2, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<2, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
     break;
   case 4:
-    small_gemv_kernel<4, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<4, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
     break;
   default:
-    small_gemv_kernel<8, E, Norm><<<blocks, gemv_warps * 32, smem, s>>>(w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<8, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
   }
 }
 
@@ -626,6 +678,7 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
 }
 
 __global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width, bool act) {
+  await_predecessors();
   const std::size_t n = std::size_t(tokens) * width;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -637,6 +690,7 @@ __global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float*
 }
 
 __global__ void gather_rows_kernel(const bf16* table, const std::int32_t* ids, bf16* out, int width) {
+  await_predecessors();
   const bf16* src = table + std::size_t(ids[blockIdx.x]) * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x)
     out[std::size_t(blockIdx.x) * width + i] = src[i];
@@ -644,6 +698,7 @@ __global__ void gather_rows_kernel(const bf16* table, const std::int32_t* ids, b
 
 __global__ void predictor_prefill_input_kernel(const float* past_hidden, const bf16* codec_embedding,
                                                const std::int32_t* code0, float* out, int width) {
+  await_predecessors();
   const int r = blockIdx.x;
   const bf16* e = codec_embedding + std::size_t(code0[r]) * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
@@ -654,6 +709,7 @@ __global__ void predictor_prefill_input_kernel(const float* past_hidden, const b
 
 __global__ void gather_code_rows_kernel(const bf16* table, const std::int32_t* codes, int code_stride, int g,
                                         float* out, int width) {
+  await_predecessors();
   const int r = blockIdx.x;
   const bf16* e = table + std::size_t(codes[r * code_stride + g]) * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x)
@@ -661,6 +717,7 @@ __global__ void gather_code_rows_kernel(const bf16* table, const std::int32_t* c
 }
 
 __global__ void to_bf16_kernel(const float* x, bf16* y, std::size_t n) {
+  await_predecessors();
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
     y[i] = __float2bfloat16(x[i]);
@@ -669,6 +726,7 @@ __global__ void to_bf16_kernel(const float* x, bf16* y, std::size_t n) {
 __global__ void frame_embedding_sum_kernel(const bf16* codec_embedding, const bf16* pred_embeddings,
                                            std::int64_t pred_table_elems, const std::int32_t* frames, int groups,
                                            const float* text, float* x, int width) {
+  await_predecessors();
   const int r = blockIdx.x;
   const std::int32_t* f = frames + std::size_t(r) * groups;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
@@ -721,6 +779,7 @@ __device__ int block_argmax(const float* v, int n) {
 
 __global__ void argmax_rows_kernel(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
                                    const std::int32_t* forced, std::int32_t* chosen) {
+  await_predecessors();
   const int r = blockIdx.x;
   const int best = block_argmax(logits + std::size_t(r) * vocab, vocab);
   const int at = r * out_stride + out_offset;
@@ -900,6 +959,7 @@ __device__ int block_sample(const float* v, int n, float temperature, int top_k,
 __global__ void sample_rows_kernel(const float* logits, int vocab, sample_settings st, const std::uint64_t* seeds,
                                    const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out,
                                    int out_stride, int out_offset, const std::int32_t* forced, std::int32_t* chosen) {
+  await_predecessors();
   const int r = blockIdx.x;
   const float* l = logits + std::size_t(r) * vocab;
   int choice = block_sample(l, vocab, st.temperature, st.top_k, seeds[r], std::uint32_t(frame[r] + frame_offset), lane);
@@ -916,6 +976,7 @@ __global__ void choose_code0_kernel(const float* raw, float* logits, int vocab, 
                                     int forced_stride, float penalty, int min_new, int eos, int suppress_from,
                                     bool sample, sample_settings settings, const std::uint64_t* seeds,
                                     std::int32_t* chosen) {
+  await_predecessors();
   const int r = blockIdx.x;
   const float* in = raw + std::size_t(r) * vocab;
   float* lr = logits + std::size_t(r) * vocab;
@@ -951,6 +1012,7 @@ __device__ std::uint32_t mix32(std::uint32_t x) {
 }
 
 __global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint32_t seed, float offset, float scale) {
+  await_predecessors();
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const std::uint32_t h = mix32(std::uint32_t(i) ^ mix32(seed ^ std::uint32_t(i >> 32)));
@@ -965,6 +1027,7 @@ __global__ void fill_random_kernel(bf16* p, float* p32, std::size_t n, std::uint
 template <bool Gather>
 __global__ void move_state_kernel(unsigned char* store, std::size_t row_bytes, const std::int32_t* slots,
                                   state_pieces pieces) {
+  await_predecessors();
   const int r = blockIdx.x;
   const state_piece p = pieces.piece[blockIdx.y];
   unsigned char* slot_row = store + std::size_t(slots[r]) * row_bytes + p.offset;
@@ -983,6 +1046,7 @@ __global__ void move_state_kernel(unsigned char* store, std::size_t row_bytes, c
 }
 
 __global__ void frames_with_end_kernel(const std::int32_t* frames, int groups, int eos, std::int32_t* out) {
+  await_predecessors();
   const int r = blockIdx.x;
   for (int g = threadIdx.x; g <= groups; g += blockDim.x)
     out[std::size_t(r) * (groups + 1) + g] =
@@ -996,17 +1060,20 @@ unsigned grid_for(std::size_t n) {
 
 } // namespace
 
+pdl_scope::pdl_scope(bool on) : was_(launch_pdl) { launch_pdl = on; }
+pdl_scope::~pdl_scope() { launch_pdl = was_; }
+
 void rms_norm(float* x, const float* add, const float* w, bf16* y16, float* y32, int tokens, int width, float eps,
               cudaStream_t s) {
   if (tokens == 0) return;
-  rms_norm_kernel<<<tokens, 256, 0, s>>>(x, add, w, y16, y32, width, eps);
+  launch_kernel(&rms_norm_kernel, tokens, 256, 0, s, x, add, w, y16, y32, width, eps);
   check_launch("rms_norm");
 }
 
 void gather_last_rows(const float* src, const std::int32_t* qo_indptr, float* dst32, bf16* dst16, int rows, int width,
                       cudaStream_t s) {
   if (rows == 0) return;
-  gather_last_rows_kernel<<<rows, 256, 0, s>>>(src, qo_indptr, dst32, dst16, width);
+  launch_kernel(&gather_last_rows_kernel, rows, 256, 0, s, src, qo_indptr, dst32, dst16, width);
   check_launch("gather_last_rows");
 }
 
@@ -1017,7 +1084,7 @@ void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_n
   if (head_dim % 2 != 0 || head_dim > 256)
     throw std::runtime_error("qwen3_tts CUDA talker: head_dim " + std::to_string(head_dim) +
                              " is not supported (even, at most 256)");
-  qk_norm_rope_append_kernel<<<view.tokens, 256, 0, s>>>(qkv, q_norm, k_norm, inv_freq, q_out, cache, view, heads,
+  launch_kernel(&qk_norm_rope_append_kernel, view.tokens, 256, 0, s, qkv, q_norm, k_norm, inv_freq, q_out, cache, view, heads,
                                                          kv_heads, head_dim, eps);
   check_launch("qk_norm_rope_append");
 }
@@ -1030,11 +1097,11 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
                              std::to_string(kv_heads) + " KV heads");
   const dim3 grid(unsigned(view.tokens), unsigned(heads));
   switch (head_dim) {
-  case 16: paged_attention_kernel<16><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
-  case 32: paged_attention_kernel<32><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
-  case 64: paged_attention_kernel<64><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
-  case 128: paged_attention_kernel<128><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
-  case 256: paged_attention_kernel<256><<<grid, 128, 0, s>>>(q, cache, view, out, heads, kv_heads); break;
+  case 16: launch_kernel(&paged_attention_kernel<16>, grid, 128, 0, s, q, cache, view, out, heads, kv_heads); break;
+  case 32: launch_kernel(&paged_attention_kernel<32>, grid, 128, 0, s, q, cache, view, out, heads, kv_heads); break;
+  case 64: launch_kernel(&paged_attention_kernel<64>, grid, 128, 0, s, q, cache, view, out, heads, kv_heads); break;
+  case 128: launch_kernel(&paged_attention_kernel<128>, grid, 128, 0, s, q, cache, view, out, heads, kv_heads); break;
+  case 256: launch_kernel(&paged_attention_kernel<256>, grid, 128, 0, s, q, cache, view, out, heads, kv_heads); break;
   default:
     throw std::runtime_error("qwen3_tts CUDA talker: paged attention has no kernel for head_dim " +
                              std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
@@ -1056,8 +1123,7 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
   const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(splits));
   const int group = heads / kv_heads;
   auto launch = [&](auto d, auto g) {
-    decode_attention_kernel<decltype(d)::value, decltype(g)::value>
-        <<<grid, 128, 0, s>>>(qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch);
+    launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch);
   };
   auto by_group = [&](auto d) {
     if (group <= 1)
@@ -1084,7 +1150,7 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
 
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s) {
   if (tokens == 0) return;
-  swiglu_kernel<<<grid_for(std::size_t(tokens) * inter), 256, 0, s>>>(gate_up, out, tokens, inter);
+  launch_kernel(&swiglu_kernel, grid_for(std::size_t(tokens) * inter), 256, 0, s, gate_up, out, tokens, inter);
   check_launch("swiglu");
 }
 
@@ -1138,39 +1204,39 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
 
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s) {
   if (tokens == 0) return;
-  bias_kernel<<<grid_for(std::size_t(tokens) * width), 256, 0, s>>>(x, bias, y, nullptr, tokens, width, true);
+  launch_kernel(&bias_kernel, grid_for(std::size_t(tokens) * width), 256, 0, s, x, bias, y, nullptr, tokens, width, true);
   check_launch("bias_silu");
 }
 
 void bias_add(const float* x, const float* bias, float* y32, bf16* y16, int tokens, int width, cudaStream_t s) {
   if (tokens == 0) return;
-  bias_kernel<<<grid_for(std::size_t(tokens) * width), 256, 0, s>>>(x, bias, y16, y32, tokens, width, false);
+  launch_kernel(&bias_kernel, grid_for(std::size_t(tokens) * width), 256, 0, s, x, bias, y16, y32, tokens, width, false);
   check_launch("bias_add");
 }
 
 void gather_rows(const bf16* table, const std::int32_t* ids, bf16* out, int rows, int width, cudaStream_t s) {
   if (rows == 0) return;
-  gather_rows_kernel<<<rows, 256, 0, s>>>(table, ids, out, width);
+  launch_kernel(&gather_rows_kernel, rows, 256, 0, s, table, ids, out, width);
   check_launch("gather_rows");
 }
 
 void predictor_prefill_input(const float* past_hidden, const bf16* codec_embedding, const std::int32_t* code0,
                              float* out, int rows, int width, cudaStream_t s) {
   if (rows == 0) return;
-  predictor_prefill_input_kernel<<<rows, 256, 0, s>>>(past_hidden, codec_embedding, code0, out, width);
+  launch_kernel(&predictor_prefill_input_kernel, rows, 256, 0, s, past_hidden, codec_embedding, code0, out, width);
   check_launch("predictor_prefill_input");
 }
 
 void gather_code_rows(const bf16* table, const std::int32_t* codes, int code_stride, int g, float* out, int rows,
                       int width, cudaStream_t s) {
   if (rows == 0) return;
-  gather_code_rows_kernel<<<rows, 256, 0, s>>>(table, codes, code_stride, g, out, width);
+  launch_kernel(&gather_code_rows_kernel, rows, 256, 0, s, table, codes, code_stride, g, out, width);
   check_launch("gather_code_rows");
 }
 
 void to_bf16(const float* x, bf16* y, std::size_t n, cudaStream_t s) {
   if (n == 0) return;
-  to_bf16_kernel<<<grid_for(n), 256, 0, s>>>(x, y, n);
+  launch_kernel(&to_bf16_kernel, grid_for(n), 256, 0, s, x, y, n);
   check_launch("to_bf16");
 }
 
@@ -1178,7 +1244,7 @@ void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embedding
                          const std::int32_t* frames, int groups, const float* text, float* x, int rows, int width,
                          cudaStream_t s) {
   if (rows == 0) return;
-  frame_embedding_sum_kernel<<<rows, 256, 0, s>>>(codec_embedding, pred_embeddings, pred_table_elems, frames, groups,
+  launch_kernel(&frame_embedding_sum_kernel, rows, 256, 0, s, codec_embedding, pred_embeddings, pred_table_elems, frames, groups,
                                                   text, x, width);
   check_launch("frame_embedding_sum");
 }
@@ -1186,7 +1252,7 @@ void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embedding
 void argmax_rows(const float* logits, int vocab, std::int32_t* out, int out_stride, int out_offset,
                  const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
   if (rows == 0) return;
-  argmax_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, out, out_stride, out_offset, forced, chosen);
+  launch_kernel(&argmax_rows_kernel, rows, 256, 0, s, logits, vocab, out, out_stride, out_offset, forced, chosen);
   check_launch("argmax_rows");
 }
 
@@ -1194,7 +1260,7 @@ void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* s
                   std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
                   float penalty, int min_new, int eos, int suppress_from, cudaStream_t s) {
   if (rows == 0) return;
-  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
+  launch_kernel(&choose_code0_kernel, rows, 256, 0, s, raw, processed, vocab, seen, generated, code0, forced, forced_stride,
                                            penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr,
                                            chosen);
   check_launch("choose_code0");
@@ -1205,7 +1271,7 @@ void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* s
                   float penalty, int min_new, int eos, int suppress_from, sample_settings settings,
                   const std::uint64_t* seeds, cudaStream_t s) {
   if (rows == 0) return;
-  choose_code0_kernel<<<rows, 256, 0, s>>>(raw, processed, vocab, seen, generated, code0, forced, forced_stride,
+  launch_kernel(&choose_code0_kernel, rows, 256, 0, s, raw, processed, vocab, seen, generated, code0, forced, forced_stride,
                                            penalty, min_new, eos, suppress_from, true, settings, seeds, chosen);
   check_launch("sample_code0");
 }
@@ -1214,7 +1280,7 @@ void sample_rows(const float* logits, int vocab, sample_settings settings, const
                  const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
                  int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
   if (rows == 0) return;
-  sample_rows_kernel<<<rows, 256, 0, s>>>(logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
+  launch_kernel(&sample_rows_kernel, rows, 256, 0, s, logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
                                           out_offset, forced, chosen);
   check_launch("sample_rows");
 }
@@ -1222,7 +1288,7 @@ void sample_rows(const float* logits, int vocab, sample_settings settings, const
 void gather_state(const unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
                   int rows, cudaStream_t s) {
   if (rows == 0 || pieces.count == 0) return;
-  move_state_kernel<true><<<dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s>>>(
+  launch_kernel(&move_state_kernel<true>, dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s, 
       const_cast<unsigned char*>(store), row_bytes, slots, pieces);
   check_launch("gather_state");
 }
@@ -1230,26 +1296,26 @@ void gather_state(const unsigned char* store, std::size_t row_bytes, const std::
 void scatter_state(unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
                    int rows, cudaStream_t s) {
   if (rows == 0 || pieces.count == 0) return;
-  move_state_kernel<false><<<dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s>>>(store, row_bytes, slots,
+  launch_kernel(&move_state_kernel<false>, dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s, store, row_bytes, slots,
                                                                                          pieces);
   check_launch("scatter_state");
 }
 
 void frames_with_end(const std::int32_t* frames, int groups, int eos, std::int32_t* out, int rows, cudaStream_t s) {
   if (rows == 0) return;
-  frames_with_end_kernel<<<rows, 32, 0, s>>>(frames, groups, eos, out);
+  launch_kernel(&frames_with_end_kernel, rows, 32, 0, s, frames, groups, eos, out);
   check_launch("frames_with_end");
 }
 
 void fill_random(bf16* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s) {
   if (n == 0) return;
-  fill_random_kernel<<<grid_for(n), 256, 0, s>>>(p, nullptr, n, seed, 0.0f, scale);
+  launch_kernel(&fill_random_kernel, grid_for(n), 256, 0, s, p, nullptr, n, seed, 0.0f, scale);
   check_launch("fill_random");
 }
 
 void fill_random_f32(float* p, std::size_t n, std::uint32_t seed, float offset, float scale, cudaStream_t s) {
   if (n == 0) return;
-  fill_random_kernel<<<grid_for(n), 256, 0, s>>>(nullptr, p, n, seed, offset, scale);
+  launch_kernel(&fill_random_kernel, grid_for(n), 256, 0, s, nullptr, p, n, seed, offset, scale);
   check_launch("fill_random_f32");
 }
 

@@ -15,6 +15,24 @@ namespace qwen3_tts::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// Programmatic dependent launch (Hopper and later) for this thread's launches of these kernels while an
+// enabled scope lives: each launch carries cudaLaunchAttributeProgrammaticStreamSerialization, so the GPU may
+// start a kernel while the one before it on the stream still runs; every kernel here first waits
+// (griddepcontrol.wait) until its predecessors have completed and their writes are visible, touching only
+// weights before that, so results are the same bits either way. A kernel before one of these that is not
+// (cuBLAS's) keeps the ordinary stream order. Stream captures keep the programmatic edges in the graph.
+// Off (the default) the launches are ordinary; on an older GPU the attribute has no effect.
+class pdl_scope {
+public:
+  explicit pdl_scope(bool on);
+  ~pdl_scope();
+  pdl_scope(const pdl_scope&) = delete;
+  pdl_scope& operator=(const pdl_scope&) = delete;
+
+private:
+  bool was_;
+};
+
 // FlashInfer-style addressing of a step's tokens into the paged KV cache, all device pointers.
 // Row r owns tokens [qo_indptr[r], qo_indptr[r+1]) of this step and pages
 // page_indices[page_indptr[r] .. page_indptr[r+1]); its last page holds last_page_len[r] tokens,
