@@ -380,7 +380,7 @@ stage_gputests() {
     tail -4 "$d/memcheck_graph.log"
     all+="; codec graph memcheck rc $rc"
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_talker_gpu_tests" --no-intro \
-      --test-case='small_gemv*,*fused attention*,*norms done by the products*' > "$d/memcheck_talker.log" 2>&1
+      --test-case='small_gemv*,*fused attention*,*norms done by the products*,programmatic*' > "$d/memcheck_talker.log" 2>&1
     rc=$?
     tail -4 "$d/memcheck_talker.log"
     all+="; talker gemv + fused attention memcheck rc $rc"
