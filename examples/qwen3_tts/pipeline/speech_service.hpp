@@ -57,8 +57,8 @@ struct speech_service_options {
   // (speech_forward_options::talker_graphs_at_start), not when a row count first comes to a step: measured
   // faster under load (docs/benchmarks.md), for a second or two more at start.
   bool talker_graphs_at_start = true;
-  // The CUDA Talker's own kernels launched with programmatic dependent launch (talker_cuda_limits::pdl).
-  bool talker_pdl = false;
+  // The CUDA Talker's own kernels launched with programmatic dependent launch (talker_cuda_limits::pdl, on there too).
+  bool talker_pdl = true;
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };

@@ -28,7 +28,8 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
                "on CUDA, capture the Talker's decode-step graphs for every row count when the service starts (the "
                "default), or when a row count first comes to a step (--talker-graphs-lazy)");
   app.add_flag("--talker-pdl,!--talker-no-pdl", so.talker_pdl,
-               "on CUDA, launch the Talker's own kernels with programmatic dependent launch (Hopper and later)")
+               "on CUDA, launch the Talker's own kernels with programmatic dependent launch (Hopper and later; the "
+               "default), or ordinarily (--talker-no-pdl)")
       ->capture_default_str();
 }
 

@@ -74,8 +74,8 @@ struct talker_cuda_limits {
   bool gemv_norm = true;
   // The decode step's and the prefill's own kernels launched with programmatic dependent launch (cuda::pdl_scope):
   // on Hopper a kernel's blocks start, and ask their first weights into L2, while the kernel before it finishes.
-  // The same bits either way.
-  bool pdl = false;
+  // The same bits either way; measured faster (docs/benchmarks.md: 3-7 % of a decode step, 5-11 % of a prefill).
+  bool pdl = true;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

@@ -21,7 +21,7 @@ using bf16 = __nv_bfloat16;
 // (griddepcontrol.wait) until its predecessors have completed and their writes are visible, touching only
 // weights before that, so results are the same bits either way. A kernel before one of these that is not
 // (cuBLAS's) keeps the ordinary stream order. Stream captures keep the programmatic edges in the graph.
-// Off (the default) the launches are ordinary; on an older GPU the attribute has no effect.
+// Without a scope the launches are ordinary; on an older GPU the attribute has no effect.
 class pdl_scope {
 public:
   explicit pdl_scope(bool on);
