@@ -6,7 +6,7 @@
 // (the target is at most 1.15x), with the Talker's stream at the default priority and then at the device's
 // greatest (talker_cuda_limits::high_priority), the codec's at the default.
 //
-//   qwen3tts_beside_bench [--rows 1,8,32,64] [--width 4] [--iters 50] [--codec-math cublas|tf32|double]
+//   qwen3tts_beside_bench [--rows 1,8,32,64] [--width 4] [--iters 50] [--codec-math cublas|tf32|bf16|double]
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 #include "talker_cuda.hpp"

@@ -131,7 +131,8 @@ int synth_main(int argc, char** argv) {
   app.add_option("--device", device, "where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda "
                                      "when a CUDA device is present)");
   app.add_option("--codec-math", codec_math, "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
-                                             "tf32 (cuBLAS on the tensor cores, bf16-level precision) or double "
+                                             "tf32 (cuBLAS on the tensor cores, bf16-level precision), bf16 (cuBLAS "
+                                             "on the tensor cores with the GEMM inputs rounded to bf16) or double "
                                              "(double sums: a request's audio independent of its batch)");
   try {
     app.parse(argc, argv);
@@ -144,8 +145,8 @@ int synth_main(int argc, char** argv) {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
-    if (codec_math != "cublas" && codec_math != "tf32" && codec_math != "double")
-      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32 or double");
+    if (codec_math != "cublas" && codec_math != "tf32" && codec_math != "bf16" && codec_math != "double")
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32, bf16 or double");
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
