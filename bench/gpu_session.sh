@@ -195,11 +195,17 @@ stage_codec() {
     san=$?
     tail -5 "$d/memcheck.log"
   fi
-  timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" 2>&1 | tee "$d/bench.log"
-  local bench=${PIPESTATUS[0]}
+  # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all four) and
+  # the beside bench runs the codec in (default its own).
+  timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" ${MSTAR_CODEC_MATHS:+--math "$MSTAR_CODEC_MATHS"} \
+    2>&1 | tee "$d/bench.log"
+  local bench=${PIPESTATUS[0]} math
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
-    timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" 2>&1 | tee "$d/beside.log"
-  summarize "beside: " "$d/beside.log"
+    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | tr ',' ' '); do
+      timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
+        $([ "$math" != default ] && echo --codec-math "$math") 2>&1 | tee "$d/beside_$math.log"
+      summarize "beside $math: " "$d/beside_$math.log"
+    done
   summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san, bench rc $bench")
   summarize "codec " "$d/bench.log"
 }

@@ -9,7 +9,9 @@
 // instantiation). Rows 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8
 // frames: there the graph's replay also computes the padding.
 //
-//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math double|cublas|tf32|bf16|all]
+//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math all|double,cublas,tf32,bf16]
+//
+// --math: the maths to time, a comma list of codec_math_named's names (default all four).
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 
@@ -48,16 +50,15 @@ int main(int argc, char** argv) try {
       iters = std::max(1, std::atoi(argv[++i]));
     else if (a == "--math") {
       const std::string m = argv[++i];
-      if (m == "double")
-        maths = {codec_cuda_math::double_sums};
-      else if (m == "cublas")
-        maths = {codec_cuda_math::cublas_f32};
-      else if (m == "tf32")
-        maths = {codec_cuda_math::cublas_tf32};
-      else if (m == "bf16")
-        maths = {codec_cuda_math::cublas_bf16};
-      else if (m != "all")
-        throw std::invalid_argument("--math " + m + ": double, cublas, tf32, bf16 or all");
+      if (m != "all") {
+        maths.clear();
+        std::size_t from = 0;
+        while (from <= m.size()) { // a comma list of codec_math_named's names
+          const std::size_t comma = std::min(m.find(',', from), m.size());
+          maths.push_back(codec_math_named(m.substr(from, comma - from)));
+          from = comma + 1;
+        }
+      }
     } else
       throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math)");
   }
