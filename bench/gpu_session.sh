@@ -196,14 +196,16 @@ stage_codec() {
     tail -5 "$d/memcheck.log"
   fi
   # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all four) and
-  # the beside bench runs the codec in (default its own).
+  # the beside bench runs the codec in (default its own); MSTAR_CODEC_SMS: the beside bench's codec on each of
+  # these SM counts (--codec-sms, e.g. 0,32,64; default the whole GPU).
   timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" ${MSTAR_CODEC_MATHS:+--math "$MSTAR_CODEC_MATHS"} \
     2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]} math
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
     for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | tr ',' ' '); do
-      timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
-        $([ "$math" != default ] && echo --codec-math "$math") 2>&1 | tee "$d/beside_$math.log"
+      timeout 240 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
+        ${MSTAR_CODEC_SMS:+--codec-sms "$MSTAR_CODEC_SMS"} $([ "$math" != default ] && echo --codec-math "$math") 2>&1 |
+        tee "$d/beside_$math.log"
       summarize "beside $math: " "$d/beside_$math.log"
     done
   summary+=("codec: GPU tests rc $rc ($(grep -E 'test cases:' "$d/tests.log" | tail -1 | tr -s ' ')), memcheck rc $san, bench rc $bench")
@@ -315,6 +317,14 @@ stage_compare() {
       echo --talker-no-pdl) --warmup 1 --json "$compare_dir/inproc_pdl$MSTAR_COMPARE_PDL.json" 2>&1 |
       tee "$d/inproc_pdl$MSTAR_COMPARE_PDL.log"
     inproc="$inproc, pdl $MSTAR_COMPARE_PDL ${PIPESTATUS[0]}"
+  fi
+  # MSTAR_COMPARE_CODEC_SMS=N: also in process with the codec confined to N SMs (--codec-sms): rows
+  # "mstar-codec<N>sm".
+  if [ -n "${MSTAR_COMPARE_CODEC_SMS:-}" ]; then
+    timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+      --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --codec-sms "$MSTAR_COMPARE_CODEC_SMS" --warmup 1 \
+      --json "$compare_dir/inproc_codec_sms.json" 2>&1 | tee "$d/inproc_codec_sms.log"
+    inproc="$inproc, codec on $MSTAR_COMPARE_CODEC_SMS SMs ${PIPESTATUS[0]}"
   fi
   # MSTAR_COMPARE_HTTP_LANES: the server's lane modes to load (default all three).
   for lane in ${MSTAR_COMPARE_HTTP_LANES:-off on auto}; do

@@ -292,6 +292,33 @@ TEST_CASE("the CUDA codec in bf16 streams every window ramp to the reference's w
   check_tensor_core_math(codec_cuda_math::cublas_bf16, 8e-2f);
 }
 
+TEST_CASE("a CUDA codec confined to some of the SMs gives the bytes of one on the whole GPU" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // codec_cuda_limits::sm_count puts the decoder's stream in a green context; under double sums every kernel's
+  // sums are in one fixed order whatever SMs run it, so the audio is the same bytes (cuBLAS could pick another
+  // algorithm for fewer SMs, hence double sums here).
+  const auto parts = load_parts("tiny17");
+  const auto seq = load_sequence("tiny17", "long");
+  const std::vector<int> ramp = {1, 2, 4, 8};
+  codec_cuda whole(parts.config, parts.weights, {1, max_window}, codec_cuda_math::double_sums);
+  codec_cuda part(parts.config, parts.weights, {1, max_window, 16}, codec_cuda_math::double_sums);
+  CHECK(whole.sm_count() == 0);
+  CHECK(part.sm_count() >= 16);
+  int sms = 0;
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  CHECK(part.sm_count() < sms);
+  std::printf("codec cuda on %d of %d SMs\n", part.sm_count(), sms);
+  CHECK(same_bytes(cuda_ramp(part, seq, ramp), cuda_ramp(whole, seq, ramp)));
+  CHECK_THROWS_WITH_AS(codec_cuda(parts.config, parts.weights, {1, max_window, sms + 1}, codec_cuda_math::double_sums),
+                       doctest::Contains("the device has"), std::invalid_argument);
+}
+
+TEST_CASE("a CUDA codec refuses a negative SM count before touching the device") {
+  const auto parts = load_parts("tiny06");
+  CHECK_THROWS_WITH_AS(codec_cuda(parts.config, parts.weights, {1, max_window, -1}), doctest::Contains("sm_count -1"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("on the CUDA codec every window split of a request gives the same bits (cuBLAS: within 1e-5)" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Each output sums its terms in one order whatever the window, as on the host: the carried state

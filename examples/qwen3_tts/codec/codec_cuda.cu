@@ -3,6 +3,7 @@
 // padded step's CUDA graphs.
 #include "codec_cuda.hpp"
 #include "codec_cuda_kernels.hpp"
+#include "sm_partition.hpp"
 
 #include <cublas_v2.h>
 
@@ -121,10 +122,11 @@ struct codec_cuda::state {
     if (pinned) cudaFreeHost(pinned);
     for (void* p : owned)
       cudaFree(p);
-    if (stream) cudaStreamDestroy(stream);
+    if (stream && !partition) cudaStreamDestroy(stream);
   }
 
   cudaStream_t stream = nullptr;
+  std::unique_ptr<sm_partition_stream> partition; // owns stream where limits.sm_count > 0
   std::vector<void*> owned;
   std::size_t weight_bytes = 0;
 
@@ -269,6 +271,9 @@ void check_limits(const codec_config& c, const codec_cuda_limits& l) {
   if (l.max_rows < 1 || l.max_window < 1)
     throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(l.max_rows) + " and max_window " +
                                 std::to_string(l.max_window) + " must both be >= 1");
+  if (l.sm_count < 0)
+    throw std::invalid_argument("qwen3_tts CUDA codec: sm_count " + std::to_string(l.sm_count) +
+                                " is negative; give 0 (the whole GPU) or the SMs its kernels may occupy");
   // The GEMMs put 64 output positions in a tile and the tiles of a step on gridDim.y (at most 65535).
   const std::size_t samples = std::size_t(l.max_rows) * std::size_t(l.max_window) * std::size_t(c.samples_per_frame());
   if (samples > std::size_t(65535) * 64)
@@ -293,7 +298,12 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   check_limits(config, limits);
   const codec_config& c = config_;
   state& st = *s_;
-  CODEC_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  if (limits.sm_count > 0) {
+    st.partition = std::make_unique<sm_partition_stream>(limits.sm_count);
+    st.stream = st.partition->stream();
+  } else {
+    CODEC_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  }
   stream_ = st.stream;
 
   segment_cursor cursor{layout_};
@@ -426,6 +436,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
 }
 
 codec_cuda::~codec_cuda() = default; // state's destructor releases everything
+
+int codec_cuda::sm_count() const { return s_->partition ? s_->partition->sms() : 0; }
 
 void codec_cuda::synchronize() const { CODEC_CHECK(cudaStreamSynchronize(stream_)); }
 

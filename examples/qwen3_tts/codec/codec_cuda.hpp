@@ -73,6 +73,10 @@ enum class codec_cuda_launch { eager, graph, bucketed };
 struct codec_cuda_limits {
   int max_rows = 8;   // rows of one step
   int max_window = 8; // frames of one row in one step
+  // SMs the decoder's kernels may occupy: 0, the whole GPU; else its stream is an sm_partition_stream of at least
+  // this many SMs (a green context; sm_partition.hpp), so beside another stream its grids leave the other SMs
+  // free. The same bits either way under double_sums.
+  int sm_count = 0;
 };
 
 class codec_cuda {
@@ -114,6 +118,8 @@ public:
   std::size_t weight_bytes() const { return weight_bytes_; }
   std::size_t scratch_bytes() const { return scratch_bytes_; }
   cudaStream_t stream() const { return stream_; }
+  // SMs the stream's kernels may occupy (the partition's, which rounds limits().sm_count up; 0: the whole GPU).
+  int sm_count() const;
   void synchronize() const;
 
   struct state; // device buffers and weights (codec_cuda.cu)

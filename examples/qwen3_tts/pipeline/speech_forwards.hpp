@@ -40,6 +40,9 @@ struct speech_forward_options {
   // no launch cost a kernel, but the padding up to bucket x width frames is computed too) instead of launched
   // eagerly. The host backend has no launches to save and ignores it.
   bool codec_graphs = false;
+  // SMs the CUDA codec's kernels may occupy (codec_cuda_limits::sm_count; 0: the whole GPU). The host backend
+  // ignores it.
+  int codec_sms = 0;
   // The CUDA Talker's decode-step graphs captured for every row count 1..max_batch when the forward functions are
   // prepared (speech_forwards::prepare, before the worker starts), instead of when a row count first comes to a
   // step (under load a capture held the GPU thread for tens of milliseconds, the chain waiting;

@@ -96,7 +96,8 @@ public:
                   talker_sampling sampling, speech_forward_options o, codec_cuda_math codec_math = default_codec_math)
       : backend_(&b), talker_(&talker), gpu_(&gpu), o_(o), groups_(talker.config().code_groups),
         spf_(codec.samples_per_frame()),
-        codec_(codec.config(), codec.weights(), codec_cuda_limits{int(o_.max_batch), int(o_.max_window)}, codec_math),
+        codec_(codec.config(), codec.weights(), codec_cuda_limits{int(o_.max_batch), int(o_.max_window), o_.codec_sms},
+               codec_math),
         frames_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * talker_out_ints(groups_)),
         audio_(b, std::max(o_.buffers, 4u), std::size_t(o_.max_batch) * o_.max_window * spf_),
         audio_dev_(static_cast<float*>(b.allocate_device(std::size_t(o_.max_batch) * o_.max_window * spf_ *

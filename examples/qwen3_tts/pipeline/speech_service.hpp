@@ -59,6 +59,9 @@ struct speech_service_options {
   bool talker_graphs_at_start = true;
   // The CUDA Talker's own kernels launched with programmatic dependent launch (talker_cuda_limits::pdl, on there too).
   bool talker_pdl = true;
+  // SMs the CUDA codec's kernels may occupy beside the Talker (speech_forward_options::codec_sms; 0: the whole
+  // GPU). Not measured through the service yet.
+  int codec_sms = 0;
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };
@@ -115,6 +118,7 @@ public:
     fo.max_batch = o.max_batch;
     fo.max_window = flow_.widest_window();
     fo.codec_graphs = o.codec_graphs;
+    fo.codec_sms = o.codec_sms;
     fo.talker_graphs_at_start = o.talker_graphs_at_start;
     fwd_ = make_forwards(backend_, fo);
     if constexpr (requires { fwd_->prepare(engine_); }) fwd_->prepare(engine_);

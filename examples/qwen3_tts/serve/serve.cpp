@@ -220,6 +220,7 @@ private:
     so.codec_math = o_.cuda.codec_math;
     so.talker_graphs_at_start = o_.cuda.talker_graphs_at_start;
     so.talker_pdl = o_.cuda.talker_pdl;
+    so.codec_sms = o_.cuda.codec_sms;
     so.ramp = window_ramp(o_.window);
     if (o_.lane == "off")
       so.lane = mstar::lane_mode::off;

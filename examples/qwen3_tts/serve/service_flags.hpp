@@ -15,8 +15,8 @@
 
 namespace qwen3_tts::serve {
 
-// --codec-graphs / --codec-eager, --codec-math, --talker-graphs-at-start / --talker-graphs-lazy and --talker-pdl /
-// --talker-no-pdl, bound to so's fields (so's values are their defaults).
+// --codec-graphs / --codec-eager, --codec-math, --codec-sms, --talker-graphs-at-start / --talker-graphs-lazy and
+// --talker-pdl / --talker-no-pdl, bound to so's fields (so's values are their defaults).
 inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) {
   app.add_flag("--codec-graphs,!--codec-eager", so.codec_graphs,
                "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
@@ -28,6 +28,10 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
   app.add_flag("--talker-graphs-at-start,!--talker-graphs-lazy", so.talker_graphs_at_start,
                "on CUDA, capture the Talker's decode-step graphs for every row count when the service starts (the "
                "default), or when a row count first comes to a step (--talker-graphs-lazy)");
+  app.add_option("--codec-sms", so.codec_sms,
+                 "on CUDA, the SMs the codec's kernels may occupy beside the Talker (a green context; 0: the whole GPU)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--talker-pdl,!--talker-no-pdl", so.talker_pdl,
                "on CUDA, launch the Talker's own kernels with programmatic dependent launch (Hopper and later; the "
                "default), or ordinarily (--talker-no-pdl)")
