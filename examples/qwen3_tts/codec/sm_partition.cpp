@@ -14,8 +14,13 @@ namespace {
 template <class F>
 F driver_function(const char* name) {
   void* fn = nullptr;
+#if CUDART_VERSION >= 12050 // cudaGetDriverEntryPointByVersion; green contexts came with 12.4
   cudaDriverEntryPointQueryResult found{};
   const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, CUDA_VERSION, cudaEnableDefault, &found);
+#else
+  const cudaError_t e = cudaErrorNotSupported;
+  const cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#endif
   if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr)
     fail(std::string("the CUDA driver has no ") + name +
          " (green contexts need a driver of CUDA 12.4 or later); leave the SM count at 0 (the whole GPU)");
