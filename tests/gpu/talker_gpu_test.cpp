@@ -616,6 +616,27 @@ TEST_CASE("the fixture prompts built by the host Talker are the reference's pref
   }
 }
 
+namespace {
+
+// Row r of a [rows][vocab] matrix.
+std::vector<float> row_of(const std::vector<float>& m, int r, int vocab) {
+  return {m.begin() + std::ptrdiff_t(r) * vocab, m.begin() + std::ptrdiff_t(r + 1) * vocab};
+}
+
+// cuda::sample_rows over rows of device logits (each row's counter from counter, the given lane), one code a row
+// into out, read back.
+std::vector<std::int32_t> sample_on_device(const float* logits, int vocab, cuda::sample_settings settings,
+                                           const std::uint64_t* seeds, const std::int32_t* counter, std::uint32_t lane,
+                                           std::int32_t* out, int rows) {
+  cuda::sample_rows(logits, vocab, settings, seeds, counter, 0, lane, out, 1, 0, nullptr, nullptr, rows, nullptr);
+  std::vector<std::int32_t> got(static_cast<std::size_t>(rows));
+  MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
+  MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
+  return got;
+}
+
+} // namespace
+
 TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Identical inputs on both sides, so only the order of float additions differs (the CDF's total): a
@@ -664,14 +685,10 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
     const cuda::sample_settings settings{s.sub.temperature, top_k};
     // Predictor codes: raw logits, counter = frame, lane = codebook 3.
     MSTAR_CUDA_REQUIRE(cudaMemcpy(d_generated, generated.data(), generated.size() * 4, cudaMemcpyHostToDevice));
-    cuda::sample_rows(d_logits, vocab, settings, d_seeds, d_generated, 0, 3, d_out, 1, 0, nullptr, nullptr, rows,
-                      nullptr);
-    std::vector<std::int32_t> got(rows);
-    MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
-    MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<std::int32_t> got = sample_on_device(d_logits, vocab, settings, d_seeds, d_generated, 3, d_out, rows);
     int same = 0;
     for (int r = 0; r < rows; ++r) {
-      std::vector<float> l(logits.begin() + std::ptrdiff_t(r) * vocab, logits.begin() + std::ptrdiff_t(r + 1) * vocab);
+      std::vector<float> l = row_of(logits, r, vocab); // the host sampler processes it in place
       same += sampler.pick_sub(l, seeds[std::size_t(r)], std::uint32_t(generated[std::size_t(r)]), 3) ==
               got[std::size_t(r)];
     }
@@ -684,7 +701,7 @@ TEST_CASE("the CUDA sampler draws the host sampler's codes from the same logits"
     MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
     int same0 = 0;
     for (int r = 0; r < rows; ++r) {
-      std::vector<float> l(logits.begin() + std::ptrdiff_t(r) * vocab, logits.begin() + std::ptrdiff_t(r + 1) * vocab);
+      std::vector<float> l = row_of(logits, r, vocab);
       same0 += sampler.pick_code0(l, history[std::size_t(r)], seeds[std::size_t(r)],
                                   std::uint32_t(history[std::size_t(r)].size())) == got[std::size_t(r)];
     }
@@ -742,19 +759,15 @@ TEST_CASE("the CUDA sampler's top-k keeps the host sampler's candidates on rows 
       MSTAR_CUDA_REQUIRE(cudaMemcpy(d_frame, frame.data(), frame.size() * 4, cudaMemcpyHostToDevice));
       talker_sampling s; // sampling, top_k 50, temperature 0.9
       const talker_sampler sampler(c, s);
-      cuda::sample_rows(d_logits, vocab, cuda::sample_settings{s.sub.temperature, s.sub.top_k}, d_seeds, d_frame, 0, 5,
-                        d_out, 1, 0, nullptr, nullptr, rows, nullptr);
-      std::vector<std::int32_t> got(rows);
-      MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
-      MSTAR_CUDA_REQUIRE(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost));
+      const std::vector<std::int32_t> got = sample_on_device(
+          d_logits, vocab, cuda::sample_settings{s.sub.temperature, s.sub.top_k}, d_seeds, d_frame, 5, d_out, rows);
       int same = 0;
       for (int r = 0; r < rows; ++r) {
-        std::vector<float> l(logits.begin() + std::ptrdiff_t(r) * vocab, logits.begin() + std::ptrdiff_t(r + 1) * vocab);
-        const std::int32_t want = sampler.pick_sub(l, seeds[std::size_t(r)], std::uint32_t(frame[std::size_t(r)]), 5);
-        same += want == got[std::size_t(r)];
+        const std::vector<float> row = row_of(logits, r, vocab);
+        std::vector<float> l = row; // the host sampler processes it in place
+        same +=
+            sampler.pick_sub(l, seeds[std::size_t(r)], std::uint32_t(frame[std::size_t(r)]), 5) == got[std::size_t(r)];
         // Whatever the rounding, a draw is an entry the host kept: finite, and not below the k-th largest.
-        std::vector<float> row(logits.begin() + std::ptrdiff_t(r) * vocab,
-                               logits.begin() + std::ptrdiff_t(r + 1) * vocab);
         std::vector<float> sorted = row;
         std::sort(sorted.begin(), sorted.end(), std::greater<float>());
         REQUIRE(got[std::size_t(r)] >= 0);
@@ -835,12 +848,16 @@ TEST_CASE("programmatic dependent launch gives the decode step and the prefill t
           doctest::skip(!mstar::test::has_gpu())) {
   // Every kernel waits for its predecessors before touching their outputs, so the overlap of launches changes no
   // value. Small_gemv at 2 rows (its weight prefetch before the wait), then cuBLAS at 2 rows (programmatic
-  // launches after cuBLAS's kernels, ordinary ones after ours), greedy and sampled.
+  // launches after cuBLAS's kernels, ordinary ones after ours), greedy and sampled; 24 frames, so that a race
+  // has many steps to show in. The captured graphs must hold programmatic edges with it and none without, or the
+  // comparison would be of two ordinary runs.
   for (const int gemv_rows : {8, 1}) {
     for (const bool sample : {false, true}) {
       INFO("gemv_rows ", gemv_rows, ", sampled ", sample);
       rig with_pdl(2, gemv_rows, true, true), without(2, gemv_rows, true, false);
-      const two_row_run a = run_two_rows(with_pdl, 6, sample), b = run_two_rows(without, 6, sample);
+      const two_row_run a = run_two_rows(with_pdl, 24, sample), b = run_two_rows(without, 24, sample);
+      CHECK(with_pdl.gpu.graph_programmatic_edges(2) > 0);
+      CHECK(without.gpu.graph_programmatic_edges(2) == 0);
       CHECK(a.frames == b.frames);
       REQUIRE(a.talker.size() == b.talker.size());
       REQUIRE(a.predictor.size() == b.predictor.size());

@@ -34,8 +34,7 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
       ->capture_default_str();
   app.add_flag("--talker-pdl,!--talker-no-pdl", so.talker_pdl,
                "on CUDA, launch the Talker's own kernels with programmatic dependent launch (Hopper and later; the "
-               "default), or ordinarily (--talker-no-pdl)")
-      ->capture_default_str();
+               "default), or ordinarily (--talker-no-pdl)");
 }
 
 // --window's widths ("1,2,4,8": frames, the last repeating) as the service's ramp.

@@ -254,6 +254,20 @@ struct talker_cuda::state {
   // Captured decode steps by talker_cuda::decode_key (the row count, negative in the speech flow's order).
   std::map<int, cudaGraphExec_t> graphs;
   std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
+  std::map<int, std::size_t> graph_programmatic; // its programmatic edges (talker_cuda_limits::pdl)
+
+  // Edges of a graph along which a kernel may start before the one it follows completes (programmatic dependent
+  // launch); 0 where the runtime cannot say.
+  static std::size_t programmatic_edges(cudaGraph_t graph) {
+    std::size_t n = 0;
+    if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n) != cudaSuccess || n == 0) return 0;
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    if (cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n) != cudaSuccess) return 0;
+    return std::size_t(std::count_if(data.begin(), data.begin() + std::ptrdiff_t(n), [](const cudaGraphEdgeData& e) {
+      return e.type == cudaGraphDependencyTypeProgrammatic;
+    }));
+  }
 
   // Runs enqueue() on s: eagerly when graphs are off; else from the graph captured under key (graph()).
   template <class F>
@@ -284,6 +298,7 @@ struct talker_cuda::state {
       TALKER_CHECK(cudaStreamEndCapture(s, &graph));
       std::size_t nodes = 0;
       if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) graph_nodes[key] = nodes;
+      graph_programmatic[key] = programmatic_edges(graph);
       cudaGraphExec_t exec = nullptr;
       const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
@@ -893,6 +908,7 @@ void talker_cuda::drop_graphs() {
     cudaGraphExecDestroy(g);
   s_->graphs.clear();
   s_->graph_nodes.clear();
+  s_->graph_programmatic.clear();
 }
 
 void talker_cuda::set_fused_decode(bool on) {
@@ -1111,6 +1127,11 @@ std::vector<T> read_back(cudaStream_t s, const T* p, std::size_t n) {
 std::size_t talker_cuda::graph_nodes(int rows) const {
   const auto it = s_->graph_nodes.find(rows);
   return it == s_->graph_nodes.end() ? 0 : it->second;
+}
+
+std::size_t talker_cuda::graph_programmatic_edges(int rows) const {
+  const auto it = s_->graph_programmatic.find(rows);
+  return it == s_->graph_programmatic.end() ? 0 : it->second;
 }
 
 std::vector<std::int32_t> talker_cuda::frames(int rows) const {

@@ -74,7 +74,7 @@ struct talker_cuda_limits {
   bool gemv_norm = true;
   // The decode step's and the prefill's own kernels launched with programmatic dependent launch (cuda::pdl_scope):
   // on Hopper a kernel's blocks start, and ask their first weights into L2, while the kernel before it finishes.
-  // The same bits either way; measured faster (docs/benchmarks.md: 3-7 % of a decode step, 5-11 % of a prefill).
+  // The same bits either way; measured faster (docs/benchmarks.md: 2.6-7 % of a decode step, 4-13 % of a prefill).
   bool pdl = true;
 };
 
@@ -178,6 +178,9 @@ public:
   // Nodes of the graph captured for `rows` (0 before its capture): at small batches the step's time is
   // mostly one launch latency per node.
   std::size_t graph_nodes(int rows) const;
+  // Its edges along which a kernel may start before the one it follows completes (talker_cuda_limits::pdl: the
+  // edges between the Talker's own kernels; 0 without it).
+  std::size_t graph_programmatic_edges(int rows) const;
   // Captures the graph of the decode step (decode_frame's order when frame_first, decode's otherwise) for every
   // row count 1..max_rows not captured yet, without running any: a service pays the captures when it starts
   // rather than when a row count first comes (under load one held the launching thread for tens of milliseconds;
