@@ -30,7 +30,7 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
                "default), or when a row count first comes to a step (--talker-graphs-lazy)");
   app.add_option("--codec-sms", so.codec_sms,
                  "on CUDA, the SMs the codec's kernels may occupy beside the Talker (a green context; 0: the whole GPU)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   app.add_flag("--talker-pdl,!--talker-no-pdl", so.talker_pdl,
                "on CUDA, launch the Talker's own kernels with programmatic dependent launch (Hopper and later; the "
