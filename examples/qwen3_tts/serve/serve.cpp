@@ -52,7 +52,7 @@ struct serve_options {
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
-  pipeline::speech_service_options cuda; // add_cuda_flags' fields: the codec's launch and math, the Talker's graphs
+  pipeline::speech_service_options cuda; // add_cuda_flags' fields; service_options() starts from it
 };
 
 // A 4xx/5xx answer: OpenAI's error object.
@@ -212,15 +212,10 @@ private:
   };
 
   pipeline::speech_service_options service_options() const {
-    pipeline::speech_service_options so;
+    pipeline::speech_service_options so = o_.cuda; // add_cuda_flags' fields, the rest set here
     so.sampling = sampling_from(o_.model_dir);
     so.max_live = o_.max_live;
     so.max_batch = std::min(o_.max_batch, o_.max_live);
-    so.codec_graphs = o_.cuda.codec_graphs;
-    so.codec_math = o_.cuda.codec_math;
-    so.talker_graphs_at_start = o_.cuda.talker_graphs_at_start;
-    so.talker_pdl = o_.cuda.talker_pdl;
-    so.codec_sms = o_.cuda.codec_sms;
     so.ramp = window_ramp(o_.window);
     if (o_.lane == "off")
       so.lane = mstar::lane_mode::off;

@@ -253,8 +253,12 @@ struct talker_cuda::state {
 
   // Captured decode steps by talker_cuda::decode_key (the row count, negative in the speech flow's order).
   std::map<int, cudaGraphExec_t> graphs;
-  std::map<int, std::size_t> graph_nodes; // nodes of each captured step (kernels, GEMMs, copies)
-  std::map<int, std::size_t> graph_programmatic; // its programmatic edges (talker_cuda_limits::pdl)
+  // What each captured step holds: nodes (kernels, GEMMs, copies), and edges along which a kernel may start before
+  // the one it follows completes (talker_cuda_limits::pdl).
+  struct graph_shape {
+    std::size_t nodes = 0, programmatic = 0;
+  };
+  std::map<int, graph_shape> shapes;
 
   // Edges of a graph along which a kernel may start before the one it follows completes (programmatic dependent
   // launch); 0 where the runtime cannot say.
@@ -296,9 +300,9 @@ struct talker_cuda::state {
         throw;
       }
       TALKER_CHECK(cudaStreamEndCapture(s, &graph));
-      std::size_t nodes = 0;
-      if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) graph_nodes[key] = nodes;
-      graph_programmatic[key] = programmatic_edges(graph);
+      graph_shape& shape = shapes[key];
+      if (cudaGraphGetNodes(graph, nullptr, &shape.nodes) != cudaSuccess) shape.nodes = 0;
+      shape.programmatic = programmatic_edges(graph);
       cudaGraphExec_t exec = nullptr;
       const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
@@ -907,8 +911,7 @@ void talker_cuda::drop_graphs() {
   for (auto& [rows, g] : s_->graphs)
     cudaGraphExecDestroy(g);
   s_->graphs.clear();
-  s_->graph_nodes.clear();
-  s_->graph_programmatic.clear();
+  s_->shapes.clear();
 }
 
 void talker_cuda::set_fused_decode(bool on) {
@@ -1125,13 +1128,13 @@ std::vector<T> read_back(cudaStream_t s, const T* p, std::size_t n) {
 } // namespace
 
 std::size_t talker_cuda::graph_nodes(int rows) const {
-  const auto it = s_->graph_nodes.find(rows);
-  return it == s_->graph_nodes.end() ? 0 : it->second;
+  const auto it = s_->shapes.find(rows);
+  return it == s_->shapes.end() ? 0 : it->second.nodes;
 }
 
 std::size_t talker_cuda::graph_programmatic_edges(int rows) const {
-  const auto it = s_->graph_programmatic.find(rows);
-  return it == s_->graph_programmatic.end() ? 0 : it->second;
+  const auto it = s_->shapes.find(rows);
+  return it == s_->shapes.end() ? 0 : it->second.programmatic;
 }
 
 std::vector<std::int32_t> talker_cuda::frames(int rows) const {

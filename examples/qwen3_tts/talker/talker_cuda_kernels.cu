@@ -8,9 +8,9 @@
 #include "mstar/resources/sampler.hpp"
 
 #include <cfloat>
-#include <utility>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace qwen3_tts::cuda {
 namespace {
@@ -28,8 +28,7 @@ thread_local bool launch_pdl = false;
 // kernel<<<grid, block, smem, s>>>(args...), with cudaLaunchAttributeProgrammaticStreamSerialization where a
 // pdl_scope is on. A failed launch is left for check_launch (cudaGetLastError reports it).
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
-                   Args&&... args) {
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -324,10 +323,10 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
 // finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
 // A row's result depends on its own length and `splits` only, never on the other rows of the step.
 template <int D, int G>
-__global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv, const float* q_norm,
-                                                               const float* k_norm, const float* inv_freq,
-                                                               kv_layer cache, paged_view view, bf16* out, int heads,
-                                                               int kv_heads, float eps, decode_scratch scratch) {
+__global__ void __launch_bounds__(128)
+    decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
+                            kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
+                            decode_scratch scratch) {
   await_predecessors();
   constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
   constexpr int parts = warps * tokens_per_warp;
@@ -357,7 +356,8 @@ __global__ void __launch_bounds__(128) decode_attention_kernel(const float* qkv,
       norm_rope_head(row + std::size_t(heads + kvh) * D, k_norm, inv_freq, pos, eps, D, nullptr,
                      cache.k + kv_offset(view, r, j_new, kvh, kv_heads, D));
     else if (item == G + 1 && owner)
-      store_head(row + std::size_t(heads + kv_heads + kvh) * D, D, cache.v + kv_offset(view, r, j_new, kvh, kv_heads, D));
+      store_head(row + std::size_t(heads + kv_heads + kvh) * D, D,
+                 cache.v + kv_offset(view, r, j_new, kvh, kv_heads, D));
   }
   __syncthreads();
 
@@ -655,16 +655,20 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
   const std::size_t smem = Norm ? std::size_t(rows) * in * sizeof(bf16) : 0;
   switch (rounded) {
   case 1:
-    launch_kernel(&small_gemv_kernel<1, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<1, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, norm);
     break;
   case 2:
-    launch_kernel(&small_gemv_kernel<2, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<2, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, norm);
     break;
   case 4:
-    launch_kernel(&small_gemv_kernel<4, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<4, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, norm);
     break;
   default:
-    launch_kernel(&small_gemv_kernel<8, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy, rows, norm);
+    launch_kernel(&small_gemv_kernel<8, E, Norm>, blocks, gemv_warps * 32, smem, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, norm);
   }
 }
 
@@ -1084,8 +1088,8 @@ void qk_norm_rope_append(const float* qkv, const float* q_norm, const float* k_n
   if (head_dim % 2 != 0 || head_dim > 256)
     throw std::runtime_error("qwen3_tts CUDA talker: head_dim " + std::to_string(head_dim) +
                              " is not supported (even, at most 256)");
-  launch_kernel(&qk_norm_rope_append_kernel, view.tokens, 256, 0, s, qkv, q_norm, k_norm, inv_freq, q_out, cache, view, heads,
-                                                         kv_heads, head_dim, eps);
+  launch_kernel(&qk_norm_rope_append_kernel, view.tokens, 256, 0, s, qkv, q_norm, k_norm, inv_freq, q_out, cache, view,
+                heads, kv_heads, head_dim, eps);
   check_launch("qk_norm_rope_append");
 }
 
@@ -1123,7 +1127,8 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
   const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(splits));
   const int group = heads / kv_heads;
   auto launch = [&](auto d, auto g) {
-    launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch);
+    launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm,
+                  k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch);
   };
   auto by_group = [&](auto d) {
     if (group <= 1)
@@ -1204,13 +1209,15 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
 
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s) {
   if (tokens == 0) return;
-  launch_kernel(&bias_kernel, grid_for(std::size_t(tokens) * width), 256, 0, s, x, bias, y, nullptr, tokens, width, true);
+  launch_kernel(&bias_kernel, grid_for(std::size_t(tokens) * width), 256, 0, s, x, bias, y, nullptr, tokens, width,
+                true);
   check_launch("bias_silu");
 }
 
 void bias_add(const float* x, const float* bias, float* y32, bf16* y16, int tokens, int width, cudaStream_t s) {
   if (tokens == 0) return;
-  launch_kernel(&bias_kernel, grid_for(std::size_t(tokens) * width), 256, 0, s, x, bias, y16, y32, tokens, width, false);
+  launch_kernel(&bias_kernel, grid_for(std::size_t(tokens) * width), 256, 0, s, x, bias, y16, y32, tokens, width,
+                false);
   check_launch("bias_add");
 }
 
@@ -1244,8 +1251,8 @@ void frame_embedding_sum(const bf16* codec_embedding, const bf16* pred_embedding
                          const std::int32_t* frames, int groups, const float* text, float* x, int rows, int width,
                          cudaStream_t s) {
   if (rows == 0) return;
-  launch_kernel(&frame_embedding_sum_kernel, rows, 256, 0, s, codec_embedding, pred_embeddings, pred_table_elems, frames, groups,
-                                                  text, x, width);
+  launch_kernel(&frame_embedding_sum_kernel, rows, 256, 0, s, codec_embedding, pred_embeddings, pred_table_elems,
+                frames, groups, text, x, width);
   check_launch("frame_embedding_sum");
 }
 
@@ -1260,9 +1267,8 @@ void choose_code0(const float* raw, float* processed, int vocab, std::uint8_t* s
                   std::int32_t* code0, const std::int32_t* forced, std::int32_t* chosen, int forced_stride, int rows,
                   float penalty, int min_new, int eos, int suppress_from, cudaStream_t s) {
   if (rows == 0) return;
-  launch_kernel(&choose_code0_kernel, rows, 256, 0, s, raw, processed, vocab, seen, generated, code0, forced, forced_stride,
-                                           penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr,
-                                           chosen);
+  launch_kernel(&choose_code0_kernel, rows, 256, 0, s, raw, processed, vocab, seen, generated, code0, forced,
+                forced_stride, penalty, min_new, eos, suppress_from, false, sample_settings{}, nullptr, chosen);
   check_launch("choose_code0");
 }
 
@@ -1271,8 +1277,8 @@ void sample_code0(const float* raw, float* processed, int vocab, std::uint8_t* s
                   float penalty, int min_new, int eos, int suppress_from, sample_settings settings,
                   const std::uint64_t* seeds, cudaStream_t s) {
   if (rows == 0) return;
-  launch_kernel(&choose_code0_kernel, rows, 256, 0, s, raw, processed, vocab, seen, generated, code0, forced, forced_stride,
-                                           penalty, min_new, eos, suppress_from, true, settings, seeds, chosen);
+  launch_kernel(&choose_code0_kernel, rows, 256, 0, s, raw, processed, vocab, seen, generated, code0, forced,
+                forced_stride, penalty, min_new, eos, suppress_from, true, settings, seeds, chosen);
   check_launch("sample_code0");
 }
 
@@ -1280,24 +1286,24 @@ void sample_rows(const float* logits, int vocab, sample_settings settings, const
                  const std::int32_t* frame, int frame_offset, std::uint32_t lane, std::int32_t* out, int out_stride,
                  int out_offset, const std::int32_t* forced, std::int32_t* chosen, int rows, cudaStream_t s) {
   if (rows == 0) return;
-  launch_kernel(&sample_rows_kernel, rows, 256, 0, s, logits, vocab, settings, seeds, frame, frame_offset, lane, out, out_stride,
-                                          out_offset, forced, chosen);
+  launch_kernel(&sample_rows_kernel, rows, 256, 0, s, logits, vocab, settings, seeds, frame, frame_offset, lane, out,
+                out_stride, out_offset, forced, chosen);
   check_launch("sample_rows");
 }
 
 void gather_state(const unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
                   int rows, cudaStream_t s) {
   if (rows == 0 || pieces.count == 0) return;
-  launch_kernel(&move_state_kernel<true>, dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s, 
-      const_cast<unsigned char*>(store), row_bytes, slots, pieces);
+  launch_kernel(&move_state_kernel<true>, dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s,
+                const_cast<unsigned char*>(store), row_bytes, slots, pieces);
   check_launch("gather_state");
 }
 
 void scatter_state(unsigned char* store, std::size_t row_bytes, const std::int32_t* slots, state_pieces pieces,
                    int rows, cudaStream_t s) {
   if (rows == 0 || pieces.count == 0) return;
-  launch_kernel(&move_state_kernel<false>, dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s, store, row_bytes, slots,
-                                                                                         pieces);
+  launch_kernel(&move_state_kernel<false>, dim3(unsigned(rows), unsigned(pieces.count)), 256, 0, s, store, row_bytes,
+                slots, pieces);
   check_launch("scatter_state");
 }
 
