@@ -16,7 +16,7 @@
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
-#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32, bf16), and the
+#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32, bf16, cuDNN TF32), and the
 #              Talker's decode step alone against beside the codec (qwen3tts_beside_bench); same build directory
 #              as the talker stage; about 3 minutes
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
@@ -202,7 +202,7 @@ stage_codec() {
     2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]} math
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
-    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,bf16,double/' | tr ',' ' '); do
+    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,bf16,cudnn,double/' | tr ',' ' '); do
       timeout 240 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
         ${MSTAR_CODEC_SMS:+--codec-sms "$MSTAR_CODEC_SMS"} $([ "$math" != default ] && echo --codec-math "$math") 2>&1 |
         tee "$d/beside_$math.log"

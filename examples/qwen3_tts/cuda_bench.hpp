@@ -16,14 +16,15 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
-// "1,8,32,64": positive integers, comma-separated.
-inline std::vector<int> int_list(const std::string& s) {
+// "1,8,32,64": integers of at least `least` (default 1), comma-separated.
+inline std::vector<int> int_list(const std::string& s, int least = 1) {
   std::vector<int> v;
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');)
     v.push_back(std::stoi(item));
-  if (v.empty() || *std::min_element(v.begin(), v.end()) < 1)
-    throw std::invalid_argument("a list of positive integers, e.g. 1,8,32,64; got '" + s + "'");
+  if (v.empty() || *std::min_element(v.begin(), v.end()) < least)
+    throw std::invalid_argument("a list of integers of at least " + std::to_string(least) + ", e.g. 1,8,32,64; got '" +
+                                s + "'");
   return v;
 }
 

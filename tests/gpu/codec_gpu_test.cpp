@@ -17,6 +17,7 @@
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
+#include "cudnn_conv.hpp"
 #include "codec_decoder.hpp"
 #include "codec_fixture.hpp"
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
@@ -190,6 +191,38 @@ std::vector<float> cuda_ramp(codec_cuda& gpu, const sequence& s, std::span<const
   return audio.read();
 }
 
+// Several requests decoded together, each window by window from a fresh state: step k gives every request with
+// frames left its next window of `ramp`; the audio of each, in order.
+std::vector<std::vector<float>> cuda_rows_together(codec_cuda& gpu, const std::vector<sequence>& seqs,
+                                                   std::span<const int> ramp, codec_cuda_launch launch) {
+  const std::size_t spf = gpu.samples_per_frame();
+  std::vector<std::unique_ptr<device_floats>> states, audio;
+  std::vector<std::vector<int>> widths;
+  std::vector<int> done(seqs.size(), 0);
+  for (const auto& s : seqs) {
+    states.push_back(std::make_unique<device_floats>(gpu.state_layout().total));
+    audio.push_back(std::make_unique<device_floats>(std::size_t(s.n) * spf));
+    widths.push_back(widths_of(ramp, s.n));
+  }
+  for (std::size_t k = 0;; ++k) {
+    std::vector<codec_cuda::row> step;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      if (k >= widths[i].size()) continue;
+      const int w = widths[i][k];
+      step.push_back({states[i]->p, std::span(seqs[i].frames).subspan(std::size_t(done[i]) * 16, std::size_t(w) * 16),
+                      audio[i]->p + std::size_t(done[i]) * spf});
+      done[i] += w;
+    }
+    if (step.empty()) break;
+    gpu.decode_step(step, launch);
+  }
+  gpu.synchronize();
+  std::vector<std::vector<float>> out;
+  for (const auto& a : audio)
+    out.push_back(a->read());
+  return out;
+}
+
 // The worst segment of two states, relative to the segment's largest magnitude; its name in `where`.
 float state_error(const codec_state_layout& layout, const std::vector<float>& a, const std::vector<float>& b,
                   std::string& where) {
@@ -211,7 +244,9 @@ float state_error(const codec_state_layout& layout, const std::vector<float>& a,
 // A math on the tensor cores (TF32, bf16) against the reference's audio: ramps of both fixtures' sequences within
 // bound times the audio's largest magnitude (at least 1); the worst error printed for docs/benchmarks.md.
 void check_tensor_core_math(codec_cuda_math math, float bound) {
-  const char* name = math == codec_cuda_math::cublas_tf32 ? "cuBLAS TF32" : "cuBLAS BF16";
+  const char* name = math == codec_cuda_math::cublas_tf32   ? "cuBLAS TF32"
+                     : math == codec_cuda_math::cublas_bf16 ? "cuBLAS BF16"
+                                                            : "cuDNN TF32";
   for (const std::string fixture : {"tiny06", "tiny17"}) {
     const auto parts = load_parts(fixture);
     codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
@@ -290,6 +325,37 @@ TEST_CASE("the CUDA codec in bf16 streams every window ramp to the reference's w
   // 0.0017-0.0048, where the GPU gave 0.0020-0.0058. 8e-2 is twice the bf16 emulation's worst; the fixtures' audio
   // peaks at 0.22-0.65, so this catches a wrong layout or a lost term, not a drift in precision.
   check_tensor_core_math(codec_cuda_math::cublas_bf16, 8e-2f);
+}
+
+TEST_CASE("the CUDA codec with cuDNN's convolutions in TF32 streams every window ramp to the reference's "
+          "whole-sequence audio within bf16 tolerance (1e-2 of the audio's largest magnitude)" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The convolutions of more than one tap run over each step's whole extended input (every row's context and
+  // window), and the epilogue picks each row's outputs: a ramp of windows of 1 frame and one of the whole
+  // sequence both cross row and window boundaries. A machine with a GPU but without cuDNN 9 fails here, saying
+  // how to get it.
+  INFO(cudnn_conv::why_not());
+  REQUIRE(cudnn_conv::available());
+  check_tensor_core_math(codec_cuda_math::cudnn_tf32, 1e-2f);
+  // Rows after the first: their outputs sit one context further on per earlier row, in eager steps and in
+  // replays padded with idle and filler rows.
+  const auto parts = load_parts("tiny17");
+  codec_cuda gpu(parts.config, parts.weights, {4, max_window}, codec_cuda_math::cudnn_tf32);
+  const std::vector<sequence> seqs = {load_sequence("tiny17", "short"), load_sequence("tiny17", "long"),
+                                      load_sequence("tiny17", "short")};
+  for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph})
+    for (const std::vector<int>& ramp : std::vector<std::vector<int>>{{1, 2, 4, 8}, {3, 5}}) {
+      const auto audio = cuda_rows_together(gpu, seqs, ramp, launch);
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        float scale = 1;
+        for (float v : seqs[i].audio)
+          scale = std::max(scale, std::fabs(v));
+        CAPTURE(launch_name(launch));
+        CAPTURE(ramp);
+        CAPTURE(i);
+        CHECK(max_abs_error(audio[i], seqs[i].audio) <= 1e-2f * scale);
+      }
+    }
 }
 
 TEST_CASE("a CUDA codec confined to some of the SMs gives the bytes of one on the whole GPU" *

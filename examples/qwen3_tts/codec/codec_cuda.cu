@@ -3,6 +3,7 @@
 // padded step's CUDA graphs.
 #include "codec_cuda.hpp"
 #include "codec_cuda_kernels.hpp"
+#include "cudnn_conv.hpp"
 #include "sm_partition.hpp"
 
 #include <cublas_v2.h>
@@ -32,6 +33,7 @@ void check(cublasStatus_t e, const char* what) {
 #define CODEC_CHECK(call) check((call), #call)
 
 constexpr std::size_t cublas_workspace_bytes = std::size_t(32) << 20;
+constexpr std::size_t cudnn_workspace_bytes = std::size_t(64) << 20;
 
 // Device weights, float32, laid out for the kernels.
 struct dev_linear {
@@ -118,6 +120,7 @@ struct codec_cuda::state {
     for (auto& [key, g] : graphs)
       cudaGraphExecDestroy(g);
     if (uploaded) cudaEventDestroy(uploaded);
+    convs.reset(); // its handle is bound to the stream
     if (blas) cublasDestroy(blas);
     if (pinned) cudaFreeHost(pinned);
     for (void* p : owned)
@@ -152,6 +155,9 @@ struct codec_cuda::state {
   cublasHandle_t blas = nullptr;
   float *col = nullptr, *product = nullptr;
   std::size_t col_floats = 0, product_floats = 0;
+  // cudnn_tf32 only: the convolutions of more than one tap, into `product` (every row's outputs with the
+  // other rows' contexts between them), then the epilogue gathers each row's.
+  std::unique_ptr<cudnn_conv> convs;
 
   unsigned char* table = nullptr; // device
   unsigned char* pinned = nullptr;
@@ -218,16 +224,22 @@ using dev = codec_cuda::state;
 // with sizes only (forward's need() checks every use against these).
 struct scratch_sizes {
   std::size_t act = 0, ext = 0, tmp = 0, col = 0; // col: the widest im2col of a convolution (cuBLAS)
+  std::size_t conv = 0;                           // the widest output of a convolution over a whole extended input
+  std::size_t rows = 0;
   void act_at_least(std::size_t n) { act = std::max(act, n); }
   void ext_at_least(std::size_t n) { ext = std::max(ext, n); }
   void tmp_at_least(std::size_t n) { tmp = std::max(tmp, n); }
   void conv_at(const dev_conv& c, std::size_t positions) {
-    if (c.taps > 1 || c.context > 0) col = std::max(col, positions * c.taps * c.in);
+    if (c.taps > 1 || c.context > 0) {
+      col = std::max(col, positions * c.taps * c.in);
+      conv = std::max(conv, (positions + rows * c.context) * c.out);
+    }
   }
 };
 
 scratch_sizes measure(const codec_config& c, const dev& w, std::size_t frames, std::size_t rows) {
   scratch_sizes s;
+  s.rows = rows;
   const std::size_t T = frames, R = rows;
   const std::size_t qw = std::size_t(c.num_attention_heads) * c.head_dim,
                     kvw = std::size_t(c.num_key_value_heads) * c.head_dim;
@@ -396,6 +408,11 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   const std::size_t frames = std::size_t(limits.max_rows) * limits.max_window;
   const int table_rows = limits.max_rows + 1; // a padded step's filler row besides its bucket
   const scratch_sizes need = measure(c, st, frames, std::size_t(table_rows));
+  // The element-wise kernels index a step's activations with 32-bit integers.
+  if (std::max({need.act, need.ext, need.tmp, need.col, need.conv}) >= (std::size_t(1) << 32))
+    throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(limits.max_rows) +
+                                " x max_window " + std::to_string(limits.max_window) +
+                                " frames need an activation of 2^32 floats or more; lower max_rows or max_window");
   st.act[0] = st.alloc<float>(need.act);
   st.act[1] = st.alloc<float>(need.act);
   st.ext = st.alloc<float>(need.ext);
@@ -407,17 +424,23 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
     // cublas_bf16 asks for its precision per call (cublasGemmEx's compute type), not through the handle.
-    CODEC_CHECK(cublasSetMathMode(st.blas, math == codec_cuda_math::cublas_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                : CUBLAS_DEFAULT_MATH));
+    const bool tf32 = math == codec_cuda_math::cublas_tf32 || math == codec_cuda_math::cudnn_tf32;
+    CODEC_CHECK(cublasSetMathMode(st.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
     CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));
-    // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two.
-    st.col_floats = need.col;
-    st.product_floats = std::max(need.act, need.tmp);
+    // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two; a
+    // convolution through cuDNN also writes the outputs between rows.
+    st.col_floats = math == codec_cuda_math::cudnn_tf32 ? 0 : need.col;
+    st.product_floats = std::max({need.act, need.tmp, math == codec_cuda_math::cudnn_tf32 ? need.conv : 0});
     st.col = st.alloc<float>(st.col_floats);
     st.product = st.alloc<float>(st.product_floats);
     scratch_bytes_ += (st.col_floats + st.product_floats) * sizeof(float) + cublas_workspace_bytes;
+    if (math == codec_cuda_math::cudnn_tf32) {
+      void* conv_workspace = st.alloc<unsigned char>(cudnn_workspace_bytes);
+      st.convs = std::make_unique<cudnn_conv>(stream_, true, conv_workspace, cudnn_workspace_bytes);
+      scratch_bytes_ += cudnn_workspace_bytes;
+    }
   }
 
   st.tables = table_layout(table_rows, int(frames), c.num_quantizers);
@@ -620,14 +643,26 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
 
   // A causal convolution of x (len positions a row at `level`) into y, its left context from and back to
   // the state.
-  auto causal_conv = [&](const dev_conv& cv, const float* x, int level, float* y, const k::epilogue& ep) {
+  // With `snake`, SnakeBeta first, on the way into the extended input (which only a convolution with a context
+  // has: the caller checks).
+  auto causal_conv = [&](const dev_conv& cv, const float* x, int level, float* y, const k::epilogue& ep,
+                         const dev_snake* snake = nullptr) {
     const float* input = x;
+    const std::size_t extended = std::size_t(T) * level + std::size_t(R) * cv.context;
     if (cv.context > 0) {
-      need((std::size_t(T) * level + std::size_t(R) * cv.context) * cv.in, w.ext_floats, "extended input");
-      k::extend(rt, x, level, cv.in, cv.context, cv.state, w.ext, s);
+      need(extended * cv.in, w.ext_floats, "extended input");
+      k::extend(rt, x, level, cv.in, cv.context, cv.state, w.ext, s, snake ? snake->exp_alpha : nullptr,
+                snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
-    matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, T * level);
+    if (w.convs && cv.taps > 1) {
+      // The whole extended input at once: row r's outputs start where its extended input does, r contexts
+      // after its compact positions.
+      need((extended - cv.context) * cv.out, w.product_floats, "convolution product");
+      w.convs->forward(input, int(extended), cv.in, cv.w, cv.out, cv.taps, cv.dilation, w.product);
+      k::apply_epilogue(w.product, ep, y, cv.out, T * level, s, &rt, cv.context, level);
+    } else
+      matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, T * level);
     if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {
@@ -636,12 +671,14 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   };
   // A transposed convolution of x (at `level`) into y (at level * stride): every extended input position
   // times every tap, then the overlap-add.
-  auto trans_conv = [&](const dev_trans_conv& tc, const float* x, int level, float* y) {
+  auto trans_conv = [&](const dev_trans_conv& tc, const float* x, int level, float* y,
+                        const dev_snake* snake = nullptr) {
     const float* input = x;
     const std::size_t positions = std::size_t(T) * level + std::size_t(R) * tc.context;
     if (tc.context > 0) {
       need(positions * tc.in, w.ext_floats, "extended input");
-      k::extend(rt, x, level, tc.in, tc.context, tc.state, w.ext, s);
+      k::extend(rt, x, level, tc.in, tc.context, tc.state, w.ext, s, snake ? snake->exp_alpha : nullptr,
+                snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
     float* z = tmp(positions * tc.kernel * tc.out);
@@ -719,23 +756,37 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   act(std::size_t(T) * level * w.decoder_in.out);
   causal_conv(w.decoder_in, cur, level, other, {.bias = w.decoder_in.bias});
   std::swap(cur, other);
+  // A SnakeBeta before a (transposed) convolution with a left context runs inside its extend (one pass over
+  // the activation fewer); before one without, on its own.
   for (const auto& b : w.blocks) {
-    k::snake_beta(cur, b.snake.exp_alpha, b.snake.inv_exp_beta, std::size_t(T) * level, b.up.in, other, s);
-    trans_conv(b.up, other, level, cur);
+    if (b.up.context > 0) {
+      trans_conv(b.up, cur, level, cur, &b.snake); // cur is read into the extended input before it is written
+    } else {
+      k::snake_beta(cur, b.snake.exp_alpha, b.snake.inv_exp_beta, std::size_t(T) * level, b.up.in, other, s);
+      trans_conv(b.up, other, level, cur);
+    }
     level *= b.up.stride;
     const std::size_t positions = std::size_t(T) * level;
     for (const auto& u : b.units) {
-      k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
       float* c1 = tmp(positions * u.conv1.out);
-      causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
+      if (u.conv1.context > 0) {
+        causal_conv(u.conv1, cur, level, c1, {.bias = u.conv1.bias}, &u.act1);
+      } else {
+        k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
+        causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
+      }
       k::snake_beta(c1, u.act2.exp_alpha, u.act2.inv_exp_beta, positions, u.conv2.in, other, s);
       causal_conv(u.conv2, other, level, cur, {.bias = u.conv2.bias, .accumulate = true});
     }
   }
   const std::size_t positions = std::size_t(T) * level;
-  k::snake_beta(cur, w.final_snake.exp_alpha, w.final_snake.inv_exp_beta, positions, w.decoder_out.in, other, s);
   float* y = tmp(positions * w.decoder_out.out);
-  causal_conv(w.decoder_out, other, level, y, {.bias = w.decoder_out.bias});
+  if (w.decoder_out.context > 0) {
+    causal_conv(w.decoder_out, cur, level, y, {.bias = w.decoder_out.bias}, &w.final_snake);
+  } else {
+    k::snake_beta(cur, w.final_snake.exp_alpha, w.final_snake.inv_exp_beta, positions, w.decoder_out.in, other, s);
+    causal_conv(w.decoder_out, other, level, y, {.bias = w.decoder_out.bias});
+  }
   k::finish_step(rt, y, level, audio, s);
 }
 

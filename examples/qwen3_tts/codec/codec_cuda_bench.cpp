@@ -3,15 +3,16 @@
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
 // for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32, TF32 and
-// bf16), the step's GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to
+// bf16, cuDNN's convolutions in TF32), the step's GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to
 // the rows bucket and to bucket x widest-window frames) side by side in the same run, the GPU time per second
 // of audio of each, and the host time of the graph's first step (that step eagerly, then the capture and
 // instantiation). Rows 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8
 // frames: there the graph's replay also computes the padding.
 //
-//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5] [--math all|double,cublas,tf32,bf16]
+//   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
+//                        [--math all|double,cublas,tf32,bf16,cudnn]
 //
-// --math: the maths to time, a comma list of codec_math_named's names (default all four).
+// --math: the maths to time, a comma list of codec_math_named's names (default all five).
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 
@@ -38,7 +39,8 @@ int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
   int iters = 5;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
-                                        codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_bf16};
+                                        codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_bf16,
+                                        codec_cuda_math::cudnn_tf32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
@@ -90,7 +92,8 @@ int main(int argc, char** argv) try {
     const char* math_name = math == codec_cuda_math::double_sums   ? "double sums"
                             : math == codec_cuda_math::cublas_f32  ? "cuBLAS f32"
                             : math == codec_cuda_math::cublas_tf32 ? "cuBLAS TF32"
-                                                                   : "cuBLAS BF16";
+                            : math == codec_cuda_math::cublas_bf16 ? "cuBLAS BF16"
+                                                                   : "cuDNN TF32";
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,

@@ -52,9 +52,11 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
           int m_rows, cudaStream_t s);
 
 // The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
-// plain product g[m][n] (ldy == n_out).
+// plain product g[m][n] (ldy == n_out). With `rows` (a convolution over a whole extended input, cuDNN's),
+// position m at `level` reads g at m + row(m) * context: each row's outputs, skipping the others' contexts.
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
-void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s);
+void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s,
+                    const row_table* rows = nullptr, int context = 0, int level = 1);
 
 // sums[0][t] = table[0][codes[t][0]], sums[1][t] = sum over q >= 1 of table[q][codes[t][q]] (in q order):
 // the split RVQ's two halves before their projections. tables: [quantizers][size][dim].
@@ -62,8 +64,10 @@ void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, in
               int frames, cudaStream_t s);
 
 // ext = [the row's context from its state at state_offset | x's row], per row (see the header's layout).
+// With exp_alpha and inv_exp_beta, x's row goes through SnakeBeta (snake_beta below) on the way: the context
+// is the earlier window's, already through it.
 void extend(const row_table& rows, const float* x, int level, int channels, int context, std::size_t state_offset,
-            float* ext, cudaStream_t s);
+            float* ext, cudaStream_t s, const float* exp_alpha = nullptr, const float* inv_exp_beta = nullptr);
 // The row's next context: the last `context` positions of its extended buffer, back into its state.
 void carry(const row_table& rows, const float* ext, int level, int channels, int context, std::size_t state_offset,
            cudaStream_t s);

@@ -48,7 +48,7 @@ int main(int argc, char** argv) try {
     else if (a == "--codec-math")
       math = argv[++i];
     else if (a == "--codec-sms")
-      sms_list = int_list(argv[++i]);
+      sms_list = int_list(argv[++i], 0); // 0: the whole GPU
     else
       throw std::invalid_argument("unknown option " + a + " (--rows, --width, --iters, --codec-math, --codec-sms)");
   }

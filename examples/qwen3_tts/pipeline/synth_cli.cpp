@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "codec_checkpoint.hpp"
 #include "speech_model.hpp"
+#include "speech_service.hpp"
 #include "speech_run.hpp"
 #include "talker_checkpoint.hpp"
 #include "talker_request.hpp"
@@ -132,7 +134,8 @@ int synth_main(int argc, char** argv) {
                                      "when a CUDA device is present)");
   app.add_option("--codec-math", codec_math, "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
                                              "tf32 (cuBLAS on the tensor cores, bf16-level precision), bf16 (cuBLAS "
-                                             "on the tensor cores with the GEMM inputs rounded to bf16) or double "
+                                             "on the tensor cores with the GEMM inputs rounded to bf16), cudnn "
+                                             "(the convolutions through cuDNN in TF32) or double "
                                              "(double sums: a request's audio independent of its batch)");
   try {
     app.parse(argc, argv);
@@ -145,8 +148,8 @@ int synth_main(int argc, char** argv) {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
-    if (codec_math != "cublas" && codec_math != "tf32" && codec_math != "bf16" && codec_math != "double")
-      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32, bf16 or double");
+    if (std::find(codec_math_names.begin(), codec_math_names.end(), codec_math) == codec_math_names.end())
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32, bf16, cudnn or double");
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
