@@ -325,6 +325,14 @@ stage_compare() {
       --json "$compare_dir/inproc_codec_sms.json" 2>&1 | tee "$d/inproc_codec_sms.log"
     inproc="$inproc, codec on $MSTAR_COMPARE_CODEC_SMS SMs ${PIPESTATUS[0]}"
   fi
+  # MSTAR_COMPARE_CODEC_MATH=M: also in process with the codec's sums in math M (--codec-math, e.g. cudnn): rows
+  # "mstar-M".
+  if [ -n "${MSTAR_COMPARE_CODEC_MATH:-}" ]; then
+    timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
+      --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --codec-math "$MSTAR_COMPARE_CODEC_MATH" --warmup 1 \
+      --json "$compare_dir/inproc_codec_math.json" 2>&1 | tee "$d/inproc_codec_math.log"
+    inproc="$inproc, codec math $MSTAR_COMPARE_CODEC_MATH ${PIPESTATUS[0]}"
+  fi
   # MSTAR_COMPARE_HTTP_LANES: the server's lane modes to load (default all three).
   for lane in ${MSTAR_COMPARE_HTTP_LANES:-off on auto}; do
     start_server "$q" "$d/serve_$lane" --model "$ck" --lane "$lane" --max-live "$widest" --max-batch "$widest"
