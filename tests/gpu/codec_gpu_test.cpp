@@ -17,9 +17,9 @@
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
-#include "cudnn_conv.hpp"
 #include "codec_decoder.hpp"
 #include "codec_fixture.hpp"
+#include "cudnn_conv.hpp"
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
 #include "qwen3_tts/checkpoint/safetensors.hpp"
 

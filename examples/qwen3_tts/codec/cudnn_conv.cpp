@@ -64,7 +64,7 @@ struct library {
       return;
     }
 #define MSTAR_CUDNN_SYM(name)                                                                                          \
-  if ((name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name))) == nullptr && error.empty())                 \
+  if ((name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name))) == nullptr && error.empty())                  \
     error = std::string("cuDNN's library has no ") + #name + ": " + how_to_get;
     MSTAR_CUDNN_FNS(MSTAR_CUDNN_SYM)
 #undef MSTAR_CUDNN_SYM
@@ -94,8 +94,8 @@ struct cudnn_conv::impl {
 
   void check(cudnnStatus_t s, const char* call) const {
     if (s != CUDNN_STATUS_SUCCESS)
-      throw std::runtime_error(std::string("qwen3_tts cuDNN convolution: ") + call + " failed: " +
-                               l.cudnnGetErrorString(s));
+      throw std::runtime_error(std::string("qwen3_tts cuDNN convolution: ") + call +
+                               " failed: " + l.cudnnGetErrorString(s));
   }
   ~impl() {
     if (conv) l.cudnnDestroyConvolutionDescriptor(conv);
@@ -138,9 +138,9 @@ void cudnn_conv::forward(const float* x, int positions, int in, const float* w, 
           "cudnnSetTensor4dDescriptor (output)");
   p.check(p.l.cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, out, in, 1, taps),
           "cudnnSetFilter4dDescriptor");
-  p.check(p.l.cudnnSetConvolution2dDescriptor(p.conv, 0, 0, 1, 1, 1, dilation, CUDNN_CROSS_CORRELATION,
-                                              CUDNN_DATA_FLOAT),
-          "cudnnSetConvolution2dDescriptor");
+  p.check(
+      p.l.cudnnSetConvolution2dDescriptor(p.conv, 0, 0, 1, 1, 1, dilation, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+      "cudnnSetConvolution2dDescriptor");
   p.check(p.l.cudnnSetConvolutionMathType(p.conv, p.math), "cudnnSetConvolutionMathType");
   const auto key = std::tuple{positions, in, out, taps, dilation};
   auto it = p.algos.find(key);
