@@ -46,7 +46,7 @@ struct row_table;
 // cublas_tf32; needs cuDNN 9 at run time, and is refused with a message saying how to get it otherwise.
 enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_bf16, cudnn_tf32 };
 
-// The codec math a command line or speech_service_options names: cublas, tf32, bf16 or double.
+// The codec math a command line or speech_service_options names: cublas, tf32, bf16, cudnn or double.
 inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "cublas") return codec_cuda_math::cublas_f32;
   if (name == "tf32") return codec_cuda_math::cublas_tf32;
