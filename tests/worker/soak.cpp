@@ -142,7 +142,9 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
            " and the request metrics " + std::to_string(w.request_metrics().failed()) + " failed requests");
     if (!cancel && c.parked.load() == 0) fail("no row parked: the pools are too large to exercise parking");
     if (c.speculative_stages.load() == 0) fail("no decode step was staged from a prediction");
-    if (cancel && c.batch_waits.load() == 0)
+    // Over the small KV cache few rows are ready at once (most park on the KV cache), so whether the prefill node
+    // ever waits there depends on timing (a TSan run on 2 cores saw none): the large-KV runs carry the coverage.
+    if (cancel && BigKv && c.batch_waits.load() == 0)
       fail("the prefill node never waited for its min_batch: the run no longer covers rows waiting for a batch");
     if (!cancel && c.batch_waits.load() != 0) fail("a node waited for a batch in a run without min_batch");
     if (c.promoted.load() + c.stage_drops.load() != c.staged.load())
