@@ -46,8 +46,6 @@ constexpr float cublas_split_tolerance = 1e-5f;
 constexpr int max_window = 24; // the fixtures' sequences have 7 and 23 frames
 constexpr codec_cuda_math maths[] = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
 
-const char* math_name(codec_cuda_math m) { return m == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32"; }
-
 // The same bits under double sums; within cublas_split_tolerance under cuBLAS (the bits' agreement printed).
 bool agree(const std::vector<float>& a, const std::vector<float>& b, codec_cuda_math math, const char* what) {
   if (math == codec_cuda_math::double_sums) return same_bytes(a, b);
@@ -244,9 +242,7 @@ float state_error(const codec_state_layout& layout, const std::vector<float>& a,
 // A math on the tensor cores (TF32, bf16) against the reference's audio: ramps of both fixtures' sequences within
 // bound times the audio's largest magnitude (at least 1); the worst error printed for docs/benchmarks.md.
 void check_tensor_core_math(codec_cuda_math math, float bound) {
-  const char* name = math == codec_cuda_math::cublas_tf32   ? "cuBLAS TF32"
-                     : math == codec_cuda_math::cublas_bf16 ? "cuBLAS BF16"
-                                                            : "cuDNN TF32";
+  const char* name = codec_math_label(math);
   for (const std::string fixture : {"tiny06", "tiny17"}) {
     const auto parts = load_parts(fixture);
     codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
@@ -289,7 +285,7 @@ TEST_CASE("the CUDA codec streams every window ramp to the reference's whole-seq
                                                      {1, 2, 4, 8}, {3, 5}, {1, 1, 1, 7}, one_to_max};
         float worst_ref = 0, worst_host = 0;
         for (const auto& ramp : ramps) {
-          CAPTURE(math_name(math));
+          CAPTURE(codec_math_label(math));
           CAPTURE(fixture);
           CAPTURE(name);
           CAPTURE(ramp);
@@ -302,7 +298,7 @@ TEST_CASE("the CUDA codec streams every window ramp to the reference's whole-seq
           worst_host = std::max(worst_host, own);
         }
         std::printf("codec cuda (%s) %s/%s: max |cuda - reference| %.3g, max |cuda - host| %.3g over %zu ramps\n",
-                    math_name(math), fixture.c_str(), name.c_str(), double(worst_ref), double(worst_host),
+                    codec_math_label(math), fixture.c_str(), name.c_str(), double(worst_ref), double(worst_host),
                     ramps.size());
       }
     }
@@ -395,7 +391,7 @@ TEST_CASE("on the CUDA codec every window split of a request gives the same bits
     codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
     const auto whole = cuda_ramp(gpu, seq, std::vector<int>{seq.n});
     for (const auto& ramp : std::vector<std::vector<int>>{{1}, {1, 2, 4, 8}, {3, 5}, {4}, {5, 1}}) {
-      CAPTURE(math_name(math));
+      CAPTURE(codec_math_label(math));
       CAPTURE(ramp);
       CHECK(agree(cuda_ramp(gpu, seq, ramp), whole, math, "a window split against the whole sequence"));
     }
@@ -406,7 +402,7 @@ TEST_CASE("rows of one CUDA codec step with different widths each get the bits t
           doctest::skip(!mstar::test::has_gpu())) {
   for (const auto math : maths)
     for (const std::string fixture : {"tiny06", "tiny17"}) {
-      CAPTURE(math_name(math));
+      CAPTURE(codec_math_label(math));
       CAPTURE(fixture);
       const auto parts = load_parts(fixture);
       codec_cuda gpu(parts.config, parts.weights, {4, 8}, math);
@@ -464,7 +460,7 @@ TEST_CASE("the CUDA codec's state after each window is the host decoder's state 
       // more than its length.
       int done = 0;
       for (int w : {1, 3, 5, 1, 6, 7}) {
-        CAPTURE(math_name(math));
+        CAPTURE(codec_math_label(math));
         CAPTURE(fixture);
         CAPTURE(done);
         CAPTURE(w);
@@ -541,7 +537,7 @@ TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio an
       {1}, {3, 3}, {8, 8, 8}, {1, 2, 4, 8, 3}, {2, 2, 2, 2}, {5, 1, 7, 2, 8, 3, 6, 4}, {8}};
   for (const auto math : maths)
     for (const std::string fixture : {"tiny06", "tiny17"}) {
-      CAPTURE(math_name(math));
+      CAPTURE(codec_math_label(math));
       CAPTURE(fixture);
       const auto parts = load_parts(fixture);
       const auto seq = load_sequence(fixture, "long");
@@ -570,7 +566,7 @@ TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio an
         CHECK(gpu.graphs() == keys.size());
         std::printf("codec cuda (%s) %s: %d rows of widths up to %d (bucket %d): graph replays give the %s step's "
                     "bytes\n",
-                    math_name(math), fixture.c_str(), rows, width, gpu.bucket_of(rows),
+                    codec_math_label(math), fixture.c_str(), rows, width, gpu.bucket_of(rows),
                     launch_name(replayed_launch(math)));
       }
     }
@@ -586,7 +582,7 @@ TEST_CASE("one CUDA codec graph serves rows whose slots change between replays, 
                                                                   {{0, 1}, {3, 1}, {2, 2}}, {{1, 1}, {2, 1}, {0, 2}}};
   const std::vector<int> slots = {5, 1, 3, 0};
   for (const auto math : maths) {
-    CAPTURE(math_name(math));
+    CAPTURE(codec_math_label(math));
     const auto parts = load_parts("tiny06");
     const auto seq = load_sequence("tiny06", "long");
     codec_cuda gpu(parts.config, parts.weights, {4, 2}, math);

@@ -56,8 +56,6 @@ constexpr float tol = 5e-2f;
 constexpr double audio_tol = 1e-4;
 constexpr codec_cuda_math codec_maths[] = {codec_cuda_math::cublas_f32, codec_cuda_math::double_sums};
 
-const char* math_name(codec_cuda_math m) { return m == codec_cuda_math::double_sums ? "double sums" : "cuBLAS f32"; }
-
 struct fixture {
   std::string dir;
   talker_host talker;
@@ -227,13 +225,14 @@ TEST_CASE("through the CUDA pipeline every fixture prompt's audio is the referen
     auto gpu = cuda_talker(c, speech_talker_limits<host_speech>(o.max_batch));
     for (const codec_cuda_math math : codec_maths) {
       CAPTURE(name);
-      CAPTURE(math_name(math));
+      CAPTURE(codec_math_label(math));
       const auto run = run_speech_cuda<host_speech>(c.talker, *gpu, c.codec, requests, o, math);
       REQUIRE(run.results.size() == c.prompts.size());
       CHECK(count_ended(run, mstar::request_end::completed) == run.results.size());
       const double worst = check_completed_audio(c, run);
       std::printf("%s, codec %s: audio through the CUDA pipeline within %.3g of the reference decoder's for its "
-                  "codes (%zu prompts)\n", name, math_name(math), worst, run.results.size());
+                  "codes (%zu prompts)\n",
+                  name, codec_math_label(math), worst, run.results.size());
       check_pools_full(run);
     }
   }

@@ -59,6 +59,18 @@ inline codec_cuda_math codec_math_named(const std::string& name) {
                               "(double sums)");
 }
 
+// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuBLAS BF16", "cuDNN TF32".
+inline const char* codec_math_label(codec_cuda_math m) {
+  switch (m) {
+  case codec_cuda_math::double_sums: return "double sums";
+  case codec_cuda_math::cublas_f32: return "cuBLAS f32";
+  case codec_cuda_math::cublas_tf32: return "cuBLAS TF32";
+  case codec_cuda_math::cublas_bf16: return "cuBLAS BF16";
+  case codec_cuda_math::cudnn_tf32: return "cuDNN TF32";
+  }
+  return "?";
+}
+
 // How a step's launches reach the stream.
 //   eager     every launch enqueued for the step's own rows and frames.
 //   graph     the step padded to a bucket of rows (1, 2, 4, ... up to max_rows) and to bucket x width frames

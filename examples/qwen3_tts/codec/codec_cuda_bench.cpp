@@ -89,11 +89,7 @@ int main(int argc, char** argv) try {
   cases.push_back(0);
   for (const auto math : maths) {
     codec_cuda gpu(config, weights, {max_rows, max_window}, math);
-    const char* math_name = math == codec_cuda_math::double_sums   ? "double sums"
-                            : math == codec_cuda_math::cublas_f32  ? "cuBLAS f32"
-                            : math == codec_cuda_math::cublas_tf32 ? "cuBLAS TF32"
-                            : math == codec_cuda_math::cublas_bf16 ? "cuBLAS BF16"
-                                                                   : "cuDNN TF32";
+    const char* math_name = codec_math_label(math);
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,

@@ -89,8 +89,12 @@ struct cudnn_conv::impl {
   cudnnMathType_t math = CUDNN_FMA_MATH;
   void* workspace = nullptr;
   std::size_t bytes = 0;
-  // (positions, in, out, taps, dilation) -> the algorithm chosen for it.
-  std::map<std::tuple<int, int, int, int, int>, cudnnConvolutionFwdAlgo_t> algos;
+  // (positions, in, out, taps, dilation) -> the algorithm chosen for it and the workspace it needs, asked once.
+  struct choice {
+    cudnnConvolutionFwdAlgo_t algo;
+    std::size_t workspace;
+  };
+  std::map<std::tuple<int, int, int, int, int>, choice> chosen;
 
   void check(cudnnStatus_t s, const char* call) const {
     if (s != CUDNN_STATUS_SUCCESS)
@@ -143,35 +147,35 @@ void cudnn_conv::forward(const float* x, int positions, int in, const float* w, 
       "cudnnSetConvolution2dDescriptor");
   p.check(p.l.cudnnSetConvolutionMathType(p.conv, p.math), "cudnnSetConvolutionMathType");
   const auto key = std::tuple{positions, in, out, taps, dilation};
-  auto it = p.algos.find(key);
-  if (it == p.algos.end()) {
+  auto it = p.chosen.find(key);
+  if (it == p.chosen.end()) {
     // cuDNN's heuristics rank the algorithms without running any: the first that fits the workspace.
     constexpr int asked = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
     cudnnConvolutionFwdAlgoPerf_t perf[asked];
     int returned = 0;
     p.check(p.l.cudnnGetConvolutionForwardAlgorithm_v7(p.handle, p.x, p.w, p.conv, p.y, asked, &returned, perf),
             "cudnnGetConvolutionForwardAlgorithm_v7");
-    int chosen = -1;
-    for (int i = 0; i < returned && chosen < 0; ++i)
+    int pick = -1;
+    for (int i = 0; i < returned && pick < 0; ++i)
       if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= p.bytes &&
           (p.math == CUDNN_TENSOR_OP_MATH || perf[i].mathType != CUDNN_TENSOR_OP_MATH))
-        chosen = i;
-    if (chosen < 0)
+        pick = i;
+    if (pick < 0)
       throw std::runtime_error("qwen3_tts cuDNN convolution: no algorithm for " + std::to_string(positions) +
                                " positions of " + std::to_string(in) + " -> " + std::to_string(out) + " channels, " +
                                std::to_string(taps) + " taps, dilation " + std::to_string(dilation) + " fits " +
                                std::to_string(p.bytes >> 20) + " MiB of workspace");
-    it = p.algos.emplace(key, perf[chosen].algo).first;
+    std::size_t need = 0;
+    p.check(p.l.cudnnGetConvolutionForwardWorkspaceSize(p.handle, p.x, p.w, p.conv, p.y, perf[pick].algo, &need),
+            "cudnnGetConvolutionForwardWorkspaceSize");
+    if (need > p.bytes)
+      throw std::logic_error("qwen3_tts cuDNN convolution: its algorithm needs " + std::to_string(need) +
+                             " bytes of workspace, " + std::to_string(p.bytes) + " were given");
+    it = p.chosen.emplace(key, impl::choice{perf[pick].algo, need}).first;
   }
-  std::size_t need = 0;
-  p.check(p.l.cudnnGetConvolutionForwardWorkspaceSize(p.handle, p.x, p.w, p.conv, p.y, it->second, &need),
-          "cudnnGetConvolutionForwardWorkspaceSize");
-  if (need > p.bytes)
-    throw std::logic_error("qwen3_tts cuDNN convolution: its algorithm needs " + std::to_string(need) +
-                           " bytes of workspace, " + std::to_string(p.bytes) + " were given");
   const float one = 1.0f, zero = 0.0f;
-  p.check(p.l.cudnnConvolutionForward(p.handle, &one, p.x, x, p.w, w, p.conv, it->second, p.workspace, p.bytes, &zero,
-                                      p.y, y),
+  p.check(p.l.cudnnConvolutionForward(p.handle, &one, p.x, x, p.w, w, p.conv, it->second.algo, p.workspace,
+                                      it->second.workspace, &zero, p.y, y),
           "cudnnConvolutionForward");
 }
 

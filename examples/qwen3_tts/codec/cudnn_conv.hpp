@@ -4,8 +4,8 @@
 // buffer gives every row's outputs, with the other rows' contexts between them (codec_cuda's epilogue
 // gathers them).
 //
-// cuDNN 9 is loaded at run time (dlopen of libcudnn.so.9: the loader's path, then the folder the build
-// found it in, then $MSTAR_CUDNN_LIB), so nothing links against it and a build or a machine without it
+// cuDNN 9 is loaded at run time (dlopen of libcudnn.so.9: $MSTAR_CUDNN_LIB first, then the loader's path,
+// then the folder the build found it in), so nothing links against it and a build or a machine without it
 // refuses only this path, with a message saying how to get it. The build needs cudnn.h (the CUDA toolkit's
 // or the nvidia-cudnn-cu13 wheel's); without it the constructor throws the same way.
 #pragma once
