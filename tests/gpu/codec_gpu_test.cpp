@@ -19,6 +19,7 @@
 #include "codec_cuda.hpp"
 #include "codec_decoder.hpp"
 #include "codec_fixture.hpp"
+#include "codec_random.hpp"
 #include "cudnn_conv.hpp"
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
 #include "qwen3_tts/checkpoint/safetensors.hpp"
@@ -373,6 +374,55 @@ TEST_CASE("a CUDA codec confined to some of the SMs gives the bytes of one on th
   CHECK(same_bytes(cuda_ramp(part, seq, ramp), cuda_ramp(whole, seq, ramp)));
   CHECK_THROWS_WITH_AS(codec_cuda(parts.config, parts.weights, {1, max_window, sms + 1}, codec_cuda_math::double_sums),
                        doctest::Contains("the device has"), std::invalid_argument);
+}
+
+TEST_CASE("a CUDA codec confined to some of the SMs runs its library kernels at the released size" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // cuBLAS and cuDNN pick their kernels by the GEMM's size, and at the released size (unlike the tiny fixtures)
+  // some of them are persistent kernels sized by the SM count: in a green context they must be sized by the
+  // partition's. Eight rows of four frames, eager and as a graph, against the same math on the whole GPU.
+  const codec_config config = released_codec_config();
+  const codec_weights weights = load_codec_weights(config, random_codec_tensor);
+  const std::size_t spf = std::size_t(config.samples_per_frame()), state_floats = make_codec_state_layout(config).total;
+  constexpr int rows = 8, width = 4;
+  std::vector<std::int32_t> codes(std::size_t(width) * config.num_quantizers);
+  for (std::size_t i = 0; i < codes.size(); ++i)
+    codes[i] = std::int32_t((i * 2654435761u) % std::uint32_t(config.codebook_size));
+  int sms = 0;
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  auto decode = [&](codec_cuda& gpu, codec_cuda_launch launch) {
+    float *states = nullptr, *audio = nullptr;
+    REQUIRE(cudaMalloc(&states, rows * state_floats * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&audio, rows * width * spf * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemset(states, 0, rows * state_floats * sizeof(float)) == cudaSuccess);
+    std::vector<codec_cuda::row> step;
+    for (int r = 0; r < rows; ++r)
+      step.push_back({states + r * state_floats, std::span(codes), audio + r * width * spf});
+    gpu.decode_step(step, launch);
+    gpu.decode_step(step, launch); // the second window: the state the first left
+    gpu.synchronize();
+    std::vector<float> host(rows * width * spf);
+    REQUIRE(cudaMemcpy(host.data(), audio, host.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    cudaFree(states);
+    cudaFree(audio);
+    return host;
+  };
+  std::vector<codec_cuda_math> maths = {codec_cuda_math::cublas_tf32};
+  if (cudnn_conv::available()) maths.push_back(codec_cuda_math::cudnn_tf32);
+  for (const auto math : maths) {
+    CAPTURE(codec_math_label(math));
+    codec_cuda whole(config, weights, {rows, width}, math);
+    codec_cuda part(config, weights, {rows, width, std::min(32, sms / 2)}, math);
+    REQUIRE(part.sm_count() < sms);
+    const auto expected = decode(whole, codec_cuda_launch::eager);
+    float scale = 1e-3f;
+    for (float v : expected)
+      scale = std::max(scale, std::fabs(v));
+    for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+      CAPTURE(launch_name(launch));
+      CHECK(max_abs_error(decode(part, launch), expected) <= 1e-2f * scale);
+    }
+  }
 }
 
 TEST_CASE("a CUDA codec refuses a negative SM count before touching the device") {

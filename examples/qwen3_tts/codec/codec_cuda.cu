@@ -424,6 +424,10 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
     CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));
+    // In a green context cuBLAS must size its grids for the partition's SMs, not the device's: left to the
+    // device's count, its persistent kernels ask for more co-resident blocks than the partition holds and fail to
+    // launch (seen at the released size from 8 rows on 32 of an H100's SMs).
+    if (st.partition) CODEC_CHECK(cublasSetSmCountTarget(st.blas, st.partition->sms()));
     // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two; a
     // convolution through cuDNN also writes the outputs between rows.
     st.col_floats = math == codec_cuda_math::cudnn_tf32 ? 0 : need.col;
