@@ -418,7 +418,6 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   scratch_bytes_ = (2 * need.act + need.ext + need.tmp) * sizeof(float);
   if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
-    // cublas_bf16 asks for its precision per call (cublasGemmEx's compute type), not through the handle.
     const bool tf32 = math == codec_cuda_math::cublas_tf32 || math == codec_cuda_math::cudnn_tf32;
     CODEC_CHECK(cublasSetMathMode(st.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
@@ -630,13 +629,8 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     float* out = plain ? y : w.product;
     if (!plain) need(std::size_t(m) * n_out, w.product_floats, "product");
     const float one = 1.0f, beta = plain && ep.accumulate ? 1.0f : 0.0f;
-    if (math_ == codec_cuda_math::cublas_bf16)
-      CODEC_CHECK(cublasGemmEx(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt, CUDA_R_32F, kdim, x,
-                               CUDA_R_32F, kdim, &beta, out, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F_FAST_16BF,
-                               CUBLAS_GEMM_DEFAULT));
-    else
-      CODEC_CHECK(
-          cublasSgemm(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt, kdim, x, kdim, &beta, out, n_out));
+    CODEC_CHECK(
+        cublasSgemm(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt, kdim, x, kdim, &beta, out, n_out));
     if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
   };
 

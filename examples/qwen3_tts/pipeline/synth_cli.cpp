@@ -149,7 +149,7 @@ int synth_main(int argc, char** argv) {
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
     if (std::find(codec_math_names.begin(), codec_math_names.end(), codec_math) == codec_math_names.end())
-      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32, bf16, cudnn or double");
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32, cudnn or double");
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);

@@ -22,8 +22,8 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
                "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
                "launch them eagerly (--codec-eager)");
   app.add_option("--codec-math", so.codec_math,
-                 "on CUDA, the codec's sums: tf32, bf16 (GEMM inputs rounded to bf16), cudnn (the convolutions through "
-                 "cuDNN in TF32), cublas (float32) or double")
+                 "on CUDA, the codec's sums: tf32, cudnn (the convolutions through cuDNN in TF32), cublas (float32) or "
+                 "double")
       ->check(CLI::IsMember(pipeline::codec_math_names))
       ->capture_default_str();
   app.add_flag("--talker-graphs-at-start,!--talker-graphs-lazy", so.talker_graphs_at_start,
