@@ -408,6 +408,11 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   const std::size_t frames = std::size_t(limits.max_rows) * limits.max_window;
   const int table_rows = limits.max_rows + 1; // a padded step's filler row besides its bucket
   const scratch_sizes need = measure(c, st, frames, std::size_t(table_rows));
+  // The element-wise kernels index a step's activations with 32-bit integers.
+  if (std::max({need.act, need.ext, need.tmp, need.col, need.conv}) >= (std::size_t(1) << 32))
+    throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(limits.max_rows) +
+                                " x max_window " + std::to_string(limits.max_window) +
+                                " frames need an activation of 2^32 floats or more; lower max_rows or max_window");
   st.act[0] = st.alloc<float>(need.act);
   st.act[1] = st.alloc<float>(need.act);
   st.ext = st.alloc<float>(need.ext);
@@ -636,12 +641,16 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
 
   // A causal convolution of x (len positions a row at `level`) into y, its left context from and back to
   // the state.
-  auto causal_conv = [&](const dev_conv& cv, const float* x, int level, float* y, const k::epilogue& ep) {
+  // With `snake`, SnakeBeta first, on the way into the extended input (which only a convolution with a context
+  // has: the caller checks).
+  auto causal_conv = [&](const dev_conv& cv, const float* x, int level, float* y, const k::epilogue& ep,
+                         const dev_snake* snake = nullptr) {
     const float* input = x;
     const std::size_t extended = std::size_t(T) * level + std::size_t(R) * cv.context;
     if (cv.context > 0) {
       need(extended * cv.in, w.ext_floats, "extended input");
-      k::extend(rt, x, level, cv.in, cv.context, cv.state, w.ext, s);
+      k::extend(rt, x, level, cv.in, cv.context, cv.state, w.ext, s, snake ? snake->exp_alpha : nullptr,
+                snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
     if (w.convs && cv.taps > 1) {
@@ -660,12 +669,14 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   };
   // A transposed convolution of x (at `level`) into y (at level * stride): every extended input position
   // times every tap, then the overlap-add.
-  auto trans_conv = [&](const dev_trans_conv& tc, const float* x, int level, float* y) {
+  auto trans_conv = [&](const dev_trans_conv& tc, const float* x, int level, float* y,
+                        const dev_snake* snake = nullptr) {
     const float* input = x;
     const std::size_t positions = std::size_t(T) * level + std::size_t(R) * tc.context;
     if (tc.context > 0) {
       need(positions * tc.in, w.ext_floats, "extended input");
-      k::extend(rt, x, level, tc.in, tc.context, tc.state, w.ext, s);
+      k::extend(rt, x, level, tc.in, tc.context, tc.state, w.ext, s, snake ? snake->exp_alpha : nullptr,
+                snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
     float* z = tmp(positions * tc.kernel * tc.out);
@@ -743,23 +754,37 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   act(std::size_t(T) * level * w.decoder_in.out);
   causal_conv(w.decoder_in, cur, level, other, {.bias = w.decoder_in.bias});
   std::swap(cur, other);
+  // A SnakeBeta before a (transposed) convolution with a left context runs inside its extend (one pass over
+  // the activation fewer); before one without, on its own.
   for (const auto& b : w.blocks) {
-    k::snake_beta(cur, b.snake.exp_alpha, b.snake.inv_exp_beta, std::size_t(T) * level, b.up.in, other, s);
-    trans_conv(b.up, other, level, cur);
+    if (b.up.context > 0) {
+      trans_conv(b.up, cur, level, cur, &b.snake); // cur is read into the extended input before it is written
+    } else {
+      k::snake_beta(cur, b.snake.exp_alpha, b.snake.inv_exp_beta, std::size_t(T) * level, b.up.in, other, s);
+      trans_conv(b.up, other, level, cur);
+    }
     level *= b.up.stride;
     const std::size_t positions = std::size_t(T) * level;
     for (const auto& u : b.units) {
-      k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
       float* c1 = tmp(positions * u.conv1.out);
-      causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
+      if (u.conv1.context > 0) {
+        causal_conv(u.conv1, cur, level, c1, {.bias = u.conv1.bias}, &u.act1);
+      } else {
+        k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
+        causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
+      }
       k::snake_beta(c1, u.act2.exp_alpha, u.act2.inv_exp_beta, positions, u.conv2.in, other, s);
       causal_conv(u.conv2, other, level, cur, {.bias = u.conv2.bias, .accumulate = true});
     }
   }
   const std::size_t positions = std::size_t(T) * level;
-  k::snake_beta(cur, w.final_snake.exp_alpha, w.final_snake.inv_exp_beta, positions, w.decoder_out.in, other, s);
   float* y = tmp(positions * w.decoder_out.out);
-  causal_conv(w.decoder_out, other, level, y, {.bias = w.decoder_out.bias});
+  if (w.decoder_out.context > 0) {
+    causal_conv(w.decoder_out, cur, level, y, {.bias = w.decoder_out.bias}, &w.final_snake);
+  } else {
+    k::snake_beta(cur, w.final_snake.exp_alpha, w.final_snake.inv_exp_beta, positions, w.decoder_out.in, other, s);
+    causal_conv(w.decoder_out, other, level, y, {.bias = w.decoder_out.bias});
+  }
   k::finish_step(rt, y, level, audio, s);
 }
 

@@ -90,30 +90,26 @@ __global__ void __launch_bounds__(256) gemm_kernel(row_table rt, gemm_input a, c
   }
 }
 
+// The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer under 2^32
+// floats): their divisions cost a fraction of 64-bit ones.
 __global__ void im2col_kernel(row_table rt, gemm_input a, float* col, int m_rows) {
-  const int kt = a.taps * a.channels;
-  const std::size_t total = std::size_t(m_rows) * kt;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const long long m = (long long)(i / kt);
-    const int kk = int(i % kt), tap = kk / a.channels, ch = kk - tap * a.channels;
-    const long long row = a.context == 0 ? m : m + (long long)rt.frame_row[m / a.level] * a.context;
-    col[i] = a.data[(row + (long long)tap * a.dilation) * a.channels + ch];
+  const unsigned kt = unsigned(a.taps * a.channels), channels = unsigned(a.channels);
+  const unsigned total = unsigned(m_rows) * kt;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned m = i / kt, kk = i - m * kt, tap = kk / channels, ch = kk - tap * channels;
+    const unsigned row = a.context == 0 ? m : m + unsigned(rt.frame_row[m / unsigned(a.level)]) * unsigned(a.context);
+    col[i] = a.data[std::size_t(row + tap * unsigned(a.dilation)) * channels + ch];
   }
 }
 
 // gathered (rows given): position m's outputs are at m + row(m) * context in g.
 template <bool gathered>
-__global__ void epilogue_kernel(const float* g, epilogue ep, float* y, int n_out, std::size_t total,
-                                const std::int32_t* frame_row, int context, int level) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const int n = int(i % n_out);
-    std::size_t from = i;
-    if constexpr (gathered) {
-      const std::size_t m = i / n_out;
-      from += std::size_t(frame_row[m / level]) * context * n_out;
-    }
+__global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned n_out, unsigned total,
+                                const std::int32_t* frame_row, unsigned context, unsigned level) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned m = i / n_out, n = i - m * n_out;
+    unsigned from = i;
+    if constexpr (gathered) from += unsigned(frame_row[m / level]) * context * n_out;
     float v = g[from];
     if (ep.bias) v += ep.bias[n];
     if (ep.scale) v *= ep.scale[n];
@@ -122,17 +118,34 @@ __global__ void epilogue_kernel(const float* g, epilogue ep, float* y, int n_out
 }
 
 // ------------------------------------------------------------------------------------ state contexts
+__device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
+  const float v = sinf(x * exp_alpha);
+  return x + inv_exp_beta * (v * v);
+}
+
+// One row's extended buffer a blockIdx.y; with ea (snake), the window's values through SnakeBeta on the way
+// (the context, carried from an earlier extended buffer, went through it then). A row holds at most
+// max_rows x max_window x samples_per_frame x channels floats (check_limits keeps that under 2^32), so the
+// index within a row is 32-bit.
+template <bool snaked>
 __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, int context, std::size_t off,
-                              float* ext) {
+                              float* ext, const float* ea, const float* ib) {
   const int r = blockIdx.y;
-  const std::size_t n = std::size_t(row_width(rt, r)) * level, ctx = std::size_t(context) * ch;
-  const std::size_t len = n * ch + ctx;
+  const unsigned n = unsigned(row_width(rt, r)) * unsigned(level), ctx = unsigned(context) * unsigned(ch);
+  const unsigned len = n * unsigned(ch) + ctx;
   const float* c = rt.state[r] + off;
   const float* xr = x + std::size_t(rt.start[r]) * level * ch;
   float* er = ext + (std::size_t(rt.start[r]) * level + std::size_t(r) * context) * ch;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < len;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    er[i] = i < ctx ? c[i] : xr[i - ctx];
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len; i += gridDim.x * blockDim.x) {
+    if (i < ctx) {
+      er[i] = c[i];
+    } else if constexpr (snaked) {
+      const unsigned k = i % unsigned(ch);
+      er[i] = snake(xr[i - ctx], ea[k], ib[k]);
+    } else {
+      er[i] = xr[i - ctx];
+    }
+  }
 }
 
 __global__ void carry_kernel(row_table rt, const float* ext, int level, int ch, int context, std::size_t off) {
@@ -188,12 +201,11 @@ __global__ void overlap_add_kernel(row_table rt, const float* z, int level, int 
 }
 
 // ------------------------------------------------------------------------------------ elementwise
-__global__ void snake_kernel(const float* x, const float* ea, const float* ib, std::size_t count, int ch, float* y) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % ch);
-    const float v = sinf(x[i] * ea[c]);
-    y[i] = x[i] + ib[c] * (v * v);
+// count < 2^32 (check_limits): 32-bit indices, whose division is far cheaper than 64-bit's.
+__global__ void snake_kernel(const float* x, const float* ea, const float* ib, unsigned count, unsigned ch, float* y) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    const unsigned c = i % ch;
+    y[i] = snake(x[i], ea[c], ib[c]);
   }
 }
 
@@ -397,10 +409,11 @@ void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int
                     const row_table* rows, int context, int level) {
   const std::size_t total = std::size_t(m_rows) * n_out;
   if (rows != nullptr && context > 0)
-    epilogue_kernel<true>
-        <<<blocks_for(total), threads, 0, s>>>(g, ep, y, n_out, total, rows->frame_row, context, level);
+    epilogue_kernel<true><<<blocks_for(total), threads, 0, s>>>(g, ep, y, unsigned(n_out), unsigned(total),
+                                                                rows->frame_row, unsigned(context), unsigned(level));
   else
-    epilogue_kernel<false><<<blocks_for(total), threads, 0, s>>>(g, ep, y, n_out, total, nullptr, 0, 1);
+    epilogue_kernel<false>
+        <<<blocks_for(total), threads, 0, s>>>(g, ep, y, unsigned(n_out), unsigned(total), nullptr, 0, 1);
   check_launch("epilogue");
 }
 
@@ -412,10 +425,15 @@ void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, in
 }
 
 void extend(const row_table& rows, const float* x, int level, int channels, int context, std::size_t state_offset,
-            float* ext, cudaStream_t s) {
+            float* ext, cudaStream_t s, const float* exp_alpha, const float* inv_exp_beta) {
   const std::size_t longest = (std::size_t(rows.max_width) * level + context) * channels;
-  extend_kernel<<<dim3(blocks_for(longest, 1024), unsigned(rows.rows)), threads, 0, s>>>(rows, x, level, channels,
-                                                                                         context, state_offset, ext);
+  const dim3 grid(blocks_for(longest, 1024), unsigned(rows.rows));
+  if (exp_alpha)
+    extend_kernel<true><<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, exp_alpha,
+                                                 inv_exp_beta);
+  else
+    extend_kernel<false>
+        <<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, nullptr, nullptr);
   check_launch("extend");
 }
 
@@ -442,8 +460,8 @@ void overlap_add(const row_table& rows, const float* z, int level, int out, int 
 
 void snake_beta(const float* x, const float* exp_alpha, const float* inv_exp_beta, std::size_t count, int channels,
                 float* y, cudaStream_t s) {
-  snake_kernel<<<blocks_for(count * channels), threads, 0, s>>>(x, exp_alpha, inv_exp_beta, count * channels, channels,
-                                                                y);
+  snake_kernel<<<blocks_for(count * channels), threads, 0, s>>>(x, exp_alpha, inv_exp_beta, unsigned(count * channels),
+                                                                unsigned(channels), y);
   check_launch("snake_beta");
 }
 

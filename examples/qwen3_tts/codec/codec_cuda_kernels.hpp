@@ -64,8 +64,10 @@ void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, in
               int frames, cudaStream_t s);
 
 // ext = [the row's context from its state at state_offset | x's row], per row (see the header's layout).
+// With exp_alpha and inv_exp_beta, x's row goes through SnakeBeta (snake_beta below) on the way: the context
+// is the earlier window's, already through it.
 void extend(const row_table& rows, const float* x, int level, int channels, int context, std::size_t state_offset,
-            float* ext, cudaStream_t s);
+            float* ext, cudaStream_t s, const float* exp_alpha = nullptr, const float* inv_exp_beta = nullptr);
 // The row's next context: the last `context` positions of its extended buffer, back into its state.
 void carry(const row_table& rows, const float* ext, int level, int channels, int context, std::size_t state_offset,
            cudaStream_t s);
