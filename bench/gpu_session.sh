@@ -16,7 +16,7 @@
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
-#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32, cuDNN TF32), and the
+#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32), and the
 #              Talker's decode step alone against beside the codec (qwen3tts_beside_bench); same build directory
 #              as the talker stage; about 3 minutes
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
@@ -35,7 +35,7 @@
 #              (qwen3tts_talker_bench --prefill-tokens, --sample, --pdl; MSTAR_PREFILL_SIZES, _ROWS, _TOKENS, _PDL;
 #              about 2 minutes)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
-#              at both Talker stream priorities; float32, TF32 and cuDNN codec), `qwen3tts loadgen --trace` at c = 1, 16
+#              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
 #              server at c = 64 through loadgen-http (about 5 minutes, building included)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
@@ -202,7 +202,7 @@ stage_codec() {
     2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]} math
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
-    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,cudnn,double/' | tr ',' ' '); do
+    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,double/' | tr ',' ' '); do
       timeout 240 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
         ${MSTAR_CODEC_SMS:+--codec-sms "$MSTAR_CODEC_SMS"} $([ "$math" != default ] && echo --codec-math "$math") 2>&1 |
         tee "$d/beside_$math.log"
@@ -325,7 +325,7 @@ stage_compare() {
       --json "$compare_dir/inproc_codec_sms.json" 2>&1 | tee "$d/inproc_codec_sms.log"
     inproc="$inproc, codec on $MSTAR_COMPARE_CODEC_SMS SMs ${PIPESTATUS[0]}"
   fi
-  # MSTAR_COMPARE_CODEC_MATH=M: also in process with the codec's sums in math M (--codec-math, e.g. cudnn): rows
+  # MSTAR_COMPARE_CODEC_MATH=M: also in process with the codec's sums in math M (--codec-math, e.g. cublas): rows
   # "mstar-M".
   if [ -n "${MSTAR_COMPARE_CODEC_MATH:-}" ]; then
     timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
@@ -477,7 +477,7 @@ stage_diagnose() {
   mkdir -p "$d"
   find_qwen3tts diagnose "$d" || return
   [ "${MSTAR_DIAGNOSE_BESIDE:-1}" = 1 ] && build_gpu diagnose "$d" examples/qwen3_tts/pipeline/qwen3tts_beside_bench &&
-  for math in cublas tf32 cudnn; do
+  for math in cublas tf32; do
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
       tee "$d/beside_$math.log"
     summarize "beside $math: " "$d/beside_$math.log"

@@ -3,7 +3,6 @@
 // padded step's CUDA graphs.
 #include "codec_cuda.hpp"
 #include "codec_cuda_kernels.hpp"
-#include "cudnn_conv.hpp"
 #include "sm_partition.hpp"
 
 #include <cublas_v2.h>
@@ -33,7 +32,6 @@ void check(cublasStatus_t e, const char* what) {
 #define CODEC_CHECK(call) check((call), #call)
 
 constexpr std::size_t cublas_workspace_bytes = std::size_t(32) << 20;
-constexpr std::size_t cudnn_workspace_bytes = std::size_t(64) << 20;
 
 // Device weights, float32, laid out for the kernels.
 struct dev_linear {
@@ -120,7 +118,6 @@ struct codec_cuda::state {
     for (auto& [key, g] : graphs)
       cudaGraphExecDestroy(g);
     if (uploaded) cudaEventDestroy(uploaded);
-    convs.reset(); // its handle is bound to the stream
     if (blas) cublasDestroy(blas);
     if (pinned) cudaFreeHost(pinned);
     for (void* p : owned)
@@ -155,9 +152,6 @@ struct codec_cuda::state {
   cublasHandle_t blas = nullptr;
   float *col = nullptr, *product = nullptr;
   std::size_t col_floats = 0, product_floats = 0;
-  // cudnn_tf32 only: the convolutions of more than one tap, into `product` (every row's outputs with the
-  // other rows' contexts between them), then the epilogue gathers each row's.
-  std::unique_ptr<cudnn_conv> convs;
 
   unsigned char* table = nullptr; // device
   unsigned char* pinned = nullptr;
@@ -224,22 +218,16 @@ using dev = codec_cuda::state;
 // with sizes only (forward's need() checks every use against these).
 struct scratch_sizes {
   std::size_t act = 0, ext = 0, tmp = 0, col = 0; // col: the widest im2col of a convolution (cuBLAS)
-  std::size_t conv = 0;                           // the widest output of a convolution over a whole extended input
-  std::size_t rows = 0;
   void act_at_least(std::size_t n) { act = std::max(act, n); }
   void ext_at_least(std::size_t n) { ext = std::max(ext, n); }
   void tmp_at_least(std::size_t n) { tmp = std::max(tmp, n); }
   void conv_at(const dev_conv& c, std::size_t positions) {
-    if (c.taps > 1 || c.context > 0) {
-      col = std::max(col, positions * c.taps * c.in);
-      conv = std::max(conv, (positions + rows * c.context) * c.out);
-    }
+    if (c.taps > 1 || c.context > 0) col = std::max(col, positions * c.taps * c.in);
   }
 };
 
 scratch_sizes measure(const codec_config& c, const dev& w, std::size_t frames, std::size_t rows) {
   scratch_sizes s;
-  s.rows = rows;
   const std::size_t T = frames, R = rows;
   const std::size_t qw = std::size_t(c.num_attention_heads) * c.head_dim,
                     kvw = std::size_t(c.num_key_value_heads) * c.head_dim;
@@ -409,7 +397,7 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   const int table_rows = limits.max_rows + 1; // a padded step's filler row besides its bucket
   const scratch_sizes need = measure(c, st, frames, std::size_t(table_rows));
   // The element-wise kernels index a step's activations with 32-bit integers.
-  if (std::max({need.act, need.ext, need.tmp, need.col, need.conv}) >= (std::size_t(1) << 32))
+  if (std::max({need.act, need.ext, need.tmp, need.col}) >= (std::size_t(1) << 32))
     throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(limits.max_rows) +
                                 " x max_window " + std::to_string(limits.max_window) +
                                 " frames need an activation of 2^32 floats or more; lower max_rows or max_window");
@@ -423,7 +411,7 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   scratch_bytes_ = (2 * need.act + need.ext + need.tmp) * sizeof(float);
   if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
-    const bool tf32 = math == codec_cuda_math::cublas_tf32 || math == codec_cuda_math::cudnn_tf32;
+    const bool tf32 = math == codec_cuda_math::cublas_tf32;
     CODEC_CHECK(cublasSetMathMode(st.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
@@ -432,18 +420,12 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     // device's count, its persistent kernels ask for more co-resident blocks than the partition holds and fail to
     // launch (seen at the released size from 8 rows on 32 of an H100's SMs).
     if (st.partition) CODEC_CHECK(cublasSetSmCountTarget(st.blas, st.partition->sms()));
-    // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two; a
-    // convolution through cuDNN also writes the outputs between rows.
-    st.col_floats = math == codec_cuda_math::cudnn_tf32 ? 0 : need.col;
-    st.product_floats = std::max({need.act, need.tmp, math == codec_cuda_math::cudnn_tf32 ? need.conv : 0});
+    // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two.
+    st.col_floats = need.col;
+    st.product_floats = std::max(need.act, need.tmp);
     st.col = st.alloc<float>(st.col_floats);
     st.product = st.alloc<float>(st.product_floats);
     scratch_bytes_ += (st.col_floats + st.product_floats) * sizeof(float) + cublas_workspace_bytes;
-    if (math == codec_cuda_math::cudnn_tf32) {
-      void* conv_workspace = st.alloc<unsigned char>(cudnn_workspace_bytes);
-      st.convs = std::make_unique<cudnn_conv>(stream_, true, conv_workspace, cudnn_workspace_bytes);
-      scratch_bytes_ += cudnn_workspace_bytes;
-    }
   }
 
   st.tables = table_layout(table_rows, int(frames), c.num_quantizers);
@@ -653,14 +635,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
                 snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
-    if (w.convs && cv.taps > 1) {
-      // The whole extended input at once: row r's outputs start where its extended input does, r contexts
-      // after its compact positions.
-      need((extended - cv.context) * cv.out, w.product_floats, "convolution product");
-      w.convs->forward(input, int(extended), cv.in, cv.w, cv.out, cv.taps, cv.dilation, w.product);
-      k::apply_epilogue(w.product, ep, y, cv.out, T * level, s, &rt, cv.context, level);
-    } else
-      matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, T * level);
+    matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, T * level);
     if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {

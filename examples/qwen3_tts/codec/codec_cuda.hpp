@@ -39,30 +39,24 @@ struct row_table;
 // written out (im2col), faster; cuBLAS may pick another algorithm for another row count, so a row's bits
 // may then depend on its step's other rows (within float32 rounding). cublas_tf32: the same GEMMs on the
 // tensor cores in TF32 (inputs rounded to 10 mantissa bits, float32 sums), for speed at bf16-level precision.
-// cudnn_tf32: the convolutions of more than one
-// tap through cuDNN's implicit-GEMM kernels in TF32 (cudnn_conv.hpp: no im2col written out), the rest as
-// cublas_tf32; needs cuDNN 9 at run time, and is refused with a message saying how to get it otherwise.
-enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cudnn_tf32 };
+enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32 };
 
-// The codec math a command line or speech_service_options names: cublas, tf32, cudnn or double.
+// The codec math a command line or speech_service_options names: cublas, tf32 or double.
 inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "cublas") return codec_cuda_math::cublas_f32;
   if (name == "tf32") return codec_cuda_math::cublas_tf32;
-  if (name == "cudnn") return codec_cuda_math::cudnn_tf32;
   if (name == "double") return codec_cuda_math::double_sums;
   throw std::invalid_argument("codec math \"" + name +
-                              "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32), "
-                              "cudnn (cuDNN's convolutions in TF32) or double "
-                              "(double sums)");
+                              "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32) "
+                              "or double (double sums)");
 }
 
-// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuDNN TF32".
+// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32".
 inline const char* codec_math_label(codec_cuda_math m) {
   switch (m) {
   case codec_cuda_math::double_sums: return "double sums";
   case codec_cuda_math::cublas_f32: return "cuBLAS f32";
   case codec_cuda_math::cublas_tf32: return "cuBLAS TF32";
-  case codec_cuda_math::cudnn_tf32: return "cuDNN TF32";
   }
   return "?";
 }

@@ -2,15 +2,15 @@
 // window 72, latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2: 1920 samples a frame) with random
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
-// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32 and TF32,
-// cuDNN's convolutions in TF32), the step's GPU time launched eagerly and replayed from its CUDA graph
-// (codec_cuda_launch: padded to the rows bucket and to bucket x widest-window frames) side by side in the same run, the
-// GPU time per second of audio of each, and the host time of the graph's first step (that step eagerly, then the
-// capture and instantiation). Rows 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8
+// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32 and TF32),
+// the step's GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to the rows
+// bucket and to bucket x widest-window frames) side by side in the same run, the GPU time per second of audio
+// of each, and the host time of the graph's first step (that step eagerly, then the capture and
+// instantiation). Rows 5 and 40 fill 5/8 of their bucket, and mixed widths fill about half of bucket x 8
 // frames: there the graph's replay also computes the padding.
 //
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
-//                        [--math all|double,cublas,tf32,cudnn]
+//                        [--math all|double,cublas,tf32]
 //
 // --math: the maths to time, a comma list of codec_math_named's names (default all five).
 #include "codec_cuda.hpp"
@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
   int iters = 5;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
-                                        codec_cuda_math::cublas_tf32, codec_cuda_math::cudnn_tf32};
+                                        codec_cuda_math::cublas_tf32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");

@@ -102,15 +102,10 @@ __global__ void im2col_kernel(row_table rt, gemm_input a, float* col, int m_rows
   }
 }
 
-// gathered (rows given): position m's outputs are at m + row(m) * context in g.
-template <bool gathered>
-__global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned n_out, unsigned total,
-                                const std::int32_t* frame_row, unsigned context, unsigned level) {
+__global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned n_out, unsigned total) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const unsigned m = i / n_out, n = i - m * n_out;
-    unsigned from = i;
-    if constexpr (gathered) from += unsigned(frame_row[m / level]) * context * n_out;
-    float v = g[from];
+    const unsigned n = i % n_out;
+    float v = g[i];
     if (ep.bias) v += ep.bias[n];
     if (ep.scale) v *= ep.scale[n];
     y[i] = ep.accumulate ? y[i] + v : v;
@@ -405,15 +400,9 @@ void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, 
   check_launch("im2col");
 }
 
-void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s,
-                    const row_table* rows, int context, int level) {
+void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s) {
   const std::size_t total = std::size_t(m_rows) * n_out;
-  if (rows != nullptr && context > 0)
-    epilogue_kernel<true><<<blocks_for(total), threads, 0, s>>>(g, ep, y, unsigned(n_out), unsigned(total),
-                                                                rows->frame_row, unsigned(context), unsigned(level));
-  else
-    epilogue_kernel<false>
-        <<<blocks_for(total), threads, 0, s>>>(g, ep, y, unsigned(n_out), unsigned(total), nullptr, 0, 1);
+  epilogue_kernel<<<blocks_for(total), threads, 0, s>>>(g, ep, y, unsigned(n_out), unsigned(total));
   check_launch("epilogue");
 }
 

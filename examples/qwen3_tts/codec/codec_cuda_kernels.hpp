@@ -52,11 +52,9 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
           int m_rows, cudaStream_t s);
 
 // The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
-// plain product g[m][n] (ldy == n_out). With `rows` (a convolution over a whole extended input, cuDNN's),
-// position m at `level` reads g at m + row(m) * context: each row's outputs, skipping the others' contexts.
+// plain product g[m][n] (ldy == n_out).
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
-void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s,
-                    const row_table* rows = nullptr, int context = 0, int level = 1);
+void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s);
 
 // sums[0][t] = table[0][codes[t][0]], sums[1][t] = sum over q >= 1 of table[q][codes[t][q]] (in q order):
 // the split RVQ's two halves before their projections. tables: [quantizers][size][dim].

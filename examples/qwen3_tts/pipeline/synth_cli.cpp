@@ -132,11 +132,10 @@ int synth_main(int argc, char** argv) {
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
   app.add_option("--device", device, "where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda "
                                      "when a CUDA device is present)");
-  app.add_option("--codec-math", codec_math, "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
-                                             "tf32 (cuBLAS on the tensor cores, bf16-level precision), bf16 (cuBLAS "
-                                             "on the tensor cores with the GEMM inputs rounded to bf16), cudnn "
-                                             "(the convolutions through cuDNN in TF32) or double "
-                                             "(double sums: a request's audio independent of its batch)");
+  app.add_option("--codec-math", codec_math,
+                 "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
+                 "tf32 (cuBLAS on the tensor cores, bf16-level precision) or double "
+                 "(double sums: a request's audio independent of its batch)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -149,7 +148,7 @@ int synth_main(int argc, char** argv) {
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
     if (std::find(codec_math_names.begin(), codec_math_names.end(), codec_math) == codec_math_names.end())
-      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32, cudnn or double");
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32 or double");
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);

@@ -69,6 +69,7 @@ TEST_CASE("CLI.arguments that parse but cannot be run exit 1 and write no audio"
   CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--language", "klingon", "--instruct", "3", "--out", o}) == 1);
   CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--instruct", "3", "--window", "0", "--out", o}) == 1);
   CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--instruct", "3", "--codec-math", "bf16", "--out", o}) == 1);
+  CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--instruct", "3", "--codec-math", "cudnn", "--out", o}) == 1);
   // A window so wide its output buffers could not be allocated (it ended in std::bad_alloc).
   CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--speaker", "vivian", "--window", "1,100000000", "--out", o}) == 1);
   CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--speaker", "vivian", "--out", fs::temp_directory_path().string()}) == 1); // a folder
