@@ -396,11 +396,14 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   const std::size_t frames = std::size_t(limits.max_rows) * limits.max_window;
   const int table_rows = limits.max_rows + 1; // a padded step's filler row besides its bucket
   const scratch_sizes need = measure(c, st, frames, std::size_t(table_rows));
-  // The element-wise kernels index a step's activations with 32-bit integers.
-  if (std::max({need.act, need.ext, need.tmp, need.col}) >= (std::size_t(1) << 32))
+  // The element-wise kernels index a step's buffers with 32-bit integers (the im2col buffer: cuBLAS only).
+  const std::size_t widest =
+      std::max({need.act, need.ext, need.tmp, math == codec_cuda_math::double_sums ? 0 : need.col});
+  if (widest > k::max_elementwise_floats)
     throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(limits.max_rows) +
-                                " x max_window " + std::to_string(limits.max_window) +
-                                " frames need an activation of 2^32 floats or more; lower max_rows or max_window");
+                                " x max_window " + std::to_string(limits.max_window) + " frames need a buffer of " +
+                                std::to_string(widest) + " floats, more than the element-wise kernels' " +
+                                std::to_string(k::max_elementwise_floats) + "; lower max_rows or max_window");
   st.act[0] = st.alloc<float>(need.act);
   st.act[1] = st.alloc<float>(need.act);
   st.ext = st.alloc<float>(need.ext);

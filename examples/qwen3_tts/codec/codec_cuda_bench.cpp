@@ -12,7 +12,7 @@
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
 //                        [--math all|double,cublas,tf32]
 //
-// --math: the maths to time, a comma list of codec_math_named's names (default all five).
+// --math: the maths to time, a comma list of codec_math_named's names (default all three).
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 

@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(256) gemm_kernel(row_table rt, gemm_input a, c
   }
 }
 
-// The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer under 2^32
-// floats): their divisions cost a fraction of 64-bit ones.
+// The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer they walk
+// within max_elementwise_floats): their divisions cost a fraction of 64-bit ones.
 __global__ void im2col_kernel(row_table rt, gemm_input a, float* col, int m_rows) {
   const unsigned kt = unsigned(a.taps * a.channels), channels = unsigned(a.channels);
   const unsigned total = unsigned(m_rows) * kt;
@@ -120,8 +120,8 @@ __device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
 
 // One row's extended buffer a blockIdx.y; with ea (snake), the window's values through SnakeBeta on the way
 // (the context, carried from an earlier extended buffer, went through it then). A row holds at most
-// max_rows x max_window x samples_per_frame x channels floats (check_limits keeps that under 2^32), so the
-// index within a row is 32-bit.
+// max_rows x max_window x samples_per_frame x channels floats (the constructor keeps that under
+// max_elementwise_floats), so the index within a row is 32-bit.
 template <bool snaked>
 __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, int context, std::size_t off,
                               float* ext, const float* ea, const float* ib) {
@@ -196,7 +196,7 @@ __global__ void overlap_add_kernel(row_table rt, const float* z, int level, int 
 }
 
 // ------------------------------------------------------------------------------------ elementwise
-// count < 2^32 (check_limits): 32-bit indices, whose division is far cheaper than 64-bit's.
+// count <= max_elementwise_floats (the constructor): 32-bit indices, whose division is far cheaper than 64-bit's.
 __global__ void snake_kernel(const float* x, const float* ea, const float* ib, unsigned count, unsigned ch, float* y) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
     const unsigned c = i % ch;

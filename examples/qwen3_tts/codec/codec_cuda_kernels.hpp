@@ -51,6 +51,11 @@ struct epilogue {
 void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y, int ldy,
           int m_rows, cudaStream_t s);
 
+// The most floats a buffer that the element-wise kernels (im2col, epilogue, SnakeBeta, extend) walk may hold:
+// they index it with 32-bit grid-stride loops, whose last stride (at most 4096 blocks of 256 threads) must not
+// wrap past 2^32. codec_cuda's constructor refuses limits that need more.
+constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::size_t(4096) * 256;
+
 // The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
 // plain product g[m][n] (ldy == n_out).
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
