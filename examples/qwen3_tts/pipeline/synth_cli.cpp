@@ -147,8 +147,12 @@ int synth_main(int argc, char** argv) {
     if (text.empty() && text_ids.empty()) throw std::invalid_argument("give the text: --text \"...\" (or --text-ids)");
     check_writable(out);
     if (!dump.empty()) check_writable(dump);
-    if (std::find(codec_math_names.begin(), codec_math_names.end(), codec_math) == codec_math_names.end())
-      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not cublas, tf32 or double");
+    if (std::find(codec_math_names.begin(), codec_math_names.end(), codec_math) == codec_math_names.end()) {
+      std::string names;
+      for (const auto& n : codec_math_names)
+        names += (names.empty() ? "" : ", ") + n;
+      throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not one of " + names);
+    }
     bool cuda = use_cuda(device);
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
