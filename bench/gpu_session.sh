@@ -25,7 +25,9 @@
 #   peers      the reference and faster-qwen3-tts on that checkpoint, then the table and ratios (both below;
 #              carry .whl, filled by `bash bench/reference/peers.sh wheels`)
 #   gputests   the real model's three GPU test programs and the codec graph test under memcheck (about 3 minutes)
-#   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes)
+#   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes;
+#              MSTAR_PROFILE_CLOCKS=none: clocks and caches as they run, for this stage and the next)
+#   codec_profile  the same for one codec step at the released size, 8 frames a row, at 8 and 64 rows
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
 #              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
 #              and apart (--gemv-norm 1 and 0; about 2 minutes)
@@ -411,6 +413,13 @@ stage_gputests() {
   summary+=("gputests:$all")
 }
 
+# ncu's options for the profile stages: one metric, CSV; MSTAR_PROFILE_CLOCKS=none leaves the clocks and the caches
+# as they run (ncu's default locks the clocks at base and flushes the caches before each kernel).
+ncu_options() {
+  echo --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv --print-units base
+  [ "${MSTAR_PROFILE_CLOCKS:-}" = none ] && echo --clock-control none --cache-control none
+}
+
 # Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
 # and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel (bench/reference/kernel_profile.py).
 stage_profile() {
@@ -419,12 +428,27 @@ stage_profile() {
   command -v ncu > /dev/null || { summary+=("profile: no ncu on PATH"); return; }
   build_gpu "profile" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   for rows in 1 64; do
-    timeout 150 ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
-      --print-units base "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model 0.6b --rows "$rows" \
+    timeout 150 ncu $(ncu_options) "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model 0.6b --rows "$rows" \
       --profile > "$d/ncu_rows$rows.csv" 2> "$d/ncu_rows$rows.err"
     python3 bench/reference/kernel_profile.py "$d/ncu_rows$rows.csv" > "$d/kernels_rows$rows.md" 2>&1
     echo "== rows $rows"; cat "$d/kernels_rows$rows.md"
     summary+=("profile rows $rows: $(grep '^KERNELS' "$d/kernels_rows$rows.md" || echo 'no kernels read')")
+  done
+}
+
+# Where the codec step's time goes: ncu's per-kernel GPU time of one eager step at the released size, 8 frames a
+# row, at 8 and 64 rows (qwen3tts_codec_bench --profile; MSTAR_CODEC_MATHS, default tf32), grouped by kernel.
+stage_codec_profile() {
+  local d="$out/codec_profile" b=build-talker-gpu rows
+  mkdir -p "$d"
+  command -v ncu > /dev/null || { summary+=("codec_profile: no ncu on PATH"); return; }
+  build_gpu "codec_profile" "$d" examples/qwen3_tts/codec/qwen3tts_codec_bench || return
+  for rows in 8 64; do
+    timeout 200 ncu $(ncu_options) "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" --rows "$rows" --widths 8 \
+      --math "${MSTAR_CODEC_MATHS:-tf32}" --profile > "$d/ncu_rows$rows.csv" 2> "$d/ncu_rows$rows.err"
+    python3 bench/reference/kernel_profile.py "$d/ncu_rows$rows.csv" > "$d/kernels_rows$rows.md" 2>&1
+    echo "== rows $rows"; cat "$d/kernels_rows$rows.md"
+    summary+=("codec_profile rows $rows: $(grep '^KERNELS' "$d/kernels_rows$rows.md" || echo 'no kernels read')")
   done
 }
 
@@ -516,7 +540,7 @@ stage_diagnose() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | diagnose | \
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | diagnose | \
       decode | prefill | large)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2

@@ -15,6 +15,7 @@ from collections import defaultdict
 
 
 def short(name):
+    name = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", name)  # before the cuts below
     name = re.sub(r"<.*", "", name)           # template arguments
     name = re.sub(r"\(.*", "", name)          # parameter list
     return name.replace("void ", "").strip()[:70]

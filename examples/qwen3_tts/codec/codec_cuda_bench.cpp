@@ -10,12 +10,16 @@
 // frames: there the graph's replay also computes the padding.
 //
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
-//                        [--math all|double,cublas,tf32]
+//                        [--math all|double,cublas,tf32] [--profile]
 //
-// --math: the maths to time, a comma list of codec_math_named's names (default all three).
+// --math: the maths to time, a comma list of codec_math_named's names (default all three). --profile: for each
+// case, one eager step between cudaProfilerStart and cudaProfilerStop (after one step outside it) and nothing
+// timed (the mixed widths left out), for a kernel profiler started with profiling off (ncu --profile-from-start off; bench/gpu_session.sh
+// stage codec_profile).
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include "qwen3_tts/cuda_bench.hpp"
@@ -38,10 +42,15 @@ using bench::int_list;
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
   int iters = 5;
+  bool profile = false;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
                                         codec_cuda_math::cublas_tf32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--profile") {
+      profile = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
     if (a == "--rows")
       rows_list = int_list(argv[++i]);
@@ -61,7 +70,7 @@ int main(int argc, char** argv) try {
         }
       }
     } else
-      throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math)");
+      throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math, --profile)");
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -85,7 +94,7 @@ int main(int argc, char** argv) try {
 
   // width 0 stands for the mixed step: row r takes 1, 2, 4, 8 frames by r % 4.
   std::vector<int> cases = widths;
-  cases.push_back(0);
+  if (!profile) cases.push_back(0);
   for (const auto math : maths) {
     codec_cuda gpu(config, weights, {max_rows, max_window}, math);
     const char* math_name = codec_math_label(math);
@@ -104,6 +113,17 @@ int main(int argc, char** argv) try {
           step.push_back({states + std::size_t(r) * state_floats, std::span(codes).first(std::size_t(w) * 16),
                           audio + std::size_t(r) * max_window * spf});
           frames += std::size_t(w);
+        }
+        if (profile) {
+          gpu.decode_step(step, codec_cuda_launch::eager);
+          gpu.synchronize();
+          check(cudaProfilerStart(), "cudaProfilerStart");
+          gpu.decode_step(step, codec_cuda_launch::eager);
+          gpu.synchronize();
+          check(cudaProfilerStop(), "cudaProfilerStop");
+          std::printf("PROFILED %s rows %d widths %s: one eager step\n", math_name, rows,
+                      width > 0 ? std::to_string(width).c_str() : "1,2,4,8");
+          continue;
         }
         // The mean GPU time of `iters` steps under `launch`, after one step that is not timed.
         auto time_steps = [&](codec_cuda_launch launch) {
