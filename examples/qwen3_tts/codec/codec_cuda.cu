@@ -5,12 +5,15 @@
 #include "codec_cuda_kernels.hpp"
 #include "sm_partition.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -119,6 +122,7 @@ struct codec_cuda::state {
       cudaGraphExecDestroy(g);
     if (uploaded) cudaEventDestroy(uploaded);
     if (blas) cublasDestroy(blas);
+    if (lt) cublasLtDestroy(lt);
     if (pinned) cudaFreeHost(pinned);
     for (void* p : owned)
       cudaFree(p);
@@ -150,6 +154,10 @@ struct codec_cuda::state {
   // cuBLAS only: the handle (its workspace set once, on the decoder's stream), a convolution's windows
   // written out, and a product before its epilogue (bias, layer scale, residual).
   cublasHandle_t blas = nullptr;
+  // cuBLASLt for the products that carry a bias: the bias and the accumulation into y inside the product (its
+  // bias epilogue, beta 1), where cuBLAS would write the product out for the epilogue kernel to read back.
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr; // cuBLAS's, shared with cuBLASLt (both run on the decoder's stream)
   float *col = nullptr, *product = nullptr;
   std::size_t col_floats = 0, product_floats = 0;
 
@@ -163,6 +171,9 @@ struct codec_cuda::state {
   float *idle_state = nullptr, *filler_state = nullptr, *sink_audio = nullptr;
   std::size_t state_floats = 0;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs; // (bucket, width) -> the padded step
+  // cuBLASLt's algorithm for each (kdim, n_out, m, accumulate) product with a bias, from its heuristic; a shape
+  // it has none for maps to nullopt (cuBLAS and the epilogue kernel then).
+  mutable std::map<std::array<int, 4>, std::optional<cublasLtMatmulAlgo_t>> lt_algos;
   // A host decoder without weights: its input checks and their messages, for decode_step.
   std::unique_ptr<codec_decoder> checker;
 
@@ -213,6 +224,60 @@ struct codec_cuda::state {
 namespace {
 
 using dev = codec_cuda::state;
+
+// y^T [n_out x m] = w [kdim x n_out]^T x^T [kdim x m] + bias (+ y where accumulate), column-major, in one
+// cuBLASLt product (its bias epilogue; beta 1 reads y as C and writes it as D). False, with nothing enqueued,
+// where cuBLASLt has no algorithm for the shape.
+bool lt_product(const dev& w, bool tf32, int sms, const float* wt, const float* x, int kdim, int n_out, int m,
+                const float* bias, bool accumulate, float* y, cudaStream_t s) {
+  struct descriptors {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    ~descriptors() {
+      if (c) cublasLtMatrixLayoutDestroy(c);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (op) cublasLtMatmulDescDestroy(op);
+    }
+  } d;
+  CODEC_CHECK(cublasLtMatmulDescCreate(&d.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transposed = CUBLAS_OP_T;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &transposed, sizeof(transposed)));
+  CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (sms > 0) { // sized for the partition's SMs, as the cuBLAS handle is (see the constructor)
+    const std::int32_t target = sms;
+    CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)));
+  }
+  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, std::uint64_t(kdim), std::uint64_t(n_out), kdim));
+  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, std::uint64_t(kdim), std::uint64_t(m), kdim));
+  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, std::uint64_t(n_out), std::uint64_t(m), n_out));
+  const std::array<int, 4> key{kdim, n_out, m, accumulate ? 1 : 0};
+  auto known = w.lt_algos.find(key);
+  if (known == w.lt_algos.end()) { // the first product of this shape: ask the heuristic once
+    std::optional<cublasLtMatmulAlgo_t> pick;
+    cublasLtMatmulPreference_t pref = nullptr;
+    CODEC_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t bytes = cublas_workspace_bytes;
+    cublasStatus_t e =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes));
+    cublasLtMatmulHeuristicResult_t found{};
+    int count = 0;
+    if (e == CUBLAS_STATUS_SUCCESS)
+      e = cublasLtMatmulAlgoGetHeuristic(w.lt, d.op, d.a, d.b, d.c, d.c, pref, 1, &found, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (e != CUBLAS_STATUS_SUCCESS && e != CUBLAS_STATUS_NOT_SUPPORTED) check(e, "cublasLtMatmulAlgoGetHeuristic");
+    if (e == CUBLAS_STATUS_SUCCESS && count > 0 && found.state == CUBLAS_STATUS_SUCCESS) pick = found.algo;
+    known = w.lt_algos.emplace(key, pick).first;
+  }
+  const std::optional<cublasLtMatmulAlgo_t>& algo = known->second;
+  if (!algo.has_value()) return false;
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CODEC_CHECK(cublasLtMatmul(w.lt, d.op, &one, wt, d.a, x, d.b, &beta, y, d.c, y, d.c, &*algo, w.workspace,
+                             cublas_workspace_bytes, s));
+  return true;
+}
 
 // The largest scratch each buffer needs for `frames` frames over `rows` rows: the step below, walked
 // with sizes only (forward's need() checks every use against these).
@@ -419,6 +484,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
     CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));
+    st.workspace = workspace;
+    CODEC_CHECK(cublasLtCreate(&st.lt));
     // In a green context cuBLAS must size its grids for the partition's SMs, not the device's: left to the
     // device's count, its persistent kernels ask for more co-resident blocks than the partition holds and fail to
     // launch (seen at the released size from 8 rows on 32 of an H100's SMs).
@@ -615,6 +682,9 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
       x = w.col;
     }
     // column-major view: y^T [n_out x m] = w [kdim x n_out]^T * x^T [kdim x m]
+    if (ep.bias != nullptr && ep.scale == nullptr && lt_product(w, math_ == codec_cuda_math::cublas_tf32, sm_count(),
+                                                               wt, x, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
+      return;
     const bool plain = ep.bias == nullptr && ep.scale == nullptr;
     float* out = plain ? y : w.product;
     if (!plain) need(std::size_t(m) * n_out, w.product_floats, "product");
