@@ -204,7 +204,7 @@ stage_codec() {
     2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]} math
   ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
-    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,double/' | tr ',' ' '); do
+    for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,fp16,double/' | tr ',' ' '); do
       timeout 240 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
         ${MSTAR_CODEC_SMS:+--codec-sms "$MSTAR_CODEC_SMS"} $([ "$math" != default ] && echo --codec-math "$math") 2>&1 |
         tee "$d/beside_$math.log"

@@ -41,18 +41,21 @@ struct dev_linear {
   const float* w = nullptr; // [out][in]
   const float* bias = nullptr;
   int in = 0, out = 0;
+  const __half* w16 = nullptr; // w in fp16 (codec_cuda_math::cublas_fp16 only)
 };
 struct dev_conv {           // causal, stride 1
   const float* w = nullptr; // [out][taps * in] (tap-major reduction); depthwise: [channels][taps]
   const float* bias = nullptr;
   int in = 0, out = 0, taps = 1, dilation = 1, context = 0;
-  std::size_t state = 0; // offset of its left context in the request's state (context > 0)
+  std::size_t state = 0;       // offset of its left context in the request's state (context > 0)
+  const __half* w16 = nullptr; // w in fp16 (cublas_fp16, not depthwise)
 };
 struct dev_trans_conv {     // transposed, trimmed on the right
   const float* w = nullptr; // [kernel * out][in]
   const float* bias = nullptr;
   int in = 0, out = 0, kernel = 1, stride = 1, context = 0;
   std::size_t state = 0;
+  const __half* w16 = nullptr; // w in fp16 (cublas_fp16)
 };
 struct dev_snake {
   const float* exp_alpha = nullptr;
@@ -154,6 +157,11 @@ struct codec_cuda::state {
   // cuBLAS only: the handle (its workspace set once, on the decoder's stream), a convolution's windows
   // written out, and a product before its epilogue (bias, layer scale, residual).
   cublasHandle_t blas = nullptr;
+  // cublas_fp16: every product's weights also in fp16 (uploaded with the float32 ones), and its input rounded to
+  // fp16 on the way through the im2col (col16, in place of col).
+  bool fp16 = false;
+  __half* col16 = nullptr;
+  std::size_t col16_elements = 0;
   // cuBLASLt for the products that carry a bias: the bias and the accumulation into y inside the product (its
   // bias epilogue, beta 1), where cuBLAS would write the product out for the epilogue kernel to read back.
   cublasLtHandle_t lt = nullptr;
@@ -191,8 +199,18 @@ struct codec_cuda::state {
     weight_bytes += v.size() * sizeof(float);
     return p;
   }
+  const __half* upload_half(const std::vector<float>& v) {
+    if (!fp16) return nullptr;
+    std::vector<__half> h(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      h[i] = __float2half_rn(v[i]);
+    auto* p = alloc<__half>(h.size());
+    if (p) CODEC_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(__half), cudaMemcpyHostToDevice));
+    weight_bytes += h.size() * sizeof(__half);
+    return p;
+  }
   dev_linear linear(const codec_linear& l) {
-    return {upload(l.weight), l.bias.empty() ? nullptr : upload(l.bias), l.in, l.out};
+    return {upload(l.weight), l.bias.empty() ? nullptr : upload(l.bias), l.in, l.out, upload_half(l.weight)};
   }
   // [out][in][taps] as stored -> [out][taps * in]; a depthwise convolution keeps [channels][taps].
   dev_conv conv(const codec_conv& c, segment_cursor& cursor) {
@@ -204,6 +222,7 @@ struct codec_cuda::state {
           for (int t = 0; t < c.kernel; ++t)
             w[(std::size_t(o) * c.kernel + t) * c.in + i] = c.weight[(std::size_t(o) * c.in + i) * c.kernel + t];
       d.w = upload(w);
+      d.w16 = upload_half(w);
     } else {
       if (c.groups != c.in || c.in != c.out)
         throw std::logic_error("qwen3_tts CUDA codec: a grouped convolution of " + std::to_string(c.groups) +
@@ -215,6 +234,7 @@ struct codec_cuda::state {
   }
   dev_trans_conv trans_conv(const codec_trans_conv& t, segment_cursor& cursor) {
     dev_trans_conv d{upload(t.taps), upload(t.bias), t.in, t.out, t.kernel, t.stride, t.context()};
+    d.w16 = upload_half(t.taps);
     d.state = cursor.take(std::size_t(d.context) * t.in);
     return d;
   }
@@ -228,8 +248,9 @@ using dev = codec_cuda::state;
 // y^T [n_out x m] = w [kdim x n_out]^T x^T [kdim x m] + bias (+ y where accumulate), column-major, in one
 // cuBLASLt product (its bias epilogue; beta 1 reads y as C and writes it as D). False, with nothing enqueued,
 // where cuBLASLt has no algorithm for the shape.
-bool lt_product(const dev& w, bool tf32, int sms, const float* wt, const float* x, int kdim, int n_out, int m,
+bool lt_product(const dev& w, codec_cuda_math math, int sms, const void* wt, const void* x, int kdim, int n_out, int m,
                 const float* bias, bool accumulate, float* y, cudaStream_t s) {
+  const cudaDataType_t in = math == codec_cuda_math::cublas_fp16 ? CUDA_R_16F : CUDA_R_32F;
   struct descriptors {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -240,7 +261,8 @@ bool lt_product(const dev& w, bool tf32, int sms, const float* wt, const float* 
       if (op) cublasLtMatmulDescDestroy(op);
     }
   } d;
-  CODEC_CHECK(cublasLtMatmulDescCreate(&d.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CODEC_CHECK(cublasLtMatmulDescCreate(
+      &d.op, math == codec_cuda_math::cublas_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transposed = CUBLAS_OP_T;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &transposed, sizeof(transposed)));
@@ -250,8 +272,8 @@ bool lt_product(const dev& w, bool tf32, int sms, const float* wt, const float* 
     const std::int32_t target = sms;
     CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)));
   }
-  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_32F, std::uint64_t(kdim), std::uint64_t(n_out), kdim));
-  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_32F, std::uint64_t(kdim), std::uint64_t(m), kdim));
+  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.a, in, std::uint64_t(kdim), std::uint64_t(n_out), kdim));
+  CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.b, in, std::uint64_t(kdim), std::uint64_t(m), kdim));
   CODEC_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, std::uint64_t(n_out), std::uint64_t(m), n_out));
   const std::array<int, 4> key{kdim, n_out, m, accumulate ? 1 : 0};
   auto known = w.lt_algos.find(key);
@@ -371,6 +393,7 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   }
   stream_ = st.stream;
 
+  st.fp16 = math == codec_cuda_math::cublas_fp16;
   segment_cursor cursor{layout_};
   // Split RVQ: the semantic codebook, then the acoustic ones, as one table.
   std::vector<float> tables;
@@ -464,6 +487,7 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   // The element-wise kernels index a step's buffers with 32-bit integers (the im2col buffer: cuBLAS only).
   const std::size_t widest =
       std::max({need.act, need.ext, need.tmp, math == codec_cuda_math::double_sums ? 0 : need.col});
+  // (cublas_fp16's col16 is the largest of these four.)
   if (widest > k::max_elementwise_floats)
     throw std::invalid_argument("qwen3_tts CUDA codec: max_rows " + std::to_string(limits.max_rows) +
                                 " x max_window " + std::to_string(limits.max_window) + " frames need a buffer of " +
@@ -491,11 +515,18 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     // launch (seen at the released size from 8 rows on 32 of an H100's SMs).
     if (st.partition) CODEC_CHECK(cublasSetSmCountTarget(st.blas, st.partition->sms()));
     // Every product lands in an activation or an intermediate buffer, so it fits the larger of the two.
-    st.col_floats = need.col;
     st.product_floats = std::max(need.act, need.tmp);
-    st.col = st.alloc<float>(st.col_floats);
     st.product = st.alloc<float>(st.product_floats);
-    scratch_bytes_ += (st.col_floats + st.product_floats) * sizeof(float) + cublas_workspace_bytes;
+    scratch_bytes_ += st.product_floats * sizeof(float) + cublas_workspace_bytes;
+    if (st.fp16) { // every product's input passes through col16: a plain one is an activation or an intermediate
+      st.col16_elements = std::max({need.col, need.act, need.tmp, need.ext});
+      st.col16 = st.alloc<__half>(st.col16_elements);
+      scratch_bytes_ += st.col16_elements * sizeof(__half);
+    } else {
+      st.col_floats = need.col;
+      st.col = st.alloc<float>(st.col_floats);
+      scratch_bytes_ += st.col_floats * sizeof(float);
+    }
   }
 
   st.tables = table_layout(table_rows, int(frames), c.num_quantizers);
@@ -669,12 +700,29 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   };
 
   // y[m][n_out] = A[m][:] * w[n][:] with the epilogue: the double-sum kernel, or cuBLAS over A written out.
-  auto matmul = [&](const k::gemm_input& a, const float* wt, int n_out, const k::epilogue& ep, float* y, int m) {
+  auto matmul = [&](const k::gemm_input& a, const float* wt, const __half* wt16, int n_out, const k::epilogue& ep,
+                    float* y, int m) {
     if (math_ == codec_cuda_math::double_sums) {
       k::gemm(rt, a, wt, n_out, ep, y, n_out, m, s);
       return;
     }
     const int kdim = a.taps * a.channels;
+    if (math_ == codec_cuda_math::cublas_fp16) { // both operands in fp16, float32 sums and output
+      need(std::size_t(m) * kdim, w.col16_elements, "fp16 input");
+      k::im2col(rt, a, w.col16, m, s);
+      if (ep.bias != nullptr && ep.scale == nullptr &&
+          lt_product(w, math_, sm_count(), wt16, w.col16, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
+        return;
+      const bool plain = ep.bias == nullptr && ep.scale == nullptr;
+      float* out = plain ? y : w.product;
+      if (!plain) need(std::size_t(m) * n_out, w.product_floats, "product");
+      const float one = 1.0f, beta = plain && ep.accumulate ? 1.0f : 0.0f;
+      CODEC_CHECK(cublasGemmEx(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt16, CUDA_R_16F, kdim,
+                               w.col16, CUDA_R_16F, kdim, &beta, out, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+      if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
+      return;
+    }
     const float* x = a.data;
     if (a.taps > 1 || a.context > 0) {
       need(std::size_t(m) * kdim, w.col_floats, "im2col");
@@ -682,8 +730,8 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
       x = w.col;
     }
     // column-major view: y^T [n_out x m] = w [kdim x n_out]^T * x^T [kdim x m]
-    if (ep.bias != nullptr && ep.scale == nullptr && lt_product(w, math_ == codec_cuda_math::cublas_tf32, sm_count(),
-                                                               wt, x, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
+    if (ep.bias != nullptr && ep.scale == nullptr &&
+        lt_product(w, math_, sm_count(), wt, x, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
       return;
     const bool plain = ep.bias == nullptr && ep.scale == nullptr;
     float* out = plain ? y : w.product;
@@ -708,12 +756,12 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
                 snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
-    matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.out, ep, y, T * level);
+    matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.w16, cv.out, ep, y, T * level);
     if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {
     ep.bias = l.bias;
-    matmul({x, l.in}, l.w, l.out, ep, y, positions);
+    matmul({x, l.in}, l.w, l.w16, l.out, ep, y, positions);
   };
   // A transposed convolution of x (at `level`) into y (at level * stride): every extended input position
   // times every tap, then the overlap-add.
@@ -728,7 +776,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
       input = w.ext;
     }
     float* z = tmp(positions * tc.kernel * tc.out);
-    matmul({input, tc.in}, tc.w, tc.kernel * tc.out, {}, z, int(positions));
+    matmul({input, tc.in}, tc.w, tc.w16, tc.kernel * tc.out, {}, z, int(positions));
     if (tc.context > 0) k::carry(rt, w.ext, level, tc.in, tc.context, tc.state, s);
     act(std::size_t(T) * level * tc.stride * tc.out);
     k::overlap_add(rt, z, level, tc.out, tc.kernel, tc.stride, tc.context, tc.bias, y, s);

@@ -39,24 +39,29 @@ struct row_table;
 // written out (im2col), faster; cuBLAS may pick another algorithm for another row count, so a row's bits
 // may then depend on its step's other rows (within float32 rounding). cublas_tf32: the same GEMMs on the
 // tensor cores in TF32 (inputs rounded to 10 mantissa bits, float32 sums), for speed at bf16-level precision.
-enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32 };
+// cublas_fp16: both operands stored in fp16 (the weights once, each product's input as the im2col writes it),
+// float32 sums on the tensor cores: the same 10 mantissa bits as TF32 at half the bytes, but fp16's range (a value
+// beyond +-65504 becomes an infinity, one below about 6e-5 loses bits); activations stay float32 between products.
+enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16 };
 
-// The codec math a command line or speech_service_options names: cublas, tf32 or double.
+// The codec math a command line or speech_service_options names: cublas, tf32, fp16 or double.
 inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "cublas") return codec_cuda_math::cublas_f32;
   if (name == "tf32") return codec_cuda_math::cublas_tf32;
+  if (name == "fp16") return codec_cuda_math::cublas_fp16;
   if (name == "double") return codec_cuda_math::double_sums;
   throw std::invalid_argument("codec math \"" + name +
-                              "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32) "
-                              "or double (double sums)");
+                              "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32), fp16 "
+                              "(cuBLAS over fp16 operands) or double (double sums)");
 }
 
-// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32".
+// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuBLAS fp16".
 inline const char* codec_math_label(codec_cuda_math m) {
   switch (m) {
   case codec_cuda_math::double_sums: return "double sums";
   case codec_cuda_math::cublas_f32: return "cuBLAS f32";
   case codec_cuda_math::cublas_tf32: return "cuBLAS TF32";
+  case codec_cuda_math::cublas_fp16: return "cuBLAS fp16";
   }
   return "?";
 }

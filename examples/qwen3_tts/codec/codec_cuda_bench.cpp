@@ -2,7 +2,7 @@
 // window 72, latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2: 1920 samples a frame) with random
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
-// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32 and TF32),
+// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32, TF32 and fp16),
 // the step's GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to the rows
 // bucket and to bucket x widest-window frames) side by side in the same run, the GPU time per second of audio
 // of each, and the host time of the graph's first step (that step eagerly, then the capture and
@@ -10,12 +10,12 @@
 // frames: there the graph's replay also computes the padding.
 //
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
-//                        [--math all|double,cublas,tf32] [--profile]
+//                        [--math all|double,cublas,tf32,fp16] [--profile]
 //
-// --math: the maths to time, a comma list of codec_math_named's names (default all three). --profile: for each
+// --math: the maths to time, a comma list of codec_math_named's names (default all four). --profile: for each
 // case, one eager step between cudaProfilerStart and cudaProfilerStop (after one step outside it) and nothing
-// timed (the mixed widths left out), for a kernel profiler started with profiling off (ncu --profile-from-start off; bench/gpu_session.sh
-// stage codec_profile).
+// timed (the mixed widths left out), for a kernel profiler started with profiling off (ncu --profile-from-start off;
+// bench/gpu_session.sh stage codec_profile).
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 
@@ -44,7 +44,7 @@ int main(int argc, char** argv) try {
   int iters = 5;
   bool profile = false;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
-                                        codec_cuda_math::cublas_tf32};
+                                        codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--profile") {

@@ -3,6 +3,7 @@
 #include "codec_cuda_kernels.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 
@@ -92,13 +93,18 @@ __global__ void __launch_bounds__(256) gemm_kernel(row_table rt, gemm_input a, c
 
 // The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer they walk
 // within max_elementwise_floats): their divisions cost a fraction of 64-bit ones.
-__global__ void im2col_kernel(row_table rt, gemm_input a, float* col, int m_rows) {
+template <class T>
+__global__ void im2col_kernel(row_table rt, gemm_input a, T* col, int m_rows) {
   const unsigned kt = unsigned(a.taps * a.channels), channels = unsigned(a.channels);
   const unsigned total = unsigned(m_rows) * kt;
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const unsigned m = i / kt, kk = i - m * kt, tap = kk / channels, ch = kk - tap * channels;
     const unsigned row = a.context == 0 ? m : m + unsigned(rt.frame_row[m / unsigned(a.level)]) * unsigned(a.context);
-    col[i] = a.data[std::size_t(row + tap * unsigned(a.dilation)) * channels + ch];
+    const float v = a.data[std::size_t(row + tap * unsigned(a.dilation)) * channels + ch];
+    if constexpr (std::is_same_v<T, float>)
+      col[i] = v;
+    else
+      col[i] = __float2half_rn(v);
   }
 }
 
@@ -398,6 +404,11 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s) {
   im2col_kernel<<<blocks_for(std::size_t(m_rows) * a.taps * a.channels), threads, 0, s>>>(rows, a, col, m_rows);
   check_launch("im2col");
+}
+
+void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, cudaStream_t s) {
+  im2col_kernel<<<blocks_for(std::size_t(m_rows) * a.taps * a.channels), threads, 0, s>>>(rows, a, col, m_rows);
+  check_launch("im2col (fp16)");
 }
 
 void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s) {

@@ -11,6 +11,7 @@
 // the other rows of its step.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -51,7 +52,7 @@ struct epilogue {
 void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y, int ldy,
           int m_rows, cudaStream_t s);
 
-// The most floats a buffer that the element-wise kernels (im2col, epilogue, SnakeBeta, extend) walk may hold:
+// The most elements a buffer that the element-wise kernels (im2col, epilogue, SnakeBeta, extend) walk may hold:
 // they index it with 32-bit grid-stride loops, whose last stride (at most 4096 blocks of 256 threads) must not
 // wrap past 2^32. codec_cuda's constructor refuses limits that need more.
 constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::size_t(4096) * 256;
@@ -59,6 +60,9 @@ constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::siz
 // The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
 // plain product g[m][n] (ldy == n_out).
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
+// The same rounded to fp16 (round to nearest; beyond +-65504 an infinity): codec_cuda_math::cublas_fp16's operand,
+// a plain matrix (one tap, no context) included.
+void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, cudaStream_t s);
 void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s);
 
 // sums[0][t] = table[0][codes[t][0]], sums[1][t] = sum over q >= 1 of table[q][codes[t][q]] (in q order):

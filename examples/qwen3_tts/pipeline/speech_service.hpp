@@ -36,7 +36,7 @@
 namespace qwen3_tts::pipeline {
 
 // The codec maths a command line may name (codec_math_named in codec_cuda.hpp says what each is).
-inline const std::vector<std::string> codec_math_names = {"tf32", "cublas", "double"};
+inline const std::vector<std::string> codec_math_names = {"tf32", "cublas", "fp16", "double"};
 
 struct speech_service_options {
   mstar::lane_mode lane = mstar::lane_mode::on;

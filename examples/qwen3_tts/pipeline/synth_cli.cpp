@@ -134,7 +134,8 @@ int synth_main(int argc, char** argv) {
                                      "when a CUDA device is present)");
   app.add_option("--codec-math", codec_math,
                  "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
-                 "tf32 (cuBLAS on the tensor cores, bf16-level precision) or double "
+                 "tf32 (cuBLAS on the tensor cores, bf16-level precision), fp16 (cuBLAS over fp16 operands: "
+                 "TF32's precision in half the bytes, fp16's range) or double "
                  "(double sums: a request's audio independent of its batch)");
   try {
     app.parse(argc, argv);
