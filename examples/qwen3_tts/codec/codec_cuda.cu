@@ -406,8 +406,10 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
                            " floats, the config implies " +
                            std::to_string(std::size_t(c.num_quantizers) * c.codebook_size * half));
   st.rvq_tables = st.upload(tables);
-  st.rvq_first = {st.upload(weights.rvq_first.output_proj), nullptr, int(half), c.codebook_dim};
-  st.rvq_rest = {st.upload(weights.rvq_rest.output_proj), nullptr, int(half), c.codebook_dim};
+  st.rvq_first = {st.upload(weights.rvq_first.output_proj), nullptr, int(half), c.codebook_dim,
+                  st.upload_half(weights.rvq_first.output_proj)};
+  st.rvq_rest = {st.upload(weights.rvq_rest.output_proj), nullptr, int(half), c.codebook_dim,
+                 st.upload_half(weights.rvq_rest.output_proj)};
   st.pre_conv = st.conv(weights.pre_conv, cursor);
 
   const auto& tr = weights.pre_transformer;
@@ -708,6 +710,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     }
     const int kdim = a.taps * a.channels;
     if (math_ == codec_cuda_math::cublas_fp16) { // both operands in fp16, float32 sums and output
+      if (wt16 == nullptr) throw std::logic_error("qwen3_tts CUDA codec: a product has no fp16 weights");
       need(std::size_t(m) * kdim, w.col16_elements, "fp16 input");
       k::im2col(rt, a, w.col16, m, s);
       if (ep.bias != nullptr && ep.scale == nullptr &&
