@@ -23,6 +23,8 @@ unsigned blocks_for(std::size_t n, unsigned cap = 4096) {
   return unsigned(std::clamp<std::size_t>((n + threads - 1) / threads, 1, cap));
 }
 
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 __device__ inline int row_width(const row_table& rt, int r) { return rt.start[r + 1] - rt.start[r]; }
 
 // ---------------------------------------------------------------------------------------------- GEMM
@@ -136,8 +138,7 @@ __global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_r
 template <class T>
 void launch_im2col(const row_table& rows, const gemm_input& a, T* col, int m_rows, cudaStream_t s, const char* name) {
   constexpr int V = 16 / sizeof(T);
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  if (a.channels % V == 0 && aligned(a.data) && aligned(col))
+  if (a.channels % V == 0 && aligned16(a.data) && aligned16(col))
     im2col_vector_kernel<T, V><<<blocks_for(std::size_t(m_rows) * a.taps * (a.channels / V)), threads, 0, s>>>(
         rows, a, col, m_rows);
   else
@@ -167,13 +168,29 @@ __device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
 // max_elementwise_floats), so the index within a row is 32-bit.
 template <bool snaked>
 __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, int context, std::size_t off,
-                              float* ext, const float* ea, const float* ib) {
+                              float* ext, const float* ea, const float* ib, bool vector) {
   const int r = blockIdx.y;
   const unsigned n = unsigned(row_width(rt, r)) * unsigned(level), ctx = unsigned(context) * unsigned(ch);
   const unsigned len = n * unsigned(ch) + ctx;
   const float* c = rt.state[r] + off;
   const float* xr = x + std::size_t(rt.start[r]) * level * ch;
   float* er = ext + (std::size_t(rt.start[r]) * level + std::size_t(r) * context) * ch;
+  // Four floats a thread where the launcher found the channels a multiple of 4 and x and ext 16-byte aligned, and
+  // the row's state is too (a pool's slots need not be); the position's channel then starts a group of four.
+  if (vector && reinterpret_cast<std::uintptr_t>(c) % 16 == 0) {
+    for (unsigned i = 4 * (blockIdx.x * blockDim.x + threadIdx.x); i < len; i += 4 * gridDim.x * blockDim.x) {
+      float4 v = i < ctx ? *reinterpret_cast<const float4*>(c + i) : *reinterpret_cast<const float4*>(xr + (i - ctx));
+      if constexpr (snaked) {
+        if (i >= ctx) {
+          const unsigned k = i % unsigned(ch);
+          v = {snake(v.x, ea[k], ib[k]), snake(v.y, ea[k + 1], ib[k + 1]), snake(v.z, ea[k + 2], ib[k + 2]),
+               snake(v.w, ea[k + 3], ib[k + 3])};
+        }
+      }
+      *reinterpret_cast<float4*>(er + i) = v;
+    }
+    return;
+  }
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len; i += gridDim.x * blockDim.x) {
     if (i < ctx) {
       er[i] = c[i];
@@ -244,6 +261,17 @@ __global__ void snake_kernel(const float* x, const float* ea, const float* ib, u
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
     const unsigned c = i % ch;
     y[i] = snake(x[i], ea[c], ib[c]);
+  }
+}
+
+// Four floats a thread: ch a multiple of 4, x and y 16-byte aligned (the launcher checks).
+__global__ void snake_vector_kernel(const float4* x, const float* ea, const float* ib, unsigned count4, unsigned ch,
+                                    float4* y) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count4; i += gridDim.x * blockDim.x) {
+    const unsigned c = (4 * i) % ch;
+    const float4 v = x[i];
+    y[i] = {snake(v.x, ea[c], ib[c]), snake(v.y, ea[c + 1], ib[c + 1]), snake(v.z, ea[c + 2], ib[c + 2]),
+            snake(v.w, ea[c + 3], ib[c + 3])};
   }
 }
 
@@ -461,14 +489,15 @@ void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, in
 
 void extend(const row_table& rows, const float* x, int level, int channels, int context, std::size_t state_offset,
             float* ext, cudaStream_t s, const float* exp_alpha, const float* inv_exp_beta) {
+  const bool vector = channels % 4 == 0 && state_offset % 4 == 0 && aligned16(x) && aligned16(ext);
   const std::size_t longest = (std::size_t(rows.max_width) * level + context) * channels;
-  const dim3 grid(blocks_for(longest, 1024), unsigned(rows.rows));
+  const dim3 grid(blocks_for(vector ? longest / 4 : longest, 1024), unsigned(rows.rows));
   if (exp_alpha)
     extend_kernel<true><<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, exp_alpha,
-                                                 inv_exp_beta);
+                                                 inv_exp_beta, vector);
   else
     extend_kernel<false>
-        <<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, nullptr, nullptr);
+        <<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, nullptr, nullptr, vector);
   check_launch("extend");
 }
 
@@ -495,8 +524,13 @@ void overlap_add(const row_table& rows, const float* z, int level, int out, int 
 
 void snake_beta(const float* x, const float* exp_alpha, const float* inv_exp_beta, std::size_t count, int channels,
                 float* y, cudaStream_t s) {
-  snake_kernel<<<blocks_for(count * channels), threads, 0, s>>>(x, exp_alpha, inv_exp_beta, unsigned(count * channels),
-                                                                unsigned(channels), y);
+  if (channels % 4 == 0 && aligned16(x) && aligned16(y))
+    snake_vector_kernel<<<blocks_for(count * channels / 4), threads, 0, s>>>(
+        reinterpret_cast<const float4*>(x), exp_alpha, inv_exp_beta, unsigned(count * channels / 4),
+        unsigned(channels), reinterpret_cast<float4*>(y));
+  else
+    snake_kernel<<<blocks_for(count * channels), threads, 0, s>>>(x, exp_alpha, inv_exp_beta,
+                                                                  unsigned(count * channels), unsigned(channels), y);
   check_launch("snake_beta");
 }
 
