@@ -232,24 +232,24 @@ __device__ inline int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + 
 
 __global__ void overlap_add_kernel(row_table rt, const float* z, int level, int out, int kernel, int stride,
                                    int context, const float* bias, float* y) {
-  const int out_level = level * stride;
-  const std::size_t total = std::size_t(rt.frames) * out_level * out;
-  const std::size_t zw = std::size_t(kernel) * out;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t m = i / out;
-    const int o = int(i % out);
+  // y is an activation and z an intermediate, each within max_elementwise_floats: 32-bit indices.
+  const unsigned out_level = unsigned(level * stride), uout = unsigned(out);
+  const unsigned total = unsigned(rt.frames) * out_level * uout;
+  const unsigned zw = unsigned(kernel) * uout;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const unsigned m = i / uout;
+    const int o = int(i - m * uout);
     const int r = rt.frame_row[m / out_level];
-    const int mm = int(m - std::size_t(rt.start[r]) * out_level); // output position within the row
-    const int n = row_width(rt, r) * level;                       // the row's input positions
-    const std::size_t ext0 = std::size_t(rt.start[r]) * level + std::size_t(r) * context;
+    const int mm = int(m - unsigned(rt.start[r]) * out_level); // output position within the row
+    const int n = row_width(rt, r) * level;                    // the row's input positions
+    const unsigned ext0 = unsigned(rt.start[r]) * unsigned(level) + unsigned(r) * unsigned(context);
     // Extended input position f reaches output mm through tap mm - (f - context) * stride.
     const int f_hi = min(context + n - 1, context + mm / stride);
     const int f_lo = max(0, context - floor_div(kernel - 1 - mm, stride));
     double acc = bias[o];
     for (int f = f_lo; f <= f_hi; ++f) {
       const int j = mm - (f - context) * stride;
-      acc += z[(ext0 + f) * zw + std::size_t(j) * out + o];
+      acc += z[(ext0 + unsigned(f)) * zw + unsigned(j) * uout + unsigned(o)];
     }
     y[i] = float(acc);
   }

@@ -52,8 +52,8 @@ struct epilogue {
 void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y, int ldy,
           int m_rows, cudaStream_t s);
 
-// The most elements a buffer that the element-wise kernels (im2col, epilogue, SnakeBeta, extend) walk may hold:
-// they index it with 32-bit grid-stride loops, whose last stride (at most 4096 blocks of 256 threads) must not
+// The most elements a buffer that the element-wise kernels (im2col, epilogue, SnakeBeta, extend, overlap-add) walk may
+// hold: they index it with 32-bit grid-stride loops, whose last stride (at most 4096 blocks of 256 threads) must not
 // wrap past 2^32. codec_cuda's constructor refuses limits that need more.
 constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::size_t(4096) * 256;
 
