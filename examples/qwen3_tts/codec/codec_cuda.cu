@@ -704,8 +704,14 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   // y[m][n_out] = A[m][:] * w[n][:] with the epilogue: the double-sum kernel, or cuBLAS over A written out.
   auto matmul = [&](const k::gemm_input& a, const float* wt, const __half* wt16, int n_out, const k::epilogue& ep,
                     float* y, int m) {
+    if (a.exp_alpha != nullptr && (math_ != codec_cuda_math::cublas_fp16 || n_out <= k::max_narrow_outputs))
+      throw std::logic_error("qwen3_tts CUDA codec: only the fp16 conversion applies SnakeBeta to a product's input");
     if (math_ == codec_cuda_math::double_sums) {
       k::gemm(rt, a, wt, n_out, ep, y, n_out, m, s);
+      return;
+    }
+    if (n_out <= k::max_narrow_outputs) { // a matrix-vector product: A read in place, not written out for cuBLAS
+      k::narrow_gemm(rt, a, wt, n_out, ep, y, m, s);
       return;
     }
     const int kdim = a.taps * a.channels;
@@ -747,11 +753,16 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
 
   // A causal convolution of x (len positions a row at `level`) into y, its left context from and back to
   // the state.
-  // With `snake`, SnakeBeta first, on the way into the extended input (which only a convolution with a context
-  // has: the caller checks).
+  // With `snake`, SnakeBeta first: on the way into the extended input where the convolution has a context, else
+  // (cublas_fp16 only) on the way into the product's fp16 input.
   auto causal_conv = [&](const dev_conv& cv, const float* x, int level, float* y, const k::epilogue& ep,
                          const dev_snake* snake = nullptr) {
     const float* input = x;
+    k::gemm_input a{nullptr, cv.in, cv.taps, cv.dilation, cv.context, level};
+    if (snake && cv.context == 0) {
+      a.exp_alpha = snake->exp_alpha;
+      a.inv_exp_beta = snake->inv_exp_beta;
+    }
     const std::size_t extended = std::size_t(T) * level + std::size_t(R) * cv.context;
     if (cv.context > 0) {
       need(extended * cv.in, w.ext_floats, "extended input");
@@ -759,7 +770,8 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
                 snake ? snake->inv_exp_beta : nullptr);
       input = w.ext;
     }
-    matmul({input, cv.in, cv.taps, cv.dilation, cv.context, level}, cv.w, cv.w16, cv.out, ep, y, T * level);
+    a.data = input;
+    matmul(a, cv.w, cv.w16, cv.out, ep, y, T * level);
     if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {
@@ -872,8 +884,12 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
         k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
         causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
       }
-      k::snake_beta(c1, u.act2.exp_alpha, u.act2.inv_exp_beta, positions, u.conv2.in, other, s);
-      causal_conv(u.conv2, other, level, cur, {.bias = u.conv2.bias, .accumulate = true});
+      if (math_ == codec_cuda_math::cublas_fp16 && u.conv2.context == 0 && u.conv2.out > k::max_narrow_outputs) {
+        causal_conv(u.conv2, c1, level, cur, {.bias = u.conv2.bias, .accumulate = true}, &u.act2); // in the fp16 pass
+      } else {
+        k::snake_beta(c1, u.act2.exp_alpha, u.act2.inv_exp_beta, positions, u.conv2.in, other, s);
+        causal_conv(u.conv2, other, level, cur, {.bias = u.conv2.bias, .accumulate = true});
+      }
     }
   }
   const std::size_t positions = std::size_t(T) * level;

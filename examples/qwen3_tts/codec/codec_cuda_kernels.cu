@@ -96,6 +96,11 @@ __global__ void __launch_bounds__(256) gemm_kernel(row_table rt, gemm_input a, c
 
 // The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer they walk
 // within max_elementwise_floats): their divisions cost a fraction of 64-bit ones.
+__device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
+  const float v = sinf(x * exp_alpha);
+  return x + inv_exp_beta * (v * v);
+}
+
 template <class T>
 __global__ void im2col_kernel(row_table rt, gemm_input a, T* col, int m_rows) {
   const unsigned kt = unsigned(a.taps * a.channels), channels = unsigned(a.channels);
@@ -107,7 +112,7 @@ __global__ void im2col_kernel(row_table rt, gemm_input a, T* col, int m_rows) {
     if constexpr (std::is_same_v<T, float>)
       col[i] = v;
     else
-      col[i] = __float2half_rn(v);
+      col[i] = __float2half_rn(a.exp_alpha ? snake(v, a.exp_alpha[ch], a.inv_exp_beta[ch]) : v);
   }
 }
 
@@ -126,7 +131,12 @@ __global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_r
     if constexpr (std::is_same_v<T, float>) {
       reinterpret_cast<float4*>(col)[i] = src[0];
     } else {
-      const float4 lo = src[0], hi = src[1];
+      float4 lo = src[0], hi = src[1];
+      if (a.exp_alpha) {
+        const float *ea = a.exp_alpha + g * V, *ib = a.inv_exp_beta + g * V;
+        lo = {snake(lo.x, ea[0], ib[0]), snake(lo.y, ea[1], ib[1]), snake(lo.z, ea[2], ib[2]), snake(lo.w, ea[3], ib[3])};
+        hi = {snake(hi.x, ea[4], ib[4]), snake(hi.y, ea[5], ib[5]), snake(hi.z, ea[6], ib[6]), snake(hi.w, ea[7], ib[7])};
+      }
       const __half2 h[4] = {__floats2half2_rn(lo.x, lo.y), __floats2half2_rn(lo.z, lo.w),
                             __floats2half2_rn(hi.x, hi.y), __floats2half2_rn(hi.z, hi.w)};
       reinterpret_cast<uint4*>(col)[i] = *reinterpret_cast<const uint4*>(h);
@@ -146,6 +156,36 @@ void launch_im2col(const row_table& rows, const gemm_input& a, T* col, int m_row
   check_launch(name);
 }
 
+// One output position a thread, its N (<= max_narrow_outputs) outputs summed in float in kk order, A read in place
+// (neighbouring positions share most of their taps' rows, which the caches keep).
+template <int N>
+__global__ void narrow_gemm_kernel(row_table rt, gemm_input a, const float* __restrict__ w, int n_out, epilogue ep,
+                                   float* y, int m_rows) {
+  const unsigned channels = unsigned(a.channels), kt = unsigned(a.taps) * channels;
+  for (unsigned m = blockIdx.x * blockDim.x + threadIdx.x; m < unsigned(m_rows); m += gridDim.x * blockDim.x) {
+    const unsigned row = a.context == 0 ? m : m + unsigned(rt.frame_row[m / unsigned(a.level)]) * unsigned(a.context);
+    float acc[N] = {};
+    for (unsigned tap = 0; tap < unsigned(a.taps); ++tap) {
+      const float* x = a.data + std::size_t(row + tap * unsigned(a.dilation)) * channels;
+      for (unsigned c = 0; c < channels; ++c) {
+        const float v = x[c];
+#pragma unroll
+        for (int n = 0; n < N; ++n)
+          if (n < n_out) acc[n] = fmaf(v, w[std::size_t(n) * kt + tap * channels + c], acc[n]);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      if (n >= n_out) break;
+      float v = acc[n];
+      if (ep.bias) v += ep.bias[n];
+      if (ep.scale) v *= ep.scale[n];
+      float& out = y[std::size_t(m) * n_out + n];
+      out = ep.accumulate ? out + v : v;
+    }
+  }
+}
+
 __global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned n_out, unsigned total) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const unsigned n = i % n_out;
@@ -157,10 +197,6 @@ __global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned 
 }
 
 // ------------------------------------------------------------------------------------ state contexts
-__device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
-  const float v = sinf(x * exp_alpha);
-  return x + inv_exp_beta * (v * v);
-}
 
 // One row's extended buffer a blockIdx.y; with ea (snake), the window's values through SnakeBeta on the way
 // (the context, carried from an earlier extended buffer, went through it then). A row holds at most
@@ -464,6 +500,17 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
                                 "(max_rows * max_window * samples_per_frame must stay under 4,194,240)");
   gemm_kernel<<<grid, 256, 0, s>>>(rows, a, w, n_out, ep, y, ldy, m_rows);
   check_launch("gemm");
+}
+
+void narrow_gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y,
+                 int m_rows, cudaStream_t s) {
+  if (n_out < 1 || n_out > max_narrow_outputs)
+    throw std::logic_error("qwen3_tts CUDA codec: narrow_gemm takes 1.." + std::to_string(max_narrow_outputs) +
+                           " outputs, not " + std::to_string(n_out));
+  if (m_rows == 0) return;
+  narrow_gemm_kernel<max_narrow_outputs>
+      <<<blocks_for(std::size_t(m_rows)), threads, 0, s>>>(rows, a, w, n_out, ep, y, m_rows);
+  check_launch("narrow_gemm");
 }
 
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s) {

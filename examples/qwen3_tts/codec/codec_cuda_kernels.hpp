@@ -39,6 +39,10 @@ struct gemm_input {
   int dilation = 1;
   int context = 0;
   int level = 1;
+  // SnakeBeta (snake_beta below) on every value read, where set: only the fp16 im2col applies it, only without a
+  // context (a context is carried already through it).
+  const float* exp_alpha = nullptr;
+  const float* inv_exp_beta = nullptr;
 };
 
 // y[m][n] = float(sum_kk A[m][kk] * w[n][kk]) (+ bias[n]) (* scale[n]), then (accumulate) y += that.
@@ -57,11 +61,18 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
 // wrap past 2^32. codec_cuda's constructor refuses limits that need more.
 constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::size_t(4096) * 256;
 
+// gemm for a product with at most max_narrow_outputs outputs (the decoder's output convolution has one), over A
+// read in place, float sums in kk order: where a GEMM library would read A written out by im2col for a
+// matrix-vector product.
+constexpr int max_narrow_outputs = 4;
+void narrow_gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y,
+                 int m_rows, cudaStream_t s);
+
 // The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
 // plain product g[m][n] (ldy == n_out).
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
 // The same rounded to fp16 (round to nearest; beyond +-65504 an infinity): codec_cuda_math::cublas_fp16's operand,
-// a plain matrix (one tap, no context) included.
+// a plain matrix (one tap, no context) included; with a's SnakeBeta, through it first.
 void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, cudaStream_t s);
 void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s);
 
