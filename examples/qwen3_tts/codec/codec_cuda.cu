@@ -704,14 +704,10 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   // y[m][n_out] = A[m][:] * w[n][:] with the epilogue: the double-sum kernel, or cuBLAS over A written out.
   auto matmul = [&](const k::gemm_input& a, const float* wt, const __half* wt16, int n_out, const k::epilogue& ep,
                     float* y, int m) {
-    if (a.exp_alpha != nullptr && (math_ != codec_cuda_math::cublas_fp16 || n_out <= k::max_narrow_outputs))
+    if (a.exp_alpha != nullptr && math_ != codec_cuda_math::cublas_fp16)
       throw std::logic_error("qwen3_tts CUDA codec: only the fp16 conversion applies SnakeBeta to a product's input");
     if (math_ == codec_cuda_math::double_sums) {
       k::gemm(rt, a, wt, n_out, ep, y, n_out, m, s);
-      return;
-    }
-    if (n_out <= k::max_narrow_outputs) { // a matrix-vector product: A read in place, not written out for cuBLAS
-      k::narrow_gemm(rt, a, wt, n_out, ep, y, m, s);
       return;
     }
     const int kdim = a.taps * a.channels;
@@ -884,7 +880,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
         k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
         causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
       }
-      if (math_ == codec_cuda_math::cublas_fp16 && u.conv2.context == 0 && u.conv2.out > k::max_narrow_outputs) {
+      if (math_ == codec_cuda_math::cublas_fp16 && u.conv2.context == 0) {
         causal_conv(u.conv2, c1, level, cur, {.bias = u.conv2.bias, .accumulate = true}, &u.act2); // in the fp16 pass
       } else {
         k::snake_beta(c1, u.act2.exp_alpha, u.act2.inv_exp_beta, positions, u.conv2.in, other, s);

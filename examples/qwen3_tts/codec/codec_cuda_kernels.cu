@@ -156,36 +156,6 @@ void launch_im2col(const row_table& rows, const gemm_input& a, T* col, int m_row
   check_launch(name);
 }
 
-// One output position a thread, its N (<= max_narrow_outputs) outputs summed in float in kk order, A read in place
-// (neighbouring positions share most of their taps' rows, which the caches keep).
-template <int N>
-__global__ void narrow_gemm_kernel(row_table rt, gemm_input a, const float* __restrict__ w, int n_out, epilogue ep,
-                                   float* y, int m_rows) {
-  const unsigned channels = unsigned(a.channels), kt = unsigned(a.taps) * channels;
-  for (unsigned m = blockIdx.x * blockDim.x + threadIdx.x; m < unsigned(m_rows); m += gridDim.x * blockDim.x) {
-    const unsigned row = a.context == 0 ? m : m + unsigned(rt.frame_row[m / unsigned(a.level)]) * unsigned(a.context);
-    float acc[N] = {};
-    for (unsigned tap = 0; tap < unsigned(a.taps); ++tap) {
-      const float* x = a.data + std::size_t(row + tap * unsigned(a.dilation)) * channels;
-      for (unsigned c = 0; c < channels; ++c) {
-        const float v = x[c];
-#pragma unroll
-        for (int n = 0; n < N; ++n)
-          if (n < n_out) acc[n] = fmaf(v, w[std::size_t(n) * kt + tap * channels + c], acc[n]);
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-      if (n >= n_out) break;
-      float v = acc[n];
-      if (ep.bias) v += ep.bias[n];
-      if (ep.scale) v *= ep.scale[n];
-      float& out = y[std::size_t(m) * n_out + n];
-      out = ep.accumulate ? out + v : v;
-    }
-  }
-}
-
 __global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned n_out, unsigned total) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const unsigned n = i % n_out;
@@ -500,17 +470,6 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
                                 "(max_rows * max_window * samples_per_frame must stay under 4,194,240)");
   gemm_kernel<<<grid, 256, 0, s>>>(rows, a, w, n_out, ep, y, ldy, m_rows);
   check_launch("gemm");
-}
-
-void narrow_gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y,
-                 int m_rows, cudaStream_t s) {
-  if (n_out < 1 || n_out > max_narrow_outputs)
-    throw std::logic_error("qwen3_tts CUDA codec: narrow_gemm takes 1.." + std::to_string(max_narrow_outputs) +
-                           " outputs, not " + std::to_string(n_out));
-  if (m_rows == 0) return;
-  narrow_gemm_kernel<max_narrow_outputs>
-      <<<blocks_for(std::size_t(m_rows)), threads, 0, s>>>(rows, a, w, n_out, ep, y, m_rows);
-  check_launch("narrow_gemm");
 }
 
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s) {

@@ -61,13 +61,6 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
 // wrap past 2^32. codec_cuda's constructor refuses limits that need more.
 constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::size_t(4096) * 256;
 
-// gemm for a product with at most max_narrow_outputs outputs (the decoder's output convolution has one), over A
-// read in place, float sums in kk order: where a GEMM library would read A written out by im2col for a
-// matrix-vector product.
-constexpr int max_narrow_outputs = 4;
-void narrow_gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out, const epilogue& ep, float* y,
-                 int m_rows, cudaStream_t s);
-
 // The cuBLAS path's halves of gemm: col[m][kk] = A[m][kk] written out (im2col), and the epilogue over a
 // plain product g[m][n] (ldy == n_out).
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
