@@ -9,9 +9,9 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
-#include <array>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -711,39 +711,36 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
       return;
     }
     const int kdim = a.taps * a.channels;
-    if (math_ == codec_cuda_math::cublas_fp16) { // both operands in fp16, float32 sums and output
+    // cuBLAS's operands: the weights and the input as they are, or the input's windows written out (im2col); under
+    // fp16 both in fp16, the input always converted.
+    const bool fp16 = math_ == codec_cuda_math::cublas_fp16;
+    const void *x = a.data, *wv = wt;
+    if (fp16) {
       if (wt16 == nullptr) throw std::logic_error("qwen3_tts CUDA codec: a product has no fp16 weights");
       need(std::size_t(m) * kdim, w.col16_elements, "fp16 input");
       k::im2col(rt, a, w.col16, m, s);
-      if (ep.bias != nullptr && ep.scale == nullptr &&
-          lt_product(w, math_, sm_count(), wt16, w.col16, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
-        return;
-      const bool plain = ep.bias == nullptr && ep.scale == nullptr;
-      float* out = plain ? y : w.product;
-      if (!plain) need(std::size_t(m) * n_out, w.product_floats, "product");
-      const float one = 1.0f, beta = plain && ep.accumulate ? 1.0f : 0.0f;
-      CODEC_CHECK(cublasGemmEx(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt16, CUDA_R_16F, kdim,
-                               w.col16, CUDA_R_16F, kdim, &beta, out, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
-      if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
-      return;
-    }
-    const float* x = a.data;
-    if (a.taps > 1 || a.context > 0) {
+      x = w.col16;
+      wv = wt16;
+    } else if (a.taps > 1 || a.context > 0) {
       need(std::size_t(m) * kdim, w.col_floats, "im2col");
       k::im2col(rt, a, w.col, m, s);
       x = w.col;
     }
     // column-major view: y^T [n_out x m] = w [kdim x n_out]^T * x^T [kdim x m]
     if (ep.bias != nullptr && ep.scale == nullptr &&
-        lt_product(w, math_, sm_count(), wt, x, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
+        lt_product(w, math_, sm_count(), wv, x, kdim, n_out, m, ep.bias, ep.accumulate, y, s))
       return;
     const bool plain = ep.bias == nullptr && ep.scale == nullptr;
     float* out = plain ? y : w.product;
     if (!plain) need(std::size_t(m) * n_out, w.product_floats, "product");
     const float one = 1.0f, beta = plain && ep.accumulate ? 1.0f : 0.0f;
-    CODEC_CHECK(
-        cublasSgemm(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt, kdim, x, kdim, &beta, out, n_out));
+    if (fp16)
+      CODEC_CHECK(cublasGemmEx(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wv, CUDA_R_16F, kdim, x,
+                               CUDA_R_16F, kdim, &beta, out, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+    else
+      CODEC_CHECK(cublasSgemm(w.blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, m, kdim, &one, wt, kdim,
+                              static_cast<const float*>(x), kdim, &beta, out, n_out));
     if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
   };
 
