@@ -420,36 +420,34 @@ ncu_options() {
   [ "${MSTAR_PROFILE_CLOCKS:-}" = none ] && echo --clock-control none --cache-control none
 }
 
-# Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
-# and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel (bench/reference/kernel_profile.py).
-stage_profile() {
-  local d="$out/profile" b=build-talker-gpu rows
+# A profile stage: $1 its name, $2 the bench target to build, $3 the row counts, $4 seconds a run at most, then the
+# bench's arguments; each row count's run (--rows R --profile) under ncu (ncu_options) leaves ncu_rowsR.csv and
+# the kernels' table kernels_rowsR.md (bench/reference/kernel_profile.py) in the stage's folder, the table printed
+# and its total in the summary.
+ncu_stage() {
+  local stage=$1 target=$2 rows_list=$3 limit=$4 d="$out/$1" b=build-talker-gpu rows
+  shift 4
   mkdir -p "$d"
-  command -v ncu > /dev/null || { summary+=("profile: no ncu on PATH"); return; }
-  build_gpu "profile" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
-  for rows in 1 64; do
-    timeout 150 ncu $(ncu_options) "$b/examples/qwen3_tts/talker/qwen3tts_talker_bench" --model 0.6b --rows "$rows" \
-      --profile > "$d/ncu_rows$rows.csv" 2> "$d/ncu_rows$rows.err"
+  command -v ncu > /dev/null || { summary+=("$stage: no ncu on PATH"); return; }
+  build_gpu "$stage" "$d" "$target" || return
+  for rows in $rows_list; do
+    timeout "$limit" ncu $(ncu_options) "$b/$target" "$@" --rows "$rows" --profile > "$d/ncu_rows$rows.csv" \
+      2> "$d/ncu_rows$rows.err"
     python3 bench/reference/kernel_profile.py "$d/ncu_rows$rows.csv" > "$d/kernels_rows$rows.md" 2>&1
     echo "== rows $rows"; cat "$d/kernels_rows$rows.md"
-    summary+=("profile rows $rows: $(grep '^KERNELS' "$d/kernels_rows$rows.md" || echo 'no kernels read')")
+    summary+=("$stage rows $rows: $(grep '^KERNELS' "$d/kernels_rows$rows.md" || echo 'no kernels read')")
   done
 }
+
+# Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
+# and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel.
+stage_profile() { ncu_stage profile examples/qwen3_tts/talker/qwen3tts_talker_bench "1 64" 150 --model 0.6b; }
 
 # Where the codec step's time goes: ncu's per-kernel GPU time of one eager step at the released size, 8 frames a
 # row, at 8 and 64 rows (qwen3tts_codec_bench --profile; MSTAR_CODEC_MATHS, default tf32), grouped by kernel.
 stage_codec_profile() {
-  local d="$out/codec_profile" b=build-talker-gpu rows
-  mkdir -p "$d"
-  command -v ncu > /dev/null || { summary+=("codec_profile: no ncu on PATH"); return; }
-  build_gpu "codec_profile" "$d" examples/qwen3_tts/codec/qwen3tts_codec_bench || return
-  for rows in 8 64; do
-    timeout 200 ncu $(ncu_options) "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" --rows "$rows" --widths 8 \
-      --math "${MSTAR_CODEC_MATHS:-tf32}" --profile > "$d/ncu_rows$rows.csv" 2> "$d/ncu_rows$rows.err"
-    python3 bench/reference/kernel_profile.py "$d/ncu_rows$rows.csv" > "$d/kernels_rows$rows.md" 2>&1
-    echo "== rows $rows"; cat "$d/kernels_rows$rows.md"
-    summary+=("codec_profile rows $rows: $(grep '^KERNELS' "$d/kernels_rows$rows.md" || echo 'no kernels read')")
-  done
+  ncu_stage codec_profile examples/qwen3_tts/codec/qwen3tts_codec_bench "8 64" 200 --widths 8 \
+    --math "${MSTAR_CODEC_MATHS:-tf32}"
 }
 
 # The decode step's time with and without the small-rows GEMV (see the list at the top).
