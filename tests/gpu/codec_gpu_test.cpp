@@ -320,6 +320,28 @@ TEST_CASE("the CUDA codec over fp16 operands streams every window ramp to the re
   check_tensor_core_math(codec_cuda_math::cublas_fp16, 1e-2f);
 }
 
+TEST_CASE("the CUDA codec over fp16 operands says when a value left fp16's range, and not before" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  const auto parts = load_parts("tiny06");
+  const auto seq = load_sequence("tiny06", "short");
+  const std::vector<int> whole = {seq.n};
+  codec_cuda fine(parts.config, parts.weights, {1, max_window}, codec_cuda_math::cublas_fp16);
+  CHECK_FALSE(fine.fp16_out_of_range());
+  cuda_ramp(fine, seq, whole);           // synchronizes
+  CHECK_FALSE(fine.fp16_out_of_range()); // the fixture's values fit
+  // The semantic half's projection scaled up: the pre-convolution's input reaches about 1e9.
+  codec_weights loud = parts.weights;
+  for (float& v : loud.rvq_first.output_proj)
+    v *= 1e9f;
+  codec_cuda over(parts.config, loud, {1, max_window}, codec_cuda_math::cublas_fp16);
+  cuda_ramp(over, seq, whole);
+  CHECK(over.fp16_out_of_range());
+  // The other maths never convert to fp16: no flag whatever the values.
+  codec_cuda tf32(parts.config, loud, {1, max_window}, codec_cuda_math::cublas_tf32);
+  cuda_ramp(tf32, seq, whole);
+  CHECK_FALSE(tf32.fp16_out_of_range());
+}
+
 TEST_CASE("the CUDA codec in TF32 and over fp16 decodes three requests a step, eager and replayed, each within bf16 "
           "tolerance of the reference's audio" *
           doctest::skip(!mstar::test::has_gpu())) {

@@ -127,6 +127,7 @@ struct codec_cuda::state {
     if (blas) cublasDestroy(blas);
     if (lt) cublasLtDestroy(lt);
     if (pinned) cudaFreeHost(pinned);
+    if (range_host) cudaFreeHost(range_host);
     for (void* p : owned)
       cudaFree(p);
     if (stream && !partition) cudaStreamDestroy(stream);
@@ -162,6 +163,10 @@ struct codec_cuda::state {
   bool fp16 = false;
   __half* col16 = nullptr;
   std::size_t col16_elements = 0;
+  // Set to 1 by the fp16 conversion when a value it met was beyond fp16's range or not finite: host memory mapped
+  // into the device's address space, so the host reads it without synchronizing.
+  unsigned* range_host = nullptr;
+  unsigned* range_dev = nullptr;
   // cuBLASLt for the products that carry a bias: the bias and the accumulation into y inside the product (its
   // bias epilogue, beta 1), where cuBLAS would write the product out for the epilogue kernel to read back.
   cublasLtHandle_t lt = nullptr;
@@ -524,6 +529,9 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
       st.col16_elements = std::max({need.col, need.act, need.tmp, need.ext});
       st.col16 = st.alloc<__half>(st.col16_elements);
       scratch_bytes_ += st.col16_elements * sizeof(__half);
+      CODEC_CHECK(cudaHostAlloc(&st.range_host, sizeof(unsigned), cudaHostAllocMapped));
+      *st.range_host = 0;
+      CODEC_CHECK(cudaHostGetDevicePointer(&st.range_dev, st.range_host, 0));
     } else {
       st.col_floats = need.col;
       st.col = st.alloc<float>(st.col_floats);
@@ -549,6 +557,10 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
 codec_cuda::~codec_cuda() = default; // state's destructor releases everything
 
 int codec_cuda::sm_count() const { return s_->partition ? s_->partition->sms() : 0; }
+
+bool codec_cuda::fp16_out_of_range() const {
+  return s_->range_host != nullptr && *static_cast<volatile unsigned*>(s_->range_host) != 0;
+}
 
 void codec_cuda::synchronize() const { CODEC_CHECK(cudaStreamSynchronize(stream_)); }
 
@@ -718,7 +730,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     if (fp16) {
       if (wt16 == nullptr) throw std::logic_error("qwen3_tts CUDA codec: a product has no fp16 weights");
       need(std::size_t(m) * kdim, w.col16_elements, "fp16 input");
-      k::im2col(rt, a, w.col16, m, s);
+      k::im2col(rt, a, w.col16, m, w.range_dev, s);
       x = w.col16;
       wv = wt16;
     } else if (a.taps > 1 || a.context > 0) {

@@ -131,6 +131,11 @@ public:
   cudaStream_t stream() const { return stream_; }
   // SMs the stream's kernels may occupy (the partition's, which rounds limits().sm_count up; 0: the whole GPU).
   int sm_count() const;
+  // cublas_fp16 only (else false): whether, since construction, a value beyond fp16's range (+-65504) or not finite
+  // reached a product's fp16 input. The products after it, and the audio of the rows it came from, are then wrong
+  // (full-scale samples after the final clamp): use cublas_tf32 for that checkpoint. Read without synchronizing, so
+  // a step still running may set it later; it never clears.
+  bool fp16_out_of_range() const;
   void synchronize() const;
 
   struct state; // device buffers and weights (codec_cuda.cu)

@@ -101,25 +101,35 @@ __device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
   return x + inv_exp_beta * (v * v);
 }
 
+// The largest finite fp16 value: a converted value beyond it (or not finite) sets *out_of_range.
+constexpr float fp16_max = 65504.0f;
+__device__ inline bool outside_fp16(float x) { return !(fabsf(x) <= fp16_max); } // a NaN too
+__device__ inline bool outside_fp16(float4 v) {
+  return outside_fp16(v.x) | outside_fp16(v.y) | outside_fp16(v.z) | outside_fp16(v.w);
+}
+
 template <class T>
-__global__ void im2col_kernel(row_table rt, gemm_input a, T* col, int m_rows) {
+__global__ void im2col_kernel(row_table rt, gemm_input a, T* col, int m_rows, unsigned* out_of_range) {
   const unsigned kt = unsigned(a.taps * a.channels), channels = unsigned(a.channels);
   const unsigned total = unsigned(m_rows) * kt;
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const unsigned m = i / kt, kk = i - m * kt, tap = kk / channels, ch = kk - tap * channels;
     const unsigned row = a.context == 0 ? m : m + unsigned(rt.frame_row[m / unsigned(a.level)]) * unsigned(a.context);
     const float v = a.data[std::size_t(row + tap * unsigned(a.dilation)) * channels + ch];
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       col[i] = v;
-    else
-      col[i] = __float2half_rn(a.exp_alpha ? snake(v, a.exp_alpha[ch], a.inv_exp_beta[ch]) : v);
+    } else {
+      const float u = a.exp_alpha ? snake(v, a.exp_alpha[ch], a.inv_exp_beta[ch]) : v;
+      if (outside_fp16(u)) *out_of_range = 1u;
+      col[i] = __float2half_rn(u);
+    }
   }
 }
 
 // The same, V channels a thread (a 16-byte store: 4 floats or 8 halves) where the channels are a multiple of V and
 // both buffers 16-byte aligned: a fraction of the scalar kernel's index arithmetic a byte.
 template <class T, int V>
-__global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_rows) {
+__global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_rows, unsigned* out_of_range) {
   static_assert(V * sizeof(T) == 16 && V % 4 == 0);
   const unsigned groups = unsigned(a.channels) / V, kt = unsigned(a.taps) * groups, channels = unsigned(a.channels);
   const unsigned total = unsigned(m_rows) * kt;
@@ -137,6 +147,7 @@ __global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_r
         lo = {snake(lo.x, ea[0], ib[0]), snake(lo.y, ea[1], ib[1]), snake(lo.z, ea[2], ib[2]), snake(lo.w, ea[3], ib[3])};
         hi = {snake(hi.x, ea[4], ib[4]), snake(hi.y, ea[5], ib[5]), snake(hi.z, ea[6], ib[6]), snake(hi.w, ea[7], ib[7])};
       }
+      if (outside_fp16(lo) || outside_fp16(hi)) *out_of_range = 1u;
       const __half2 h[4] = {__floats2half2_rn(lo.x, lo.y), __floats2half2_rn(lo.z, lo.w),
                             __floats2half2_rn(hi.x, hi.y), __floats2half2_rn(hi.z, hi.w)};
       reinterpret_cast<uint4*>(col)[i] = *reinterpret_cast<const uint4*>(h);
@@ -146,13 +157,15 @@ __global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_r
 
 // im2col of either element type: the vector kernel where it applies, else the scalar one.
 template <class T>
-void launch_im2col(const row_table& rows, const gemm_input& a, T* col, int m_rows, cudaStream_t s, const char* name) {
+void launch_im2col(const row_table& rows, const gemm_input& a, T* col, int m_rows, cudaStream_t s, const char* name,
+                   unsigned* out_of_range) {
   constexpr int V = 16 / sizeof(T);
   if (a.channels % V == 0 && aligned16(a.data) && aligned16(col))
     im2col_vector_kernel<T, V><<<blocks_for(std::size_t(m_rows) * a.taps * (a.channels / V)), threads, 0, s>>>(
-        rows, a, col, m_rows);
+        rows, a, col, m_rows, out_of_range);
   else
-    im2col_kernel<<<blocks_for(std::size_t(m_rows) * a.taps * a.channels), threads, 0, s>>>(rows, a, col, m_rows);
+    im2col_kernel<<<blocks_for(std::size_t(m_rows) * a.taps * a.channels), threads, 0, s>>>(rows, a, col, m_rows,
+                                                                                            out_of_range);
   check_launch(name);
 }
 
@@ -473,11 +486,12 @@ void gemm(const row_table& rows, const gemm_input& a, const float* w, int n_out,
 }
 
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s) {
-  launch_im2col(rows, a, col, m_rows, s, "im2col");
+  launch_im2col(rows, a, col, m_rows, s, "im2col", nullptr);
 }
 
-void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, cudaStream_t s) {
-  launch_im2col(rows, a, col, m_rows, s, "im2col (fp16)");
+void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, unsigned* out_of_range,
+            cudaStream_t s) {
+  launch_im2col(rows, a, col, m_rows, s, "im2col (fp16)", out_of_range);
 }
 
 void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s) {

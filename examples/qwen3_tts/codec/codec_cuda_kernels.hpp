@@ -65,8 +65,10 @@ constexpr std::size_t max_elementwise_floats = (std::size_t(1) << 32) - std::siz
 // plain product g[m][n] (ldy == n_out).
 void im2col(const row_table& rows, const gemm_input& a, float* col, int m_rows, cudaStream_t s);
 // The same rounded to fp16 (round to nearest; beyond +-65504 an infinity): codec_cuda_math::cublas_fp16's operand,
-// a plain matrix (one tap, no context) included; with a's SnakeBeta, through it first.
-void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, cudaStream_t s);
+// a plain matrix (one tap, no context) included; with a's SnakeBeta, through it first. A value beyond +-65504 or
+// not finite sets *out_of_range to 1 (never back to 0).
+void im2col(const row_table& rows, const gemm_input& a, __half* col, int m_rows, unsigned* out_of_range,
+            cudaStream_t s);
 void apply_epilogue(const float* g, const epilogue& ep, float* y, int n_out, int m_rows, cudaStream_t s);
 
 // sums[0][t] = table[0][codes[t][0]], sums[1][t] = sum over q >= 1 of table[q][codes[t][q]] (in q order):

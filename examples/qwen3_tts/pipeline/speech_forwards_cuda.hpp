@@ -259,6 +259,11 @@ private:
     backend_->record(to_codec_, ctx.stream);
     backend_->wait(codec_stream(), to_codec_);
     codec_.decode_step(codec_rows_, o_.codec_graphs ? codec_cuda_launch::graph : codec_cuda_launch::eager);
+    if (!range_warned_ && codec_.fp16_out_of_range()) { // an earlier step's, seen once
+      range_warned_ = true;
+      std::cerr << "qwen3_tts: the CUDA codec met a value beyond fp16's range (+-65504) in a product's input; audio "
+                   "decoded since is wrong. Use --codec-math tf32 with this checkpoint.\n";
+    }
     auto lease = audio_.acquire(rows, std::size_t(frames) * spf_);
     detail::lend_audio(ctx, lease, first_, spf_);
     backend_->copy_to_host(lease.data, audio_dev_.get(), std::size_t(frames) * spf_ * sizeof(float), codec_stream());
@@ -284,6 +289,7 @@ private:
   std::vector<std::int32_t> text_;
   std::vector<codec_cuda::row> codec_rows_;
   std::vector<std::uint32_t> first_; // [rows + 1] the rows' frame offsets in the step's audio
+  bool range_warned_ = false;        // fp16's range warning printed (codec_cuda::fp16_out_of_range)
 };
 
 // run_speech on the CUDA backend: the Talker on `gpu` (built with speech_talker_limits<Spec>(o.max_batch), its
