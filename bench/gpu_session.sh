@@ -28,6 +28,8 @@
 #   profile    ncu's per-kernel time of one decode step of the 0.6B Talker at 1 and 64 rows (about 2 minutes;
 #              MSTAR_PROFILE_CLOCKS=none: clocks and caches as they run, for this stage and the next)
 #   codec_profile  the same for one codec step at the released size, 8 frames a row, at 8 and 64 rows
+#   attention  the decode step with the Talker's decode attention in equal shares and in chunks of N tokens
+#              (qwen3tts_talker_bench --attention-chunk), 1-64 rows, contexts of 256 and 1024 tokens (about 2 minutes)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
 #              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
 #              and apart (--gemv-norm 1 and 0; about 2 minutes)
@@ -439,6 +441,22 @@ ncu_stage() {
   done
 }
 
+# The Talker's decode step with its fused decode attention in 8 equal shares a row (chunk 0) and in shares of at
+# least N tokens (talker_cuda_limits::attention_chunk; MSTAR_ATTENTION_CHUNKS, default 0 64 128 256), 0.6B, at 1,
+# 16 and 64 rows, over contexts of 256 and 1024 tokens a row (MSTAR_ATTENTION_KV); about 2 minutes.
+stage_attention() {
+  local d="$out/attention" kv chunk
+  mkdir -p "$d"
+  build_gpu "attention" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
+  for kv in ${MSTAR_ATTENTION_KV:-256 1024}; do
+    for chunk in ${MSTAR_ATTENTION_CHUNKS:-0 64 128 256}; do
+      talker_bench "$d/bench_kv${kv}_chunk$chunk.log" --model 0.6b --rows 1,16,64 --kv "$kv" --iters 50 \
+        --attention-chunk "$chunk"
+      summarize "kv $kv: " "$d/bench_kv${kv}_chunk$chunk.log"
+    done
+  done
+}
+
 # Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
 # and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel.
 stage_profile() { ncu_stage profile examples/qwen3_tts/talker/qwen3tts_talker_bench "1 64" 150 --model 0.6b; }
@@ -538,7 +556,7 @@ stage_diagnose() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | diagnose | \
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | \
       decode | prefill | large)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2

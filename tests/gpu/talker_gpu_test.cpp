@@ -141,10 +141,12 @@ struct rig {
   talker_cuda gpu;
   // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv);
   // gemv_norm: talker_cuda_limits::gemv_norm (the norms before them done by the products); pdl:
-  // talker_cuda_limits::pdl (programmatic dependent launch).
+  // talker_cuda_limits::pdl (programmatic dependent launch); attention_chunk: talker_cuda_limits::attention_chunk.
   explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows,
-               bool gemv_norm = talker_cuda_limits{}.gemv_norm, bool pdl = talker_cuda_limits{}.pdl)
-      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm, pdl}) {
+               bool gemv_norm = talker_cuda_limits{}.gemv_norm, bool pdl = talker_cuda_limits{}.pdl,
+               int attention_chunk = talker_cuda_limits{}.attention_chunk)
+      : gpu(cuda_dims(config),
+            talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm, pdl, attention_chunk}) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
 };
@@ -885,6 +887,39 @@ TEST_CASE("decode-step graphs captured up front for every row count are replayed
   REQUIRE(a.predictor.size() == b.predictor.size());
   CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("the fused decode attention in shares of a few tokens, or of one block a row, gives the equal shares' codes "
+          "and logits" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // talker_cuda_limits::attention_chunk: contexts of 5 to 25 tokens here, so chunks of 4 take 2 to 7 blocks a row
+  // (merged in scratch) and chunks of 64 one block and no merge. The sums run in another order than the 8 equal
+  // shares', so the bound is the fused test's below; the greedy codes are the same.
+  auto run = [](int chunk) {
+    rig m(2, talker_cuda_limits{}.gemv_rows, talker_cuda_limits{}.gemv_norm, talker_cuda_limits{}.pdl, chunk);
+    return run_two_rows(m, 10);
+  };
+  const two_row_run equal = run(0);
+  for (const int chunk : {4, 64}) {
+    CAPTURE(chunk);
+    const two_row_run chunked = run(chunk);
+    REQUIRE(chunked.talker.size() == equal.talker.size());
+    const float talker_err = rel_err(chunked.talker.data(), equal.talker.data(), equal.talker.size());
+    const float predictor_err = rel_err(chunked.predictor.data(), equal.predictor.data(), equal.predictor.size());
+    std::printf("decode attention in chunks of %d against equal shares, 2 rows x 10 frames: relative logits "
+                "difference Talker %.3g, predictor %.3g\n",
+                chunk, double(talker_err), double(predictor_err));
+    CHECK(talker_err <= 4e-3f);
+    CHECK(predictor_err <= 4e-3f);
+    CHECK(chunked.frames == equal.frames);
+  }
+}
+
+TEST_CASE("a CUDA Talker refuses a negative attention chunk before touching the device") {
+  talker_cuda_limits l{2, 128, 96, 4, 96};
+  l.attention_chunk = -1;
+  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("attention_chunk -1"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *

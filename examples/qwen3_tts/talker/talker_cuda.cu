@@ -344,6 +344,12 @@ int qkv_width(const cuda_stack_dims& d) { return (d.heads + 2 * d.kv_heads) * d.
 // predictor's context is at most 17 tokens: one block a row.
 constexpr int talker_decode_splits = 8;
 
+// Blocks a row's context may take in the Talker's decode attention under the limits (talker_cuda_limits::
+// attention_chunk): the fixed equal shares, or up to the most the kernel takes for shares of a given size.
+int attention_splits(const talker_cuda_limits& l) {
+  return l.attention_chunk > 0 ? cuda::max_decode_splits : talker_decode_splits;
+}
+
 // Where each piece of a request's generation state sits in its slot row (bytes): the seed first (8-byte
 // aligned), then code 0, the frame count, the last frame, the last hidden state and the seen-codes bitmap.
 struct state_layout {
@@ -361,10 +367,11 @@ state_layout layout_of(const talker_cuda_dims& d) {
 // `view`, and leaves the final norm in y16 (bf16) and, when given, y32.
 // fused: every row has one token, so qk_norm_rope_append and paged_attention may run as one launch.
 // small: a decode step's pass, whose products may run as small_gemv when the tokens are few enough.
-// splits: blocks a row's kv indices are shared by in the fused attention (scratch holds their partials).
+// splits: blocks a row's kv indices are shared by in the fused attention (scratch holds their partials); chunk: the
+// least tokens a block takes (cuda::decode_attention).
 void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_stack_dims& d, float* x, int tokens,
                const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false,
-               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1) {
+               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1, int chunk = 0) {
   fused = fused && d.heads / d.kv_heads <= cuda::max_decode_group;
   const int h = d.hidden, qw = d.heads * d.head_dim, inter = d.intermediate;
   // On small_gemv the o and down projections add to the residual x themselves and the gate/up product
@@ -384,7 +391,7 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
     }
     if (fused) {
       cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
-                             d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s);
+                             d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s, chunk);
     } else {
       cuda::qk_norm_rope_append(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, st.q, w.kv[std::size_t(l)], view, d.heads,
                                 d.kv_heads, d.head_dim, d.rms_eps, s);
@@ -443,6 +450,8 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(l.gemv_rows >= 0 && l.gemv_rows <= cuda::max_gemv_rows,
        "gemv_rows " + std::to_string(l.gemv_rows) + " outside [0, " + std::to_string(cuda::max_gemv_rows) +
            "] (the most rows small_gemv takes; 0 keeps every product on cuBLAS)");
+  need(l.attention_chunk >= 0, "attention_chunk " + std::to_string(l.attention_chunk) +
+                                   " is negative (0: equal shares; N: shares of at least N tokens)");
 }
 
 } // namespace
@@ -534,7 +543,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.hidden_all = device_alloc<float>(tokens * T.hidden, own);
   const std::size_t rows = std::size_t(limits.max_rows);
   {
-    const std::size_t parts = rows * std::size_t(T.heads) * talker_decode_splits;
+    const std::size_t parts = rows * std::size_t(T.heads) * std::size_t(attention_splits(limits));
     st.attn_scratch.acc = device_alloc<float>(parts * std::size_t(T.head_dim), own);
     st.attn_scratch.m = device_alloc<float>(parts, own);
     st.attn_scratch.l = device_alloc<float>(parts, own);
@@ -1042,7 +1051,7 @@ void talker_cuda::enqueue_talker(int rows) {
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
                               rows,         rows,           limits_.block_tokens};
   run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_, true,
-            st.attn_scratch, talker_decode_splits);
+            st.attn_scratch, attention_splits(limits_), limits_.attention_chunk);
   st.linear(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
             rows, true);
   choose_code0(rows);

@@ -76,6 +76,12 @@ struct talker_cuda_limits {
   // on Hopper a kernel's blocks start, and ask their first weights into L2, while the kernel before it finishes.
   // The same bits either way; measured faster (docs/benchmarks.md: 2.6-7 % of a decode step, 4-13 % of a prefill).
   bool pdl = true;
+  // The Talker's fused decode attention: 0, each row's context shared by 8 blocks in equal parts (their partial
+  // results merged); N > 0, in parts of at least N tokens (at most cuda::max_decode_splits of them), so that a
+  // context of at most N tokens takes one block and no merge. Either way a row's parts follow its own length only,
+  // never its step's other rows. An experiment for the bench (qwen3tts_talker_bench --attention-chunk): not yet
+  // measured on a GPU.
+  int attention_chunk = 0;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

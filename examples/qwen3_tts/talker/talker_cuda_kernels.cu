@@ -316,7 +316,8 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
 // split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
 // block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
 // K and V (visible to the block after the barrier). A row's kv indices go to `splits` blocks in equal shares
-// (so a short context at few rows still fills the GPU), and within a block to its 4 warps, each warp taking
+// (so a short context at few rows still fills the GPU) or, with `chunk`, in shares of chunk tokens (more where the
+// row needs more than `splits` of them: a short context takes one block and no merge), and within a block to its 4 warps, each warp taking
 // 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
 // row is read once for all query heads of the group. Every lane-group runs an online softmax; the block
 // merges them in shared memory, and where a row has several splits the last block of the row's kv head to
@@ -326,7 +327,7 @@ template <int D, int G>
 __global__ void __launch_bounds__(128)
     decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
                             kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
-                            decode_scratch scratch) {
+                            decode_scratch scratch, int chunk) {
   await_predecessors();
   constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
   constexpr int parts = warps * tokens_per_warp;
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(128)
   const int group = heads / kv_heads;
   const int t = view.qo_indptr[r];
   const int len = kv_len_of_row(view, r), j_new = len - 1;
-  const int share = (len + splits - 1) / splits;
+  const int share = max(chunk, (len + splits - 1) / splits);
   const int begin = split * share, end = min(len, begin + share);
   const int used = (len + share - 1) / share; // splits with at least one kv index
   if (begin >= end) return;                   // past the row's length: no work and no part in the merge
@@ -1115,7 +1116,7 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
 
 void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
                       paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
-                      const decode_scratch& scratch, int splits, cudaStream_t s) {
+                      const decode_scratch& scratch, int splits, cudaStream_t s, int chunk) {
   if (view.rows == 0) return;
   if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > max_decode_group)
     throw std::runtime_error("qwen3_tts CUDA talker: decode_attention takes at most " +
@@ -1124,11 +1125,14 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
   if (splits < 1 || splits > max_decode_splits || (splits > 1 && (!scratch.acc || !scratch.counters)))
     throw std::runtime_error("qwen3_tts CUDA talker: decode_attention splits " + std::to_string(splits) +
                              " outside 1.." + std::to_string(max_decode_splits) + " or without scratch");
+  if (chunk < 0)
+    throw std::runtime_error("qwen3_tts CUDA talker: decode_attention chunk " + std::to_string(chunk) +
+                             " is negative (0: equal shares)");
   const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(splits));
   const int group = heads / kv_heads;
   auto launch = [&](auto d, auto g) {
     launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm,
-                  k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch);
+                  k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch, chunk);
   };
   auto by_group = [&](auto d) {
     if (group <= 1)
