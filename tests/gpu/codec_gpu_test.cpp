@@ -13,8 +13,8 @@
 //
 // Graph replays (codec_cuda_launch::graph) are held to the bytes of the launch they replay: the eager step
 // under double sums, the bucketed (padded, uncaptured) step under cuBLAS, whose GEMM shapes they share.
-// The tensor-core math (cuBLAS TF32) is checked against the reference's audio within a bf16-level bound (and,
-// in an SM partition, against itself on the whole GPU).
+// The tensor-core maths (cuBLAS TF32, fp16) are checked against the reference's audio within a bf16-level bound
+// (and, in an SM partition, against themselves on the whole GPU).
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
@@ -240,7 +240,7 @@ float state_error(const codec_state_layout& layout, const std::vector<float>& a,
   return worst;
 }
 
-// A math on the tensor cores (cuBLAS TF32) against the reference's audio: ramps of both fixtures' sequences
+// A math on the tensor cores (cuBLAS TF32, fp16) against the reference's audio: ramps of both fixtures' sequences
 // within bound times the audio's largest magnitude (at least 1); the worst error printed for docs/benchmarks.md.
 void check_tensor_core_math(codec_cuda_math math, float bound) {
   const char* name = codec_math_label(math);

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace qwen3_tts::codec_kernels {
 namespace {
@@ -94,12 +94,17 @@ __global__ void __launch_bounds__(256) gemm_kernel(row_table rt, gemm_input a, c
   }
 }
 
-// The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer they walk
-// within max_elementwise_floats): their divisions cost a fraction of 64-bit ones.
 __device__ inline float snake(float x, float exp_alpha, float inv_exp_beta) {
   const float v = sinf(x * exp_alpha);
   return x + inv_exp_beta * (v * v);
 }
+// Four consecutive channels' values, ea and ib pointing at the first one's parameters.
+__device__ inline float4 snake4(float4 v, const float* ea, const float* ib) {
+  return {snake(v.x, ea[0], ib[0]), snake(v.y, ea[1], ib[1]), snake(v.z, ea[2], ib[2]), snake(v.w, ea[3], ib[3])};
+}
+
+// The element-wise kernels below index with 32-bit integers (the constructor keeps every buffer they walk
+// within max_elementwise_floats): their divisions cost a fraction of 64-bit ones.
 
 // The largest finite fp16 value: a converted value beyond it (or not finite) sets *out_of_range.
 constexpr float fp16_max = 65504.0f;
@@ -144,8 +149,8 @@ __global__ void im2col_vector_kernel(row_table rt, gemm_input a, T* col, int m_r
       float4 lo = src[0], hi = src[1];
       if (a.exp_alpha) {
         const float *ea = a.exp_alpha + g * V, *ib = a.inv_exp_beta + g * V;
-        lo = {snake(lo.x, ea[0], ib[0]), snake(lo.y, ea[1], ib[1]), snake(lo.z, ea[2], ib[2]), snake(lo.w, ea[3], ib[3])};
-        hi = {snake(hi.x, ea[4], ib[4]), snake(hi.y, ea[5], ib[5]), snake(hi.z, ea[6], ib[6]), snake(hi.w, ea[7], ib[7])};
+        lo = snake4(lo, ea, ib);
+        hi = snake4(hi, ea + 4, ib + 4);
       }
       if (outside_fp16(lo) || outside_fp16(hi)) *out_of_range = 1u;
       const __half2 h[4] = {__floats2half2_rn(lo.x, lo.y), __floats2half2_rn(lo.z, lo.w),
@@ -202,8 +207,7 @@ __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, i
       if constexpr (snaked) {
         if (i >= ctx) {
           const unsigned k = i % unsigned(ch);
-          v = {snake(v.x, ea[k], ib[k]), snake(v.y, ea[k + 1], ib[k + 1]), snake(v.z, ea[k + 2], ib[k + 2]),
-               snake(v.w, ea[k + 3], ib[k + 3])};
+          v = snake4(v, ea + k, ib + k);
         }
       }
       *reinterpret_cast<float4*>(er + i) = v;
@@ -288,9 +292,7 @@ __global__ void snake_vector_kernel(const float4* x, const float* ea, const floa
                                     float4* y) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count4; i += gridDim.x * blockDim.x) {
     const unsigned c = (4 * i) % ch;
-    const float4 v = x[i];
-    y[i] = {snake(v.x, ea[c], ib[c]), snake(v.y, ea[c + 1], ib[c + 1]), snake(v.z, ea[c + 2], ib[c + 2]),
-            snake(v.w, ea[c + 3], ib[c + 3])};
+    y[i] = snake4(x[i], ea + c, ib + c);
   }
 }
 

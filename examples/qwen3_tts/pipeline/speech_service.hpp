@@ -52,7 +52,7 @@ struct speech_service_options {
   std::string device = "auto";
   // The CUDA codec: its steps replayed from CUDA graphs (speech_forward_options::codec_graphs; a service batches
   // one window width a step, so a replay pads rows to their bucket only) and its sums in TF32 (cublas: float32,
-  // tf32, double: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the fixtures). Both
+  // tf32, fp16, double: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the fixtures). Both
   // measured faster through the engine than eager float32 (docs/benchmarks.md); run_speech keeps float32 eager.
   bool codec_graphs = true;
   std::string codec_math = "tf32"; // one of codec_math_names

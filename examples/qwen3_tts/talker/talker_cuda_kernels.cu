@@ -316,13 +316,13 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
 // split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
 // block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
 // K and V (visible to the block after the barrier). A row's kv indices go to `splits` blocks in equal shares
-// (so a short context at few rows still fills the GPU) or, with `chunk`, in shares of chunk tokens (more where the
-// row needs more than `splits` of them: a short context takes one block and no merge), and within a block to its 4 warps, each warp taking
-// 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
+// (so a short context at few rows still fills the GPU) or, with `chunk`, in shares of chunk tokens (more where
+// the row needs more than `splits` of them: a short context takes one block and no merge), and within a block
+// to its 4 warps, each warp taking 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
 // row is read once for all query heads of the group. Every lane-group runs an online softmax; the block
 // merges them in shared memory, and where a row has several splits the last block of the row's kv head to
 // finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
-// A row's result depends on its own length and `splits` only, never on the other rows of the step.
+// A row's result depends on its own length, `splits` and `chunk` only, never on the other rows of the step.
 template <int D, int G>
 __global__ void __launch_bounds__(128)
     decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
