@@ -6,7 +6,7 @@
 // identical to the run without cancellations (and to the single-threaded reference). Per lane mode one
 // of the two runs uses the flow with the continues() hook and the other the flow without it, so the
 // staged prediction of the next decode step misses both on cancels and on requests that finish.
-// The run with cancellations gives the prefill node a min_batch (3 rows, up to 1 ms), so rows also
+// The run with cancellations gives the prefill node a min_batch (3 rows, up to 20 ms), so rows also
 // wait in the ready queue for a batch when cancels reach them, and the bytes still equal the run
 // without. Then the same pair once more (lane on) over a KV cache of 12 blocks, too small for the live
 // requests, so prefills park at readiness on the KV cache (requests sized to the blocks their prefill
@@ -77,7 +77,10 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
   o.nodes[codec_node].batch = (seed & 1) ? mstar::batching::per_key : mstar::batching::every_key;
   if (cancel) { // the run with cancellations also batches prefills across time: cancels land on waiting rows
     o.nodes[prefill_node].min_batch = 3;
-    o.nodes[prefill_node].max_wait = std::chrono::milliseconds(1); // rows come ~0.1 ms apart here (TSan: slower)
+    // The node waits only while its rows come at most max_wait apart on average (detail::batch_window). Requests
+    // come ~1.3 ms apart in the plain soak and 10x further apart under TSan on a loaded 2-core CI machine, where
+    // 1 ms saw no wait at all: 20 ms keeps thousands of waits a run even then (the chain never idles for them).
+    o.nodes[prefill_node].max_wait = std::chrono::milliseconds(20);
   }
   o.trace_events = 1 << 12;
   run_result out;
@@ -122,19 +125,21 @@ run_result run(const std::vector<tts_input>& in, mstar::lane_mode lane, bool can
     monitor.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = w.counters();
-    std::printf("%slane %-4s %-9s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu of them predicted, %llu "
-                "promoted, %llu dropped), %llu side steps (%llu on the lane), %llu parked, %llu refusals; cancels: %llu "
-                "backlog, %llu parked, %llu side, %llu chain, %llu idle, %llu ended\n",
-                BigKv ? "" : "small KV: ", std::string(mstar::name_of(lane)).c_str(), cancel ? "cancels" : "no-cancel",
-                mstar::predicts_continuation<Flow> ? "hook" : "no-hook", in.size(), s,
-                (unsigned long long)c.chain_steps.load(), (unsigned long long)c.staged.load(),
-                (unsigned long long)c.speculative_stages.load(), (unsigned long long)c.promoted.load(),
-                (unsigned long long)c.stage_drops.load(),
-                (unsigned long long)c.side_steps.load(), (unsigned long long)c.side_steps_on_lane.load(),
-                (unsigned long long)c.parked.load(), (unsigned long long)c.refusals.load(),
-                (unsigned long long)c.cancel_backlog.load(), (unsigned long long)c.cancel_parked.load(),
-                (unsigned long long)c.cancel_side.load(), (unsigned long long)c.cancel_chain.load(),
-                (unsigned long long)c.cancel_idle.load(), (unsigned long long)c.cancel_ended.load());
+    std::printf(
+        "%slane %-4s %-9s %-9s %zu requests in %.2f s: %llu chain steps (%llu staged, %llu of them predicted, %llu "
+        "promoted, %llu dropped), %llu side steps (%llu on the lane), %llu parked, %llu refusals, %llu batch waits; "
+        "cancels: %llu "
+        "backlog, %llu parked, %llu side, %llu chain, %llu idle, %llu ended\n",
+        BigKv ? "" : "small KV: ", std::string(mstar::name_of(lane)).c_str(), cancel ? "cancels" : "no-cancel",
+        mstar::predicts_continuation<Flow> ? "hook" : "no-hook", in.size(), s, (unsigned long long)c.chain_steps.load(),
+        (unsigned long long)c.staged.load(), (unsigned long long)c.speculative_stages.load(),
+        (unsigned long long)c.promoted.load(), (unsigned long long)c.stage_drops.load(),
+        (unsigned long long)c.side_steps.load(), (unsigned long long)c.side_steps_on_lane.load(),
+        (unsigned long long)c.parked.load(), (unsigned long long)c.refusals.load(),
+        (unsigned long long)c.batch_waits.load(), (unsigned long long)c.cancel_backlog.load(),
+        (unsigned long long)c.cancel_parked.load(), (unsigned long long)c.cancel_side.load(),
+        (unsigned long long)c.cancel_chain.load(), (unsigned long long)c.cancel_idle.load(),
+        (unsigned long long)c.cancel_ended.load());
     if (c.teardown_errors.load() != 0) fail("teardown errors: " + std::to_string(c.teardown_errors.load()));
     const std::uint64_t throwing = cancel ? (in.size() + 3) / 7 : 0; // ids 3, 10, 17, ... below in.size()
     if (c.end_hook_errors.load() != throwing || w.request_metrics().failed() != throwing)
