@@ -339,7 +339,9 @@ __global__ void __launch_bounds__(128)
   const int group = heads / kv_heads;
   const int t = view.qo_indptr[r];
   const int len = kv_len_of_row(view, r), j_new = len - 1;
-  const int share = max(chunk, (len + splits - 1) / splits);
+  // A chunk of len or more is one block whatever its size: taken as len, so that split * share and
+  // len + share - 1 stay within int for any chunk (a chunk near 2^31 would wrap them).
+  const int share = max(min(chunk, len), (len + splits - 1) / splits);
   const int begin = split * share, end = min(len, begin + share);
   const int used = (len + share - 1) / share; // splits with at least one kv index
   if (begin >= end) return;                   // past the row's length: no work and no part in the merge
