@@ -892,15 +892,17 @@ TEST_CASE("decode-step graphs captured up front for every row count are replayed
 TEST_CASE("the fused decode attention in shares of a few tokens, or of one block a row, gives the equal shares' codes "
           "and logits" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // talker_cuda_limits::attention_chunk: contexts of 5 to 25 tokens here, so chunks of 4 take 2 to 7 blocks a row
-  // (merged in scratch) and chunks of 64 one block and no merge. The sums run in another order than the 8 equal
-  // shares', so the bound is the fused test's below; the greedy codes are the same.
+  // talker_cuda_limits::attention_chunk: both rows' prompts are 8 tokens, so the 10 steps attend over 9 to 18. Chunks
+  // of 1 take 9 to 16 blocks a row (more than the 8 equal shares: the scratch of max_decode_splits; from 17 tokens
+  // the 16 equal shares of 2 tokens exceed the chunk), chunks of 4 take 3 to 5 (merged in scratch) and chunks of 64
+  // one block and no merge. The sums run in another order than the 8 equal shares', so the bound is the fused
+  // test's below; the greedy codes are the same.
   auto run = [](int chunk) {
     rig m(2, talker_cuda_limits{}.gemv_rows, talker_cuda_limits{}.gemv_norm, talker_cuda_limits{}.pdl, chunk);
     return run_two_rows(m, 10);
   };
   const two_row_run equal = run(0);
-  for (const int chunk : {4, 64}) {
+  for (const int chunk : {1, 4, 64}) {
     CAPTURE(chunk);
     const two_row_run chunked = run(chunk);
     REQUIRE(chunked.talker.size() == equal.talker.size());
