@@ -329,10 +329,13 @@ TEST_CASE("the CUDA codec over fp16 operands says when a value left fp16's range
   CHECK_FALSE(fine.fp16_out_of_range());
   cuda_ramp(fine, seq, whole);           // synchronizes
   CHECK_FALSE(fine.fp16_out_of_range()); // the fixture's values fit
-  // The semantic half's projection scaled up: the pre-convolution's input reaches about 1e9.
+  // The semantic codebook scaled up: the codebooks stay float32 on the GPU, so the first value out of range is a
+  // finite one (about 1e9), at the conversion of the semantic projection's input. (Scaling a product's weights
+  // would overflow them to infinity at their own fp16 upload, so the flag would only ever see infinities.)
   codec_weights loud = parts.weights;
-  for (float& v : loud.rvq_first.output_proj)
-    v *= 1e9f;
+  for (auto& book : loud.rvq_first.layers)
+    for (float& v : book.embedding)
+      v *= 1e9f;
   codec_cuda over(parts.config, loud, {1, max_window}, codec_cuda_math::cublas_fp16);
   cuda_ramp(over, seq, whole);
   CHECK(over.fp16_out_of_range());
