@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU-side check and measurement of the project, for a lent GPU machine, in stages chosen so that three
-# device calls cover them (one call may run 10 minutes):
+# Every GPU-side check and measurement of the project, for a lent GPU machine, in stages, a few to a device call
+# (one call may run 10 minutes):
 #
 #   reference  the reference implementation's speed at the real sizes (bench/reference/qwen_tts_reference.py:
 #              qwen-tts 0.1.1 + transformers 4.57.3, carried as wheels in .whl/; about 2 minutes)
@@ -16,7 +16,7 @@
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
-#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32), and the
+#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32, fp16), and the
 #              Talker's decode step alone against beside the codec (qwen3tts_beside_bench); same build directory
 #              as the talker stage; about 3 minutes
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
@@ -41,7 +41,7 @@
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
-#              server at c = 64 through loadgen-http (about 5 minutes, building included)
+#              server at c = 16 and 64 through loadgen-http (about 5 minutes, building included)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
@@ -199,7 +199,7 @@ stage_codec() {
     san=$?
     tail -5 "$d/memcheck.log"
   fi
-  # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all three) and
+  # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all four) and
   # the beside bench runs the codec in (default its own); MSTAR_CODEC_SMS: the beside bench's codec on each of
   # these SM counts (--codec-sms, e.g. 0,32,64; default the whole GPU).
   timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" ${MSTAR_CODEC_MATHS:+--math "$MSTAR_CODEC_MATHS"} \

@@ -11,8 +11,10 @@
 # Without arguments the checkpoint is tests/fixtures/qwen3tts/tiny06: random weights in the official
 # layout, so the "speech" is noise; with the official weights (Qwen3-TTS-12Hz-0.6B-CustomVoice and the
 # others, published by Qwen on Hugging Face and ModelScope; download the folder yourself, nothing is fetched
-# at run time) it is speech. Arguments go to `qwen3tts synth` (see its --help). The real model runs on the
-# host backend (float32) today; the cost model uses the CUDA backend when a GPU is present.
+# at run time) it is speech. Arguments go to `qwen3tts synth` (see its --help). The real model runs where
+# synth's --device says: auto (the default) runs the CUDA Talker and codec when the build has CUDA and a GPU is
+# present, the host backend (float32) otherwise or when the checkpoint samples with top_p < 1 (--greedy runs on
+# CUDA); the cost model uses the CUDA backend when a GPU is present.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -63,7 +63,7 @@ struct speech_service_options {
   // The CUDA Talker's own kernels launched with programmatic dependent launch (talker_cuda_limits::pdl, on there too).
   bool talker_pdl = true;
   // SMs the CUDA codec's kernels may occupy beside the Talker (speech_forward_options::codec_sms; 0: the whole
-  // GPU). Not measured through the service yet.
+  // GPU). Through the service on an H100, 32 SMs lowered the audio throughput (docs/benchmarks.md), hence 0.
   int codec_sms = 0;
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;

@@ -130,8 +130,9 @@ int synth_main(int argc, char** argv) {
   app.add_flag("--float", as_float, "32-bit float samples (the decoder's bits) instead of 16-bit PCM");
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating");
   app.add_option("--lane", lane, "the codec's side lane: off, on or auto");
-  app.add_option("--device", device, "where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda "
-                                     "when a CUDA device is present)");
+  app.add_option("--device", device, "where the model runs: host, cuda (the CUDA Talker and codec) or auto (the "
+                                     "default: cuda when this build has it and a CUDA device is present, unless the "
+                                     "checkpoint samples with top_p < 1; host otherwise)");
   app.add_option("--codec-math", codec_math,
                  "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
                  "tf32 (cuBLAS on the tensor cores, bf16-level precision), fp16 (cuBLAS over fp16 operands: "
