@@ -11,6 +11,7 @@ request gets a 4xx JSON error and changes no outcome count but `rejected`; a see
 gets only 2xx/4xx answers and leaves the server up; `qwen3tts loadgen` (the same closed loop in process)
 prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames.
 """
+import gzip
 import http.client
 import json
 import os
@@ -297,6 +298,58 @@ def test_malformed(srv):
           (outcome(after, "rejected") - outcome(before, "rejected"), len(cases)))
 
 
+def test_body_bounds(srv):
+    """--max-body bounds every body as the server reads it: a chunked one and the inflated bytes of a gzip one get
+    413 too (cpp-httplib alone bounds only a Content-Length body, and read those whole into memory), the rest of
+    an oversized body is read and dropped so that the kept-alive connection answers its next request, and a POST
+    without Content-Length or Transfer-Encoding has an empty body (no wait for the read timeout). 405 answers
+    name the allowed methods in Allow, OPTIONS included."""
+    good = json.dumps({"model": "m", "input": "Hi.", "voice": VOICE, "max_frames": 2}).encode()
+    before = srv.metrics()
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=30)
+    try:
+        c.request("POST", "/v1/audio/speech", body=(b"x" * 65536 for _ in range(32)), encode_chunked=True,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        answer = r.read()
+        check(r.status == 413 and b"--max-body" in answer,
+              "a 2 MiB chunked body gets 413 naming --max-body (got %d: %r)" % (r.status, answer[:200]))
+        c.request("POST", "/v1/audio/speech", body=good, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        check(r.status == 200 and r.read()[:4] == b"RIFF", "the connection answers its next request after the 413")
+    finally:
+        c.close()
+    bomb = gzip.compress(json.dumps({"model": "m", "input": "x" * (8 << 20), "voice": VOICE}).encode())
+    status, _, answer = srv.request("POST", "/v1/audio/speech", bomb,
+                                    {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    check(status == 413, "a %d-byte gzip body of 8 MiB gets 413 (got %d: %r)" % (len(bomb), status, answer[:200]))
+    status, _, answer = srv.request("POST", "/v1/audio/speech", gzip.compress(good),
+                                    {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    check(status == 200 and answer[:4] == b"RIFF", "a gzip body within the bound is answered (got %d)" % status)
+    s = socket.create_connection((srv.host, srv.port), timeout=30)
+    t = time.time()
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = s.makefile("rb").read()
+    s.close()
+    check(b" 400 " in answer.split(b"\r\n")[0] and time.time() - t < 2,
+          "a POST without a length is an empty body, refused at once (%.1f s: %r)" % (time.time() - t, answer[:80]))
+    for method, path, allow in (("OPTIONS", "/v1/audio/speech", "POST"), ("PUT", "/health", "GET, HEAD"),
+                                ("GET", "/v1/audio/speech", "POST")):
+        c = http.client.HTTPConnection(srv.host, srv.port, timeout=30)
+        c.request(method, path, body=b"{}" if method == "PUT" else None)
+        r = c.getresponse()
+        r.read()
+        c.close()
+        check(r.status == 405 and r.getheader("Allow") == allow,
+              "%s %s answers 405 with Allow: %s (got %d, %r)" % (method, path, allow, r.status, r.getheader("Allow")))
+    after = srv.metrics()
+    for o in ("completed", "cancelled", "failed"):
+        check(outcome(after, o) - outcome(before, o) == (2 if o == "completed" else 0),
+              "the bounds change no %s count but the two good requests'" % o)
+    check(outcome(after, "rejected") - outcome(before, "rejected") == 6,
+          "each refusal counts as rejected (%d of 6)" % (outcome(after, "rejected") - outcome(before, "rejected")))
+
+
 def test_fuzz(srv, seconds=8.0, seed=1234):
     rng = random.Random(seed)
     good = json.dumps({"model": "m", "input": "Hi there.", "voice": VOICE, "max_frames": 2, "seed": 3,
@@ -432,8 +485,8 @@ def main():
     srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
                  "--max-body", "65536")
     try:
-        for test in (test_health_and_metrics, test_listen_backlog, test_equal_to_synth, test_hang_ups, test_malformed, test_fuzz,
-                     test_loadgen_http):
+        for test in (test_health_and_metrics, test_listen_backlog, test_equal_to_synth, test_hang_ups, test_malformed, test_body_bounds,
+                     test_fuzz, test_loadgen_http):
             t = time.time()
             test(srv)
             print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

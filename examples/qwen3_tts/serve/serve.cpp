@@ -20,6 +20,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -145,7 +146,12 @@ public:
   }
 
   void install(httplib::Server& http) {
-    http.Post("/v1/audio/speech", [this](const httplib::Request& q, httplib::Response& r) { speech(q, r); });
+    // Every body is read through read_body, which keeps at most --max-body bytes of it (below): a handler with a
+    // content reader for each method that has one, the speech route's first and a catch-all's last.
+    http.Post("/v1/audio/speech",
+              [this](const httplib::Request& q, httplib::Response& r, const httplib::ContentReader& read) {
+                if (auto body = read_body(q, r, read)) speech(*body, r);
+              });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
       json j = {{"status", "ok"},
                 {"model", o_.model_dir},
@@ -159,20 +165,37 @@ public:
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(metrics(), "text/plain; version=0.0.4");
     });
-    // Known routes under another method: 405, and the rest 404, both as JSON (the error handler).
-    auto not_allowed = [this](const httplib::Request& q, httplib::Response& r) {
-      ++rejected_;
-      send_error(r, {405, q.method + " is not allowed on " + q.path, "invalid_request_error", ""});
-    };
-    for (const char* path : {"/v1/audio/speech", "/health", "/metrics"}) {
-      if (std::string_view(path) != "/v1/audio/speech")
-        http.Post(path, not_allowed);
+    // Known routes under another method: 405 with the Allow header, and the rest 404, both as JSON (the error
+    // handler). A body is read (bounded) first, so that a kept-alive connection stays in step.
+    for (const auto& [path, allow] : {std::pair<std::string, std::string>{"/v1/audio/speech", "POST"},
+                                      {"/health", "GET, HEAD"},
+                                      {"/metrics", "GET, HEAD"}}) {
+      auto not_allowed = [this, allow](const httplib::Request& q, httplib::Response& r) {
+        ++rejected_;
+        r.set_header("Allow", allow);
+        send_error(
+            r, {405, q.method + " is not allowed on " + q.path + "; allowed: " + allow, "invalid_request_error", ""});
+      };
+      auto with_body = [this, not_allowed](const httplib::Request& q, httplib::Response& r,
+                                           const httplib::ContentReader& read) {
+        if (read_body(q, r, read)) not_allowed(q, r);
+      };
+      if (path != "/v1/audio/speech")
+        http.Post(path, with_body);
       else
-        http.Get(path, not_allowed);
-      http.Put(path, not_allowed);
-      http.Delete(path, not_allowed);
-      http.Patch(path, not_allowed);
+        http.Get(path, not_allowed); // HEAD too
+      http.Put(path, with_body);
+      http.Delete(path, with_body);
+      http.Patch(path, with_body);
+      http.Options(path, not_allowed);
     }
+    auto no_route = [this](const httplib::Request& q, httplib::Response& r, const httplib::ContentReader& read) {
+      if (read_body(q, r, read)) r.status = 404; // the error handler answers
+    };
+    http.Post(".*", no_route);
+    http.Put(".*", no_route);
+    http.Delete(".*", no_route);
+    http.Patch(".*", no_route);
     http.set_error_handler(
         httplib::Server::HandlerWithResponse([this](const httplib::Request& q, httplib::Response& r) {
           if (!r.body.empty()) return httplib::Server::HandlerResponse::Unhandled; // a handler's own error
@@ -185,6 +208,11 @@ public:
                            "invalid_request_error", ""});
           else if (r.status == 413)
             send_error(r, {413, "the request body is over " + std::to_string(o_.max_body) + " bytes",
+                           "invalid_request_error", ""});
+          else if (r.status == 400)
+            send_error(r, {400,
+                           "the request could not be read: a malformed request line or header, or a method other "
+                           "than GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH",
                            "invalid_request_error", ""});
           else
             send_error(r, {r.status, "the request could not be read (HTTP " + std::to_string(r.status) + ")",
@@ -222,6 +250,42 @@ private:
     else if (o_.lane == "auto")
       so.lane = mstar::lane_mode::automatic;
     return so;
+  }
+
+  // The body of a request, or nothing when an error was answered: at most --max-body bytes, counted as the handler
+  // sees them. cpp-httplib 0.11 bounds a Content-Length body only (set_payload_max_length: 413 and the body
+  // skipped); a chunked body, and the inflated bytes of a gzip or br Content-Encoding, it would read into memory
+  // whole (a 51 KB gzip body gave a 50 MB string). Past the bound the rest is read and dropped, as cpp-httplib
+  // skips a Content-Length body, so that a kept-alive connection stays in step.
+  std::optional<std::string> read_body(const httplib::Request& q, httplib::Response& r,
+                                       const httplib::ContentReader& read) {
+    // RFC 9112 6.3: a request with neither Content-Length nor Transfer-Encoding has no body. cpp-httplib would
+    // read one until the client closed, so a POST without a body waited out the read timeout (5 s) for a 400.
+    if (!q.has_header("Content-Length") && !q.has_header("Transfer-Encoding")) return std::string();
+    std::string body;
+    bool over = false;
+    const bool read_whole = read([&](const char* data, std::size_t n) {
+      over = over || body.size() + n > o_.max_body;
+      if (!over) body.append(data, n);
+      return true;
+    });
+    if (over || r.status == 413) {
+      ++rejected_;
+      send_error(r, {413,
+                     "the request body is over " + std::to_string(o_.max_body) +
+                         " bytes (--max-body; counted after any Content-Encoding is undone)",
+                     "invalid_request_error", ""});
+      return std::nullopt;
+    }
+    if (!read_whole) {
+      ++rejected_;
+      send_error(r, {400,
+                     "the request body could not be read: it ended before its Content-Length, its chunked encoding "
+                     "or Content-Encoding is malformed, or the client sent nothing for 5 s",
+                     "invalid_request_error", ""});
+      return std::nullopt;
+    }
+    return body;
   }
 
   // Validates the body whole; nothing is submitted unless every field is right.
@@ -347,8 +411,8 @@ private:
     return svc_.submit(std::move(a.req), std::move(cb));
   }
 
-  void speech(const httplib::Request& q, httplib::Response& res) {
-    auto parsed = parse(q.body);
+  void speech(const std::string& body, httplib::Response& res) {
+    auto parsed = parse(body);
     if (auto* e = std::get_if<http_error>(&parsed)) {
       ++rejected_;
       send_error(res, *e);
