@@ -18,6 +18,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -393,6 +394,72 @@ def test_loadgen_http(srv):
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
 
 
+def test_stop_drains():
+    """SIGTERM stops the server gracefully: a stream in progress runs to its final chunk, meanwhile a new request
+    gets 503 and /health says "stopping" with 503, and the server then exits 0. The requests run a fixed 2000 frames
+    (a copy of the checkpoint with min_new_tokens = max_new_tokens), so that the stream is still going."""
+    global MODEL
+    keep = MODEL
+    with tempfile.TemporaryDirectory() as scratch:
+        MODEL = os.path.join(scratch, "fixed")
+        shutil.copytree(keep, MODEL)
+        gen_path = os.path.join(MODEL, "generation_config.json")
+        gen = json.load(open(gen_path))
+        gen["max_new_tokens"] = gen["min_new_tokens"] = 8000
+        json.dump(gen, open(gen_path, "w"))
+        srv = Server("--max-frames", "2000")
+        try:
+            body = json.dumps({"model": "m", "input": "Hi.", "voice": VOICE, "stream": True, "response_format": "pcm",
+                               "max_frames": 2000}).encode()
+            s = socket.create_connection((srv.host, srv.port), timeout=60)
+            s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                      % len(body) + body)
+            f = s.makefile("rb")
+            check(b" 200 " in f.readline(), "the stream starts")
+            while f.readline() not in (b"\r\n", b""):
+                pass
+            f.read(int(f.readline().split(b";")[0], 16) + 2)  # the first chunk: the request is in flight
+            srv.proc.send_signal(signal.SIGTERM)
+            health = None
+            for _ in range(40):
+                try:
+                    status, _, answer = srv.request("GET", "/health", timeout=5)
+                except OSError as e:
+                    health = e
+                    break
+                health = (status, json.loads(answer).get("status"))
+                if status == 503:
+                    break
+                time.sleep(0.05)
+            check(health == (503, "stopping"), "while stopping, /health answers 503 \"stopping\" (got %r)" % (health,))
+            try:
+                status, _, answer = srv.speech({"model": "m", "input": "Hi.", "voice": VOICE, "max_frames": 2})
+                refused = status == 503 and json.loads(answer)["error"]["type"] == "server_error"
+            except OSError as e:
+                status, refused = e, False
+            check(refused, "while stopping, a new request gets 503 (got %r)" % (status,))
+            size = 0
+            complete = False
+            while True:
+                line = f.readline()
+                if not line:
+                    break
+                n = int(line.split(b";")[0], 16)
+                if n == 0:
+                    complete = True
+                    break
+                size += len(f.read(n))
+                f.readline()
+            s.close()
+            check(complete, "the stream in progress at SIGTERM runs to its final chunk (%d more bytes)" % size)
+            rc = srv.proc.wait(timeout=30)
+            check(rc == 0, "the server exits 0 after the drain (%r)" % rc)
+        finally:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+            MODEL = keep
+
+
 def test_loadgen_in_process():
     """`qwen3tts loadgen` runs the closed loop in process: a row per lane and c with every request ok, and a
     checkpoint whose generation_config.json sets min_new_tokens = max_new_tokens makes every request exactly
@@ -493,7 +560,7 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
-    for test in (test_full_and_voice_design, test_loadgen_in_process):
+    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process):
         t = time.time()
         test()
         print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

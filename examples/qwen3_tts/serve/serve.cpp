@@ -153,13 +153,14 @@ public:
                 if (auto body = read_body(q, r, read)) speech(*body, r);
               });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-      json j = {{"status", "ok"},
+      json j = {{"status", stopping_ ? "stopping" : "ok"},
                 {"model", o_.model_dir},
                 {"tts_model_type", talker_.config().tts_model_type},
                 {"tts_model_size", talker_.config().tts_model_size},
                 {"sample_rate", rate_},
                 {"lane", o_.lane},
                 {"device", svc_.on_cuda() ? "cuda" : "host"}};
+      if (stopping_) r.status = 503; // a load balancer sends no more requests here
       r.set_content(j.dump() + "\n", "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
@@ -231,6 +232,12 @@ public:
     });
     http.set_payload_max_length(o_.max_body);
   }
+
+  // SIGINT/SIGTERM: new speech requests get 503 (and /health says "stopping") while those accepted run to their
+  // end and their answers go out whole.
+  void begin_stop() { stopping_ = true; }
+  // Speech answers accepted and not yet sent whole (a stream's ends when its connection is done with it).
+  std::uint32_t open_answers() const { return open_answers_.load(); }
 
 private:
   // What a valid body asks for.
@@ -412,6 +419,17 @@ private:
   }
 
   void speech(const std::string& body, httplib::Response& res) {
+    // Counts this answer open until it is sent whole: the handler's return (not streaming; cpp-httplib sends the body
+    // before a stop ends the connection) or the stream's connection letting its provider go. Counted before
+    // stopping_ is read, so that a stop either refuses this request or waits for it.
+    ++open_answers_;
+    auto open = std::shared_ptr<void>(nullptr, [this](void*) { --open_answers_; });
+    if (stopping_) {
+      ++rejected_;
+      send_error(res, {503, "the server is stopping (SIGINT or SIGTERM) and takes no new requests; send it to another",
+                       "server_error", ""});
+      return;
+    }
     auto parsed = parse(body);
     if (auto* e = std::get_if<http_error>(&parsed)) {
       ++rejected_;
@@ -451,7 +469,7 @@ private:
     auto header_sent = std::make_shared<bool>(!a.wav);
     res.set_chunked_content_provider(
         type,
-        [this, aq, id, header_sent](std::size_t, httplib::DataSink& sink) {
+        [this, aq, id, header_sent, open](std::size_t, httplib::DataSink& sink) {
           if (!*header_sent) {
             *header_sent = true;
             const auto h = streaming_wav_header(rate_);
@@ -479,8 +497,10 @@ private:
           }
           return true;
         },
-        [this, id](bool success) {
-          if (!success) svc_.cancel(id); // a request that ended already is left alone
+        [this, id](bool) {
+          // Cancelled whatever the success: cpp-httplib reports success for a stream that a stop cut short (its
+          // provider is not called again), whose request would otherwise run on. One that ended is left alone.
+          svc_.cancel(id);
         });
   }
 
@@ -496,8 +516,8 @@ private:
     auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
       o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
     };
-    o << "# HELP qwen3tts_requests_total Speech requests by outcome (rejected: refused with a 4xx before any "
-         "work)\n# TYPE qwen3tts_requests_total counter\n";
+    o << "# HELP qwen3tts_requests_total Speech requests by outcome (rejected: refused with a 4xx, or a 503 "
+         "while stopping, before any work)\n# TYPE qwen3tts_requests_total counter\n";
     o << "qwen3tts_requests_total{outcome=\"completed\"} " << c.completed << "\n";
     o << "qwen3tts_requests_total{outcome=\"cancelled\"} " << c.cancelled << "\n";
     o << "qwen3tts_requests_total{outcome=\"failed\"} " << c.failed << "\n";
@@ -537,7 +557,8 @@ private:
   int rate_;
   bool voice_design_ = false;
   service svc_;
-  std::atomic<std::uint32_t> in_flight_{0};
+  std::atomic<std::uint32_t> in_flight_{0}, open_answers_{0};
+  std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> rejected_{0}, samples_{0};
   histogram first_audio_, gap_;
 };
@@ -620,9 +641,16 @@ int serve_main(int argc, char** argv) {
     widen_listen_backlog(port);
     std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
+    // The first signal stops new requests; the server stops listening once the accepted answers went out whole,
+    // or at a second signal (whose streams are then cut, and their requests cancelled).
     std::thread stopper([&] {
       int sig = 0;
       sigwait(&stop_signals, &sig);
+      if (sig == SIGTERM && !http.is_running()) return; // the pthread_kill below: the server stopped on its own
+      srv.begin_stop();
+      const timespec tick{0, 50'000'000};
+      while (srv.open_answers() > 0 && sigtimedwait(&stop_signals, nullptr, &tick) < 0) {
+      }
       http.stop();
     });
     const bool ok = http.listen_after_bind();
