@@ -351,6 +351,20 @@ def test_body_bounds(srv):
           "each refusal counts as rejected (%d of 6)" % (outcome(after, "rejected") - outcome(before, "rejected")))
 
 
+def test_idle_connections(srv):
+    """100 connections that send nothing (fewer than the pool's live + queued + 16 threads) leave /health answering
+    at once."""
+    idle = [socket.create_connection((srv.host, srv.port), timeout=30) for _ in range(100)]
+    try:
+        t = time.time()
+        status, _, _ = srv.request("GET", "/health", timeout=30)
+        check(status == 200 and time.time() - t < 1, "/health answers within 1 s beside 100 idle connections "
+              "(%d in %.1f s)" % (status, time.time() - t))
+    finally:
+        for s in idle:
+            s.close()
+
+
 def test_fuzz(srv, seconds=8.0, seed=1234):
     rng = random.Random(seed)
     good = json.dumps({"model": "m", "input": "Hi there.", "voice": VOICE, "max_frames": 2, "seed": 3,
@@ -553,7 +567,7 @@ def main():
                  "--max-body", "65536")
     try:
         for test in (test_health_and_metrics, test_listen_backlog, test_equal_to_synth, test_hang_ups, test_malformed, test_body_bounds,
-                     test_fuzz, test_loadgen_http):
+                     test_idle_connections, test_fuzz, test_loadgen_http):
             t = time.time()
             test(srv)
             print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)
