@@ -353,13 +353,15 @@ def test_body_bounds(srv):
 
 def test_idle_connections(srv):
     """100 connections that send nothing (fewer than the pool's live + queued + 16 threads) leave /health answering
-    at once."""
+    well before the idle connections' 5 s timeout."""
     idle = [socket.create_connection((srv.host, srv.port), timeout=30) for _ in range(100)]
     try:
         t = time.time()
         status, _, _ = srv.request("GET", "/health", timeout=30)
-        check(status == 200 and time.time() - t < 1, "/health answers within 1 s beside 100 idle connections "
-              "(%d in %.1f s)" % (status, time.time() - t))
+        took = time.time() - t
+        # A starved pool would answer only once idle connections time out (5 s); 3 s leaves a loaded machine room.
+        check(status == 200 and took < 3, "/health answers within 3 s beside 100 idle connections (%d in %.1f s)"
+              % (status, took))
     finally:
         for s in idle:
             s.close()
