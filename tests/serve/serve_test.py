@@ -197,6 +197,24 @@ def test_equal_to_synth(srv):
     status, ctype, whole = srv.speech(body)
     check(status == 200 and ctype == "audio/wav" and whole == ref,
           "the whole-file answer equals synth's WAV file byte for byte")
+    # An HTTP/1.0 client (nginx's default towards its upstream) has no chunked transfer: the stream comes as the bytes
+    # themselves, ended by the connection's end.
+    payload = json.dumps(dict(body, stream=True, response_format="pcm")).encode()
+    s = socket.create_connection((srv.host, srv.port), timeout=60)
+    s.sendall(b"POST /v1/audio/speech HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % len(payload) + payload)
+    answer = b""
+    while True:
+        got = s.recv(65536)
+        if not got:
+            break
+        answer += got
+    s.close()
+    head, _, data = answer.partition(b"\r\n\r\n")
+    check(b" 200 " in head.split(b"\r\n")[0] and b"chunked" not in head.lower(),
+          "an HTTP/1.0 stream is not chunked: %r" % head)
+    check(data == wav_data(ref), "an HTTP/1.0 stream's bytes, to the connection's end, equal synth's samples "
+          "(%d vs %d bytes)" % (len(data), len(wav_data(ref))))
 
 
 def test_hang_ups(srv):

@@ -150,7 +150,7 @@ public:
     // content reader for each method that has one, the speech route's first and a catch-all's last.
     http.Post("/v1/audio/speech",
               [this](const httplib::Request& q, httplib::Response& r, const httplib::ContentReader& read) {
-                if (auto body = read_body(q, r, read)) speech(*body, r);
+                if (auto body = read_body(q, r, read)) speech(*body, q.version == "HTTP/1.0", r);
               });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
       json j = {{"status", stopping_ ? "stopping" : "ok"},
@@ -418,7 +418,8 @@ private:
     return svc_.submit(std::move(a.req), std::move(cb));
   }
 
-  void speech(const std::string& body, httplib::Response& res) {
+  // http10: the client speaks HTTP/1.0, which has no chunked transfer: a stream goes out close-delimited.
+  void speech(const std::string& body, bool http10, httplib::Response& res) {
     // Counts this answer open until it is sent whole: the handler's return (not streaming; cpp-httplib sends the body
     // before a stop ends the connection) or the stream's connection letting its provider go. Counted before
     // stopping_ is read, so that a stop either refuses this request or waits for it.
@@ -465,43 +466,45 @@ private:
       return;
     }
     // Streaming: the header, then each window's samples as it lands. A write that fails (the client went
-    // away) cancels the request at once; so does a connection httplib ends without success.
+    // away) cancels the request at once; so does a connection httplib ends without success. Chunked, or for an
+    // HTTP/1.0 client (a proxy such as nginx speaks it to its upstream by default) the bytes as they are, the end
+    // of the connection ending them: there a failed request cannot be told from a whole one.
     auto header_sent = std::make_shared<bool>(!a.wav);
-    res.set_chunked_content_provider(
-        type,
-        [this, aq, id, header_sent, open](std::size_t, httplib::DataSink& sink) {
-          if (!*header_sent) {
-            *header_sent = true;
-            const auto h = streaming_wav_header(rate_);
-            if (!sink.write(h.data(), h.size())) return cancel_for(id);
-          }
-          std::vector<float> chunk;
-          bool ended = false;
-          mstar::request_end how = mstar::request_end::failed;
-          {
-            std::unique_lock g(aq->lock);
-            aq->cv.wait_for(g, std::chrono::milliseconds(200), [&] { return aq->ended || !aq->pending.empty(); });
-            chunk.swap(aq->pending);
-            ended = aq->ended;
-            how = aq->how;
-          }
-          if (!chunk.empty()) {
-            const auto bytes = pcm16_bytes(chunk, rate_);
-            if (!sink.write(bytes.data(), bytes.size())) return cancel_for(id);
-          } else if (!ended && !sink.is_writable()) {
-            return cancel_for(id);
-          }
-          if (ended) {
-            if (how != mstar::request_end::completed) return false; // cut: the client sees no final chunk
-            sink.done();
-          }
-          return true;
-        },
-        [this, id](bool) {
-          // Cancelled whatever the success: cpp-httplib reports success for a stream that a stop cut short (its
-          // provider is not called again), whose request would otherwise run on. One that ended is left alone.
-          svc_.cancel(id);
-        });
+    auto provider = [this, aq, id, header_sent, open](std::size_t, httplib::DataSink& sink) {
+      if (!*header_sent) {
+        *header_sent = true;
+        const auto h = streaming_wav_header(rate_);
+        if (!sink.write(h.data(), h.size())) return cancel_for(id);
+      }
+      std::vector<float> chunk;
+      bool ended = false;
+      mstar::request_end how = mstar::request_end::failed;
+      {
+        std::unique_lock g(aq->lock);
+        aq->cv.wait_for(g, std::chrono::milliseconds(200), [&] { return aq->ended || !aq->pending.empty(); });
+        chunk.swap(aq->pending);
+        ended = aq->ended;
+        how = aq->how;
+      }
+      if (!chunk.empty()) {
+        const auto bytes = pcm16_bytes(chunk, rate_);
+        if (!sink.write(bytes.data(), bytes.size())) return cancel_for(id);
+      } else if (!ended && !sink.is_writable()) {
+        return cancel_for(id);
+      }
+      if (ended) {
+        if (how != mstar::request_end::completed) return false; // cut: the client sees no final chunk
+        sink.done();
+      }
+      return true;
+    };
+    // Cancelled whatever the success: cpp-httplib reports success for a stream that a stop cut short (its provider
+    // is not called again), whose request would otherwise run on. One that ended is left alone.
+    auto release = [this, id](bool) { svc_.cancel(id); };
+    if (http10)
+      res.set_content_provider(type, std::move(provider), std::move(release));
+    else
+      res.set_chunked_content_provider(type, std::move(provider), std::move(release));
   }
 
   bool cancel_for(mstar::request_id id) {
