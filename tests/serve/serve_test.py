@@ -428,6 +428,29 @@ def test_loadgen_http(srv):
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
 
 
+def test_whole_file_hang_up(srv):
+    """A client of a whole-file (not streaming) answer that hangs up while its request runs cancels it: the request
+    counts as cancelled, not completed, and every KV block and codec slot is free again. srv makes 2000 frames a
+    request (test_stop_drains' checkpoint), seconds of work even on a fast machine."""
+    before = srv.metrics()
+    body = json.dumps({"model": "m", "input": "Hi.", "voice": VOICE, "response_format": "pcm",
+                       "max_frames": 2000}).encode()
+    s = socket.create_connection((srv.host, srv.port), timeout=60)
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 30
+    while srv.metrics()["qwen3tts_live_requests"] == 0 and time.time() < deadline:
+        time.sleep(0.02)
+    s.close()
+    m = wait_idle(srv)
+    check(outcome(m, "cancelled") == outcome(before, "cancelled") + 1 and
+          outcome(m, "completed") == outcome(before, "completed"),
+          "a whole-file client's hang-up cancels its request (cancelled %d -> %d, completed %d -> %d)" %
+          (outcome(before, "cancelled"), outcome(m, "cancelled"), outcome(before, "completed"), outcome(m, "completed")))
+    check(m["qwen3tts_live_requests"] == 0 and m["qwen3tts_kv_free_blocks"] == m["qwen3tts_kv_blocks"] and
+          m["qwen3tts_codec_free_slots"] == m["qwen3tts_codec_slots"],
+          "after a whole-file client's hang-up no request is live and every KV block and codec slot is free")
+
+
 def test_stop_drains():
     """SIGTERM stops the server gracefully: a stream in progress runs to its final chunk, meanwhile a new request
     gets 503 and /health says "stopping" with 503, and the server then exits 0. The requests run a fixed 2000 frames
@@ -443,6 +466,7 @@ def test_stop_drains():
         json.dump(gen, open(gen_path, "w"))
         srv = Server("--max-frames", "2000")
         try:
+            test_whole_file_hang_up(srv)
             body = json.dumps({"model": "m", "input": "Hi.", "voice": VOICE, "stream": True, "response_format": "pcm",
                                "max_frames": 2000}).encode()
             s = socket.create_connection((srv.host, srv.port), timeout=60)

@@ -2,9 +2,11 @@
 #include "service_flags.hpp"
 
 #include <CLI/CLI.hpp>
-#include <httplib.h>
 #include <arpa/inet.h>
+#include <httplib.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,7 +18,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -40,6 +44,45 @@
 
 namespace qwen3_tts::serve {
 namespace {
+
+// The descriptor of the connection request q came on, or -1. cpp-httplib 0.11 tells a handler nothing of a client
+// that went away before its answer is written, so a non-streaming request finds its connection among the
+// process's sockets by both of its ends (the addresses formatted as cpp-httplib formats them) and polls it. The
+// handler's thread holds the connection until the handler returns, so the descriptor is not reused meanwhile.
+int connection_of(const httplib::Request& q) {
+  auto end_of = [](const sockaddr_storage& a, socklen_t len, std::string& host) {
+    char name[NI_MAXHOST];
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, name, sizeof name, nullptr, 0, NI_NUMERICHOST) != 0)
+      return -1;
+    host = name;
+    if (a.ss_family == AF_INET) return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
+    if (a.ss_family == AF_INET6) return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
+    return -1;
+  };
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int fd = std::atoi(name.c_str());
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_len = sizeof peer, local_len = sizeof local;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
+      continue;
+    std::string peer_host, local_host;
+    if (end_of(peer, peer_len, peer_host) == q.remote_port && end_of(local, local_len, local_host) == q.local_port &&
+        peer_host == q.remote_addr && local_host == q.local_addr)
+      return fd;
+  }
+  return -1;
+}
+
+// Whether the client of connection fd hung up (or the connection failed): nothing it sent is read.
+bool hung_up(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
 
 using json = nlohmann::json;
 using service = pipeline::speech_service<pipeline::host_speech>;
@@ -150,7 +193,7 @@ public:
     // content reader for each method that has one, the speech route's first and a catch-all's last.
     http.Post("/v1/audio/speech",
               [this](const httplib::Request& q, httplib::Response& r, const httplib::ContentReader& read) {
-                if (auto body = read_body(q, r, read)) speech(*body, q.version == "HTTP/1.0", r);
+                if (auto body = read_body(q, r, read)) speech(q, *body, r);
               });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
       json j = {{"status", stopping_ ? "stopping" : "ok"},
@@ -418,8 +461,7 @@ private:
     return svc_.submit(std::move(a.req), std::move(cb));
   }
 
-  // http10: the client speaks HTTP/1.0, which has no chunked transfer: a stream goes out close-delimited.
-  void speech(const std::string& body, bool http10, httplib::Response& res) {
+  void speech(const httplib::Request& q, const std::string& body, httplib::Response& res) {
     // Counts this answer open until it is sent whole: the handler's return (not streaming; cpp-httplib sends the body
     // before a stop ends the connection) or the stream's connection letting its provider go. Counted before
     // stopping_ is read, so that a stop either refuses this request or waits for it.
@@ -450,8 +492,18 @@ private:
     const auto id = submit(a, aq);
     const char* type = a.wav ? "audio/wav" : "audio/pcm";
     if (!a.stream) {
+      // Its client's hang-up, looked for while it waits, cancels it as a stream's does (where the connection is
+      // not found, it runs to its end).
+      const int fd = connection_of(q);
       std::unique_lock g(aq->lock);
-      aq->cv.wait(g, [&] { return aq->ended; });
+      bool cancelled = false;
+      while (!aq->cv.wait_for(g, std::chrono::milliseconds(50), [&] { return aq->ended; }))
+        if (fd >= 0 && !cancelled && hung_up(fd)) {
+          g.unlock();
+          svc_.cancel(id);
+          cancelled = true;
+          g.lock();
+        }
       if (aq->how != mstar::request_end::completed) {
         send_error(res, {500, "the request did not complete: " + (aq->why.empty() ? std::string("no reason") : aq->why),
                          "server_error", ""});
@@ -501,7 +553,7 @@ private:
     // Cancelled whatever the success: cpp-httplib reports success for a stream that a stop cut short (its provider
     // is not called again), whose request would otherwise run on. One that ended is left alone.
     auto release = [this, id](bool) { svc_.cancel(id); };
-    if (http10)
+    if (q.version == "HTTP/1.0") // no chunked transfer there: the stream goes out close-delimited
       res.set_content_provider(type, std::move(provider), std::move(release));
     else
       res.set_chunked_content_provider(type, std::move(provider), std::move(release));
