@@ -116,23 +116,27 @@ def stream(srv, body, hang_up_after=None):
     assert b" 200 " in status, status
     while f.readline() not in (b"\r\n", b""):
         pass
+    complete, got = read_chunks(f, hang_up_after)
+    f.close()
+    s.close()
+    return complete, got
+
+
+def read_chunks(f, hang_up_after=None):
+    """A chunked body's bytes from file f (past the headers): (whether the final chunk came, the bytes), stopping
+    early once hang_up_after bytes came."""
     got = bytearray()
-    complete = False
     while True:
         size_line = f.readline()
         if not size_line:
-            break
+            return False, bytes(got)
         size = int(size_line.split(b";")[0], 16)
         if size == 0:
-            complete = True
-            break
+            return True, bytes(got)
         got += f.read(size)
         f.readline()
         if hang_up_after is not None and len(got) >= hang_up_after:
-            break
-    f.close()
-    s.close()
-    return complete, bytes(got)
+            return False, bytes(got)
 
 
 def wait_idle(srv, seconds=30):
@@ -428,6 +432,18 @@ def test_loadgen_http(srv):
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
 
 
+def fixed_frames_copy(scratch, tokens):
+    """A copy of MODEL in scratch whose generation_config.json sets min_new_tokens = max_new_tokens = tokens, so that
+    every request makes tokens - 1 frames (or its max_frames); its path."""
+    model = os.path.join(scratch, "fixed")
+    shutil.copytree(MODEL, model)
+    gen_path = os.path.join(model, "generation_config.json")
+    gen = json.load(open(gen_path))
+    gen["max_new_tokens"] = gen["min_new_tokens"] = tokens
+    json.dump(gen, open(gen_path, "w"))
+    return model
+
+
 def test_whole_file_hang_up(srv):
     """A client of a whole-file (not streaming) answer that hangs up while its request runs cancels it: the request
     counts as cancelled, not completed, and every KV block and codec slot is free again. srv makes 2000 frames a
@@ -458,12 +474,7 @@ def test_stop_drains():
     global MODEL
     keep = MODEL
     with tempfile.TemporaryDirectory() as scratch:
-        MODEL = os.path.join(scratch, "fixed")
-        shutil.copytree(keep, MODEL)
-        gen_path = os.path.join(MODEL, "generation_config.json")
-        gen = json.load(open(gen_path))
-        gen["max_new_tokens"] = gen["min_new_tokens"] = 8000
-        json.dump(gen, open(gen_path, "w"))
+        MODEL = fixed_frames_copy(scratch, 8000)
         srv = Server("--max-frames", "2000")
         try:
             test_whole_file_hang_up(srv)
@@ -496,20 +507,9 @@ def test_stop_drains():
             except OSError as e:
                 status, refused = e, False
             check(refused, "while stopping, a new request gets 503 (got %r)" % (status,))
-            size = 0
-            complete = False
-            while True:
-                line = f.readline()
-                if not line:
-                    break
-                n = int(line.split(b";")[0], 16)
-                if n == 0:
-                    complete = True
-                    break
-                size += len(f.read(n))
-                f.readline()
+            complete, rest = read_chunks(f)
             s.close()
-            check(complete, "the stream in progress at SIGTERM runs to its final chunk (%d more bytes)" % size)
+            check(complete, "the stream in progress at SIGTERM runs to its final chunk (%d more bytes)" % len(rest))
             rc = srv.proc.wait(timeout=30)
             check(rc == 0, "the server exits 0 after the drain (%r)" % rc)
         finally:
@@ -523,12 +523,7 @@ def test_loadgen_in_process():
     checkpoint whose generation_config.json sets min_new_tokens = max_new_tokens makes every request exactly
     max_new_tokens - 1 frames (the end token masked throughout: how benchmarks fix the work)."""
     with tempfile.TemporaryDirectory() as scratch:
-        model = os.path.join(scratch, "fixed")
-        shutil.copytree(MODEL, model)
-        gen_path = os.path.join(model, "generation_config.json")
-        gen = json.load(open(gen_path))
-        gen["max_new_tokens"] = gen["min_new_tokens"] = 13
-        json.dump(gen, open(gen_path, "w"))
+        model = fixed_frames_copy(scratch, 13)
         out_json = os.path.join(scratch, "rows.json")
         out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1,3", "--lane",
                               "off,on", "-n", "6", "--warmup", "1", "--json", out_json],
@@ -557,6 +552,8 @@ def test_loadgen_in_process():
                               "--trace", trace_path], capture_output=True, text=True, timeout=60)
         check(out.returncode == 1 and "--trace" in out.stderr and "one --lane" in out.stderr,
               "--trace with two lanes is refused, saying to give one: %r" % out.stderr)
+        gen_path = os.path.join(model, "generation_config.json")
+        gen = json.load(open(gen_path))
         gen["min_new_tokens"] = -1
         json.dump(gen, open(gen_path, "w"))
         out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1", "-n", "1"],
