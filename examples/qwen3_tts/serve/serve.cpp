@@ -694,7 +694,9 @@ int serve_main(int argc, char** argv) {
       return 1;
     }
     widen_listen_backlog(port);
-    std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
+    // An IPv6 literal goes in brackets, so that the line is a URL one can paste.
+    const std::string shown = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+    std::printf("listening on http://%s:%d\n", shown.c_str(), port);
     std::fflush(stdout);
     // The first signal stops new requests; the server stops listening once the accepted answers went out whole,
     // or at a second signal (whose streams are then cut, and their requests cancelled).
