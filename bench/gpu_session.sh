@@ -30,6 +30,8 @@
 #   codec_profile  the same for one codec step at the released size, 8 frames a row, at 8 and 64 rows
 #   attention  the decode step with the Talker's decode attention in equal shares and in chunks of N tokens
 #              (qwen3tts_talker_bench --attention-chunk), 1-64 rows, contexts of 256 and 1024 tokens (about 2 minutes)
+#   persistent the code predictor's chain of products (weights only) as a graph of kernels, with PDL, and as one
+#              cooperative persistent kernel, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
 #              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
 #              and apart (--gemv-norm 1 and 0; about 2 minutes)
@@ -457,6 +459,20 @@ stage_attention() {
   done
 }
 
+# Whether a persistent kernel would pay for the code predictor: its chain of products (weights only, 15 passes x 5
+# layers) as a graph of kernels, with PDL, and as one cooperative kernel with grid-wide barriers, at 1-8 rows,
+# against the HBM floor (bench/kernels/persistent_chain_bench.cu; under a minute).
+stage_persistent() {
+  local d="$out/persistent"
+  mkdir -p "$d"
+  build_gpu "persistent" "$d" bench/kernels/mstar_persistent_chain_bench || return
+  timeout 120 build-talker-gpu/bench/kernels/mstar_persistent_chain_bench > "$d/bench.log" 2>&1
+  local rc=$?
+  cat "$d/bench.log"
+  summary+=("persistent: rc $rc")
+  summarize "" "$d/bench.log" '\| +[0-9]'
+}
+
 # Where the decode step's time goes: ncu's per-kernel GPU time of one fused decode step of the 0.6B Talker at 1
 # and 64 rows (qwen3tts_talker_bench --profile), grouped by kernel.
 stage_profile() { ncu_stage profile examples/qwen3_tts/talker/qwen3tts_talker_bench "1 64" 150 --model 0.6b; }
@@ -557,7 +573,7 @@ stage_diagnose() {
 for s in "$@"; do
   case "$s" in
     wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | \
-      decode | prefill | large)
+      decode | prefill | large | persistent)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;
