@@ -35,7 +35,7 @@ namespace cg = cooperative_groups;
 using bf16 = __nv_bfloat16;
 
 constexpr int hidden = 1024, qkv_width = 4096, attn_width = 2048, inter = 3072, layers = 5;
-constexpr int warps = 4;       // a block
+constexpr int warps = 4; // a block
 constexpr int max_rows = 8;
 constexpr int unroll = 4; // 16-byte weight loads in flight a lane and weight row (as small_gemv's gemv_unroll)
 
@@ -181,7 +181,8 @@ __global__ void __launch_bounds__(warps * 32) persistent_kernel(chain c, int pas
 }
 
 __global__ void fill_bf16(bf16* p, std::size_t n, std::uint32_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     std::uint32_t h = std::uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;
