@@ -175,8 +175,10 @@ public:
     }
     ::close(fd); // the mapping keeps the file's pages
   }
+  explicit mapped_file(std::vector<std::byte> contents)
+      : owned_(std::move(contents)), data_(owned_.data()), size_(owned_.size()), mapped_(false) {}
   ~mapped_file() {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (mapped_ && data_) ::munmap(const_cast<std::byte*>(data_), size_);
   }
   mapped_file(const mapped_file&) = delete;
   mapped_file& operator=(const mapped_file&) = delete;
@@ -184,8 +186,10 @@ public:
   std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
 
 private:
+  std::vector<std::byte> owned_; // the contents, when not mapped
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  bool mapped_ = true;
 };
 
 } // namespace detail
@@ -236,6 +240,15 @@ std::map<std::string, std::string> parse_metadata(const nlohmann::json& m, const
 
 safetensors_file::safetensors_file(const std::filesystem::path& path)
     : path_(path), map_(std::make_unique<detail::mapped_file>(path)) {
+  validate();
+}
+
+safetensors_file::safetensors_file(const std::filesystem::path& path, std::vector<std::byte> contents)
+    : path_(path), map_(std::make_unique<detail::mapped_file>(std::move(contents))) {
+  validate();
+}
+
+void safetensors_file::validate() {
   const auto all = map_->bytes();
   if (all.size() < 8)
     fail(path_, {}, "truncated: " + std::to_string(all.size()) +

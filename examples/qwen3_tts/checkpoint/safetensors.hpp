@@ -52,13 +52,16 @@ std::vector<float> to_f32(const tensor_view& view);
 std::vector<std::int64_t> to_i64(const tensor_view& view);
 
 namespace detail {
-class mapped_file; // RAII mmap of a whole file (safetensors.cpp)
+class mapped_file; // RAII mmap of a whole file, or its contents in memory (safetensors.cpp)
 }
 
 class safetensors_file {
 public:
   // Maps and validates the file; throws checkpoint_error naming the file (and tensor) on any defect.
   explicit safetensors_file(const std::filesystem::path& path);
+  // The same validation over a file's contents already in memory (tests, the fuzz target); `path` only names
+  // the file in messages. The views point into `contents`, which the object keeps.
+  safetensors_file(const std::filesystem::path& path, std::vector<std::byte> contents);
   ~safetensors_file();
   safetensors_file(safetensors_file&&) noexcept;
   safetensors_file& operator=(safetensors_file&&) noexcept;
@@ -73,6 +76,8 @@ public:
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
 
 private:
+  void validate(); // every check, over map_'s bytes (both constructors)
+
   std::filesystem::path path_;
   std::unique_ptr<detail::mapped_file> map_;
   std::vector<tensor_view> tensors_;
