@@ -20,7 +20,7 @@ nlohmann::json read_json_object(const std::filesystem::path& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) { // parse_error, and out_of_range for a number such as 1e400
     throw checkpoint_error(path.string() + ": not valid JSON (" + e.what() + "); fetch the file again");
   }
   if (!j.is_object())

@@ -217,7 +217,7 @@ nlohmann::json parse_header(std::span<const std::byte> header, const std::filesy
   };
   try {
     j = nlohmann::json::parse(chars, chars + header.size(), on_event);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) { // parse_error, and out_of_range for a number such as 1e400
     fail(file, {}, std::string("the header is not valid JSON (") + e.what() + ")");
   }
   if (!duplicate.empty()) fail(file, duplicate, "the header names this tensor twice");

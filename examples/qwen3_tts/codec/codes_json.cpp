@@ -46,7 +46,7 @@ std::vector<std::int32_t> read_codes_json(const std::string& path, int num_quant
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) { // parse_error, and out_of_range for a number such as 1e400
     throw std::invalid_argument(path + ": not valid JSON (" + e.what() + ")");
   }
   return parse_codes_json(doc, num_quantizers, codebook_size, path);

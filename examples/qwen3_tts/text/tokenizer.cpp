@@ -35,7 +35,7 @@ std::string read_file(const std::filesystem::path& file) {
 json read_json(const std::filesystem::path& file) {
   try {
     return json::parse(read_file(file));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) { // parse_error, and out_of_range for a number such as 1e400
     fail(file, std::string("is not valid JSON: ") + e.what());
   }
 }

@@ -153,6 +153,14 @@ TEST_CASE("checkpoint.safetensors: a header that is not JSON is refused") {
   expect_file_error(file, {file.string(), "not valid JSON"});
 }
 
+TEST_CASE("checkpoint.safetensors: a header number past a double's range is refused as not valid JSON") {
+  // nlohmann/json reports 1e400 as out_of_range, not parse_error (found by tests/fuzz/safetensors_fuzz.cpp).
+  temp_dir dir;
+  const auto file = dir.path / "overflow.safetensors";
+  write_file(file, safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", zeros(4)));
+  expect_file_error(file, {file.string(), "not valid JSON", "1e400"});
+}
+
 TEST_CASE("checkpoint.safetensors: a JSON header that is not an object is refused") {
   temp_dir dir;
   const auto file = dir.path / "array.safetensors";
@@ -350,6 +358,10 @@ TEST_CASE("checkpoint.folder: a malformed or foreign config.json is refused nami
   write_minimal_checkpoint(dir.path);
   write_file(dir.path / "config.json", "{\"model_type\": ");
   expect_error([&] { qwen3_tts::open_checkpoint(dir.path); }, {(dir.path / "config.json").string(), "not valid JSON"});
+  // A number past a double's range: nlohmann/json's out_of_range, not its parse_error (found by json_fuzz).
+  write_file(dir.path / "config.json", R"({"model_type": "qwen3_tts", "talker_config": {"rope_theta": 1e400}})");
+  expect_error([&] { qwen3_tts::open_checkpoint(dir.path); },
+               {(dir.path / "config.json").string(), "not valid JSON", "1e400"});
   write_file(dir.path / "config.json", R"({"model_type":"llama"})");
   expect_error([&] { qwen3_tts::open_checkpoint(dir.path); },
                {(dir.path / "config.json").string(), "'llama'", "expected 'qwen3_tts'"});

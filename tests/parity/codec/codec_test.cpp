@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include <unistd.h>
 
 #include "codec_checkpoint.hpp"
 #include "codec_fixture.hpp"
@@ -134,6 +138,23 @@ TEST_CASE("codec: a malformed codes file is refused with the frame and codebook 
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(read_codes_json(fixtures + "no-such-file.json", 4, 256), doctest::Contains("no-such-file.json"),
                        std::runtime_error);
+}
+
+TEST_CASE("codec: a codes file with a number past a double's range is refused naming the file") {
+  // nlohmann/json reports 1e400 as out_of_range, not parse_error (found by tests/fuzz/json_fuzz.cpp).
+  const auto path =
+      std::filesystem::temp_directory_path() / ("qwen3tts_codes_overflow_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"frames": [[1, 2, 3, 1e400]]})";
+  std::string message = "(no error)";
+  try {
+    read_codes_json(path.string(), 4, 256);
+  } catch (const std::invalid_argument& e) {
+    message = e.what();
+  }
+  std::filesystem::remove(path);
+  INFO("message: " << message);
+  CHECK(message.find(path.string() + ": not valid JSON") == 0);
+  CHECK(message.find("1e400") != std::string::npos);
 }
 
 TEST_CASE("codec: the config parser names the field it cannot use") {

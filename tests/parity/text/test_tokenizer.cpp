@@ -199,6 +199,13 @@ TEST_CASE("Text.a vocab.json that is not JSON is refused with the file and the p
   CHECK(contains(e, "line 2"));
 }
 
+TEST_CASE("Text.a vocab.json with a number past a double's range is refused naming the file") {
+  // nlohmann/json reports 1e400 as out_of_range, not parse_error.
+  const std::string e = error_with("vocab.json", "{\"a\": 1e400}\n");
+  CHECK(contains(e, "vocab.json: is not valid JSON"));
+  CHECK(contains(e, "1e400"));
+}
+
 TEST_CASE("Text.a merges line with one token is refused with the file and line") {
   const std::string e = error_with("merges.txt", "#version: 0.2\n\xc4\xa0 \xc4\xa0\ni\n");
   CHECK(contains(e, "merges.txt: line 3"));
