@@ -288,13 +288,22 @@ void safetensors_file::validate() {
     // A hostile shape must not wrap the byte count around into a small number that happens to match.
     std::uint64_t bytes = type->size;
     bool overflow = false;
+    // The element count as numel() forms it, extent by extent: an empty tensor's extents before its zero must
+    // not overflow it either ([4234967296, 4294967296, 0] holds no bytes).
+    std::uint64_t elements = 1;
+    bool too_many = false;
+    constexpr auto int64_max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     for (const auto& d : *sh) {
       const auto extent = unsigned_field(d, path_, name, "shape");
-      if (extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) overflow = true;
+      if (extent > int64_max) overflow = true;
       view.shape.push_back(static_cast<std::int64_t>(extent));
       if (extent != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / extent) overflow = true;
       bytes *= extent;
+      if (extent != 0 && elements > int64_max / extent) too_many = true;
+      elements *= extent;
     }
+    if (too_many && !overflow)
+      fail(path_, name, "shape " + shape_string(view.shape) + " has more elements than a 64-bit count holds");
     const auto begin = unsigned_field((*off)[0], path_, name, "data_offsets[0]");
     const auto end = unsigned_field((*off)[1], path_, name, "data_offsets[1]");
     if (begin > end) fail(path_, name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") end before they begin");

@@ -190,6 +190,16 @@ TEST_CASE("checkpoint.safetensors: a shape large enough to wrap the byte count a
   expect_file_error(file, {file.string(), "tensor 'w'", "more bytes than exist"});
 }
 
+TEST_CASE("checkpoint.safetensors: an empty tensor whose extents before the zero pass 64 bits is refused") {
+  // Zero bytes, but numel() multiplies 4234967296 * 4294967296 first: a signed overflow (found by
+  // tests/fuzz/safetensors_fuzz.cpp). The official reader refuses such a shape too (ValidationOverflow).
+  temp_dir dir;
+  const auto file = dir.path / "empty_overflow.safetensors";
+  write_file(file,
+             safetensors_bytes(R"({"w":{"dtype":"U8","shape":[4234967296,4294967296,0],"data_offsets":[0,0]}})", ""));
+  expect_file_error(file, {file.string(), "tensor 'w'", "[4234967296, 4294967296, 0]", "64-bit"});
+}
+
 TEST_CASE("checkpoint.safetensors: malformed shape and offset fields are refused naming the tensor") {
   temp_dir dir;
   const auto negative = dir.path / "negative.safetensors";
