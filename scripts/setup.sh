@@ -8,7 +8,7 @@
 # Both README commands call it.
 #
 #   bash scripts/setup.sh            # the build and the tests
-#   bash scripts/setup.sh --fuzz     # also clang++ and its libFuzzer runtime (the config_fuzz test);
+#   bash scripts/setup.sh --fuzz     # also clang++ and its libFuzzer runtime (the fuzz suite);
 #                                    # MSTAR_FUZZ=1 does the same
 #   MSTAR_SETUP_DRY_RUN=1 ...        # say what would be installed, install nothing
 #
