@@ -13,6 +13,9 @@
 #   json_fuzz         config.json and speech_tokenizer/config.json as the checkpoint loader reads them, and the
 #                     codes file of `qwen3tts decode --codes` (json_file.cpp, talker_config.cpp, codec_config.cpp,
 #                     codes_json.cpp); seeds: the tiny06 fixture's configs and codes files written below
+#   text_fuzz         the text tokenizer of what an HTTP client sends (examples/qwen3_tts/text, over tiny06's
+#                     vocab.json and merges.txt); seeds: 200 texts of the tokenizer's parity corpus and a few
+#                     invalid UTF-8 sequences
 set -uo pipefail
 target=${1:-config_fuzz}
 root=${2:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -56,8 +59,14 @@ case "$target" in
              "$q/codec/codes_json.cpp")
     includes=(-I"$root/examples" -I"$q/talker" -I"$q/codec")
     max_len=16384 ;;
+  text_fuzz)
+    pkgs="nlohmann_json libutf8proc"
+    sources=("$q/text/tokenizer.cpp" "$q/text/pretokenize.cpp")
+    includes=(-I"$q/text")
+    export MSTAR_FUZZ_TOKENIZER=$fixture
+    max_len=4096 ;;
   *)
-    echo "run_fuzz: unknown target '$target' (known: config_fuzz, safetensors_fuzz, json_fuzz)" >&2
+    echo "run_fuzz: unknown target '$target' (known: config_fuzz, safetensors_fuzz, json_fuzz, text_fuzz)" >&2
     exit 2 ;;
 esac
 
@@ -148,6 +157,18 @@ put("codes_float.json", '{"frames": [[0, 1.5]]}')
 put("codes_big.json", '{"frames": [[0, 18446744073709551615], [-9223372036854775808, 0]]}')
 put("deep.json", "[" * 200 + "]" * 200)
 put("int_range.json", '{"decoder_config": {"codebook_dim": 4294967298}, "talker_config": {"hidden_size": 4294967328}}')
+PY
+    ;;
+  text_fuzz)
+    python3 - "$corpus" "$root/tests/fixtures/qwen3tts/text/corpus.jsonl" <<'PY' || { say "writing the seed corpus failed" >&2; exit 1; }
+import json, sys
+out, corpus = sys.argv[1], sys.argv[2]
+lines = open(corpus, encoding="utf-8").read().splitlines()
+for i, line in enumerate(lines[:: max(1, len(lines) // 200)][:200]):
+    open(f"{out}/text{i:03d}", "wb").write(json.loads(line)["text"].encode("utf-8"))
+for name, b in {"bad_lead": b"ab\xffcd", "cut_sequence": b"caf\xc3", "surrogate": b"\xed\xa0\x80",
+                "overlong": b"\xc0\xaf", "special": "<|im_end|>x<tts_pad>".encode()}.items():
+    open(f"{out}/{name}", "wb").write(b)
 PY
     ;;
 esac
