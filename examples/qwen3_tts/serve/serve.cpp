@@ -45,6 +45,13 @@
 namespace qwen3_tts::serve {
 namespace {
 
+// An IPv4 or IPv6 socket address's port, or -1.
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
 // The descriptor of the connection request q came on, or -1. cpp-httplib 0.11 tells a handler nothing of a client
 // that went away before its answer is written, so a non-streaming request finds its connection among the
 // process's sockets by both of its ends (the addresses formatted as cpp-httplib formats them) and polls it. The
@@ -55,9 +62,7 @@ int connection_of(const httplib::Request& q) {
     if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, name, sizeof name, nullptr, 0, NI_NUMERICHOST) != 0)
       return -1;
     host = name;
-    if (a.ss_family == AF_INET) return int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
-    if (a.ss_family == AF_INET6) return int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
-    return -1;
+    return port_of(a);
   };
   std::error_code ec;
   std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
@@ -496,14 +501,15 @@ private:
       // not found, it runs to its end).
       const int fd = connection_of(q);
       std::unique_lock g(aq->lock);
-      bool cancelled = false;
-      while (!aq->cv.wait_for(g, std::chrono::milliseconds(50), [&] { return aq->ended; }))
-        if (fd >= 0 && !cancelled && hung_up(fd)) {
+      auto ended = [&] { return aq->ended; };
+      while (fd >= 0 && !aq->cv.wait_for(g, std::chrono::milliseconds(50), ended))
+        if (hung_up(fd)) {
           g.unlock();
           svc_.cancel(id);
-          cancelled = true;
           g.lock();
+          break;
         }
+      aq->cv.wait(g, ended);
       if (aq->how != mstar::request_end::completed) {
         send_error(res, {500, "the request did not complete: " + (aq->why.empty() ? std::string("no reason") : aq->why),
                          "server_error", ""});
@@ -633,10 +639,7 @@ void widen_listen_backlog(int port) {
     sockaddr_storage addr{};
     socklen_t addr_len = sizeof addr;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
-    int bound = -1;
-    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
-    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
-    if (bound == port) ::listen(fd, SOMAXCONN);
+    if (port_of(addr) == port) ::listen(fd, SOMAXCONN);
   }
 }
 
