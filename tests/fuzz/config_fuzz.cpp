@@ -1,6 +1,8 @@
 // libFuzzer target for the YAML loader (include/mstar/model/config.hpp). Built and run by run_fuzz.sh with
 // clang++ -fsanitize=fuzzer,address,undefined. Beyond "no crash, no hang, no leak", it checks the
 // loader's contract: a load gives a model the validator accepted, or well-formed errors.
+#include "contract.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -8,12 +10,7 @@
 
 #include <mstar/model/config.hpp>
 
-namespace {
-[[noreturn]] void broken(const char* what) {
-  __builtin_printf("config_fuzz: contract broken: %s\n", what);
-  std::abort();
-}
-} // namespace
+using mstar_fuzz::broken;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -7,6 +7,8 @@
 // std::runtime_error or std::invalid_argument (anything else, such as a nlohmann/json exception, escapes and
 // counts as a finding) whose message names the file; an accepted config holds values the model can be built
 // from; accepted codes are whole frames of codes of the codebook.
+#include "contract.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -26,10 +28,7 @@
 #include "talker_config.hpp"
 
 namespace {
-[[noreturn]] void broken(const char* what) {
-  __builtin_printf("json_fuzz: contract broken: %s\n", what);
-  std::abort();
-}
+using mstar_fuzz::broken;
 
 const std::string& temp_path() {
   static const std::string path = [] {

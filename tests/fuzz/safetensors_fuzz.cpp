@@ -5,6 +5,8 @@
 // Beyond "no crash, no hang, no leak", it checks the reader's contract: a refusal is a checkpoint_error naming
 // the file; an accepted file's views lie inside the input, hold exactly the bytes their dtype and shape need,
 // do not overlap, and are found by name; every byte of every view is read.
+#include "contract.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,12 +16,7 @@
 
 #include "qwen3_tts/checkpoint/safetensors.hpp"
 
-namespace {
-[[noreturn]] void broken(const char* what) {
-  __builtin_printf("safetensors_fuzz: contract broken: %s\n", what);
-  std::abort();
-}
-} // namespace
+using mstar_fuzz::broken;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<std::byte> contents(size);

@@ -5,6 +5,8 @@
 // no hang, no leak", it checks the contract: text that is not valid UTF-8 is refused with std::runtime_error
 // saying so, anything else is encoded, to at least one id when not empty, every id is a token of the vocabulary
 // or an added token, a text's ids are the same each time, and so are the chat templates' ids.
+#include "contract.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -17,10 +19,7 @@
 #include "tokenizer.hpp"
 
 namespace {
-[[noreturn]] void broken(const char* what) {
-  __builtin_printf("text_fuzz: contract broken: %s\n", what);
-  std::abort();
-}
+using mstar_fuzz::broken;
 
 const qwen3_tts::text_tokenizer& tokenizer() {
   static const qwen3_tts::text_tokenizer tok = [] {
