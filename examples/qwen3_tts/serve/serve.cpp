@@ -310,7 +310,7 @@ private:
   // The body of a request, or nothing when an error was answered: at most --max-body bytes, counted as the handler
   // sees them. cpp-httplib 0.11 bounds a Content-Length body only (set_payload_max_length: 413 and the body
   // skipped); a chunked body, and the inflated bytes of a gzip or br Content-Encoding, it would read into memory
-  // whole (a 51 KB gzip body gave a 50 MB string). Past the bound the rest is read and dropped, as cpp-httplib
+  // whole, however far a gzip body inflates. Past the bound the rest is read and dropped, as cpp-httplib
   // skips a Content-Length body, so that a kept-alive connection stays in step.
   std::optional<std::string> read_body(const httplib::Request& q, httplib::Response& r,
                                        const httplib::ContentReader& read) {
