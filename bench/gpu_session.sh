@@ -30,8 +30,9 @@
 #   codec_profile  the same for one codec step at the released size, 8 frames a row, at 8 and 64 rows
 #   attention  the decode step with the Talker's decode attention in equal shares and in chunks of N tokens
 #              (qwen3tts_talker_bench --attention-chunk), 1-64 rows, contexts of 256 and 1024 tokens (about 2 minutes)
-#   persistent the code predictor's chain of products (weights only) as a graph of kernels, with PDL, and as one
-#              cooperative persistent kernel, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
+#   persistent the code predictor's chain of products (weights only) as a graph of kernels, with PDL, as one
+#              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
+#              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
 #              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
 #              and apart (--gemv-norm 1 and 0; about 2 minutes)
@@ -460,8 +461,9 @@ stage_attention() {
 }
 
 # Whether a persistent kernel would pay for the code predictor: its chain of products (weights only, 15 passes x 5
-# layers) as a graph of kernels, with PDL, and as one cooperative kernel with grid-wide barriers, at 1-8 rows,
-# against the HBM floor (bench/kernels/persistent_chain_bench.cu; under a minute).
+# layers) as a graph of kernels, with PDL, as one cooperative kernel with grid-wide barriers, and as one whose
+# blocks stream their weights into shared memory ahead of the barriers, at 1-8 rows, against the HBM floor
+# (bench/kernels/persistent_chain_bench.cu; under a minute).
 stage_persistent() {
   local d="$out/persistent"
   mkdir -p "$d"

@@ -2,20 +2,25 @@
 // writes the real one. The chain of products of the predictor's 15 passes over its 5 layers (a layer: qkv 1024 ->
 // 4096, o 2048 -> 1024 added to the residual, gate/up 1024 -> 2 x 3072 ending in SwiGLU, down 3072 -> 1024 added to
 // the residual; bf16 weights, float32 activations and sums; 31.5 MB of weights a layer, 157 MB the five, more than
-// the L2 holds, so every pass streams them from HBM), at 1, 2, 4 and 8 rows, timed three ways in one run:
+// the L2 holds, so every pass streams them from HBM), at 1, 2, 4 and 8 rows, timed four ways in one run:
 //
 //   graph       one kernel a product, a step's 300 launches captured in a CUDA graph (the decode step's structure)
 //   graph+pdl   the same with programmatic dependent launch: each kernel asks its weight rows into L2 and then
 //               waits for the one before it (as the Talker's kernels do)
 //   persistent  one cooperative kernel a step: grid-wide barriers between the products, each warp asking its rows
 //               of the next product into L2 just before the barrier
+//   stream      one cooperative kernel a step, one block an SM, each block's share of the coming products' weights
+//               copied into a ring of shared-memory slots by bulk asynchronous copies issued as soon as a slot
+//               frees, so that the weight stream never waits for the grid's barriers (only the sums do)
 //
 // next to the HBM floor: the weight bytes over the same run's device-to-device copy rate (bytes read and written
 // by a 1 GiB cudaMemcpyAsync, best of 10). Attention, norms and sampling are left out: this measures only what
-// the launches and the phase boundaries cost the weight stream. The three compute every sum in the same order,
-// so their outputs must agree bit for bit; the run says so and fails (exit 1) when they do not.
+// the launches and the phase boundaries cost the weight stream. The four compute every sum in the same order,
+// so their outputs must agree bit for bit; the run says so and fails (exit 1) when they do not. Before the table,
+// the parts of the stream kernel on their own: a step's grid-wide barriers alone, its weight stream alone (bulk
+// copies of a whole load, 16 KB and 4 KB), and after it the stream kernel without its sums.
 //
-//   build/bench/kernels/mstar_persistent_chain_bench [--passes N]    (bash bench/gpu_session.sh persistent)
+//   build/bench/kernels/mstar_persistent_chain_bench [--passes N] [--piece BYTES]  (bash bench/gpu_session.sh persistent)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -180,6 +185,199 @@ __global__ void __launch_bounds__(warps * 32) persistent_kernel(chain c, int pas
   }
 }
 
+// The weight stream decoupled from the chain's dependencies: one block an SM, each owning the same share of every
+// product's output rows (rows b * O / G up to (b + 1) * O / G), its weight rows copied into shared memory by bulk
+// asynchronous copies (cp.async.bulk, completing on an mbarrier) into a ring of `stages` slots, issued as soon as a
+// slot frees -- so the next products' weights stream in while this one computes and while the grid waits at its
+// barrier. Weights do not depend on the activations; only the small sums wait for the grid. After each barrier the
+// product's input rows are copied into shared memory (cp.async, every copy in flight at once). A warp takes the
+// block's rows w, w + warps, ... (K of them at once) and sums each as product_row does (same slices a lane, same
+// order, same butterfly): the same bits.
+constexpr int stream_warps = 8;
+int stream_piece = 0; // --piece: the stream kernels' bytes a bulk copy (0: one copy a load)
+
+struct stream_plan {
+  int grid = 0, stages = 0;
+  int piece = 0; // bytes a bulk copy (a multiple of 16); 0: a load is one copy
+  int skip_sums = 0; // 1: no sums (and no outputs): the step's barriers, staging and weight stream alone, timed only
+  std::size_t slot_bytes = 0, x_bytes = 0; // a ring slot; the staged input rows
+  std::size_t smem() const { return slot_bytes * stages + x_bytes + 8 * std::size_t(stages); }
+};
+
+// The loads of product ph: gate_up's gate rows and up rows are two loads (two slots), every other product one.
+__device__ __host__ constexpr int loads_of(int ph) { return ph == gate_up_phase ? 2 : 1; }
+__device__ __host__ constexpr int loads_a_layer() {
+  return loads_of(qkv_phase) + loads_of(o_phase) + loads_of(gate_up_phase) + loads_of(down_phase);
+}
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Load j of the step (layer-major: qkv, o, gate, up, down) into ring slot j % stages.
+__device__ void issue_load(const chain& c, const stream_plan& plan, unsigned char* ring, std::uint64_t* bars,
+                           int j) {
+  const int in_layer = j % loads_a_layer(), layer = (j / loads_a_layer()) % layers;
+  const int ph = in_layer == 0 ? qkv_phase : in_layer == 1 ? o_phase : in_layer <= 3 ? gate_up_phase : down_phase;
+  const int part = in_layer == 3 ? 1 : 0; // gate_up's up rows
+  const int outs = outputs_of(ph), lo = int(std::int64_t(blockIdx.x) * outs / gridDim.x),
+            hi = int(std::int64_t(blockIdx.x + 1) * outs / gridDim.x);
+  const std::uint32_t bytes = std::uint32_t(std::size_t(hi - lo) * inputs_of(ph) * sizeof(bf16));
+  const int slot = j % plan.stages;
+  const bf16* src = weight_row(c, layer, ph, lo + part * inter);
+  const std::uint32_t bar = smem_addr(bars + slot), dst = smem_addr(ring + std::size_t(slot) * plan.slot_bytes);
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  const std::uint32_t piece = plan.piece > 0 ? std::uint32_t(plan.piece) : bytes;
+  for (std::uint32_t at = 0; at < bytes; at += piece) {
+    const std::uint32_t n = bytes - at < piece ? bytes - at : piece;
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     dst + at),
+                 "l"(reinterpret_cast<const char*>(src) + at), "r"(n), "r"(bar)
+                 : "memory");
+  }
+}
+
+__device__ void wait_load(const std::uint64_t* bars, const stream_plan& plan, int j) {
+  const std::uint32_t bar = smem_addr(bars + j % plan.stages), parity = std::uint32_t(j / plan.stages) & 1u;
+  std::uint32_t done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+}
+
+template <int R, int K>
+__global__ void __launch_bounds__(stream_warps * 32, 1) stream_kernel(chain c, int passes, stream_plan plan) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  float* xs = reinterpret_cast<float*>(smem + plan.slot_bytes * plan.stages);
+  auto* bars = reinterpret_cast<std::uint64_t*>(smem + plan.slot_bytes * plan.stages + plan.x_bytes);
+  cg::grid_group grid = cg::this_grid();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int total = passes * layers * phases, total_loads = passes * layers * loads_a_layer();
+  int issued = 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < plan.stages; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + s)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (; issued < plan.stages && issued < total_loads; ++issued)
+      issue_load(c, plan, ring, bars, issued);
+  }
+  __syncthreads();
+  int first = 0; // the first load of product i
+  for (int i = 0; i < total; ++i) {
+    const int ph = i % phases;
+    const int in = inputs_of(ph), slices = in / 8;
+    // The product's input rows, as written before the last barrier.
+    const float* x = ph == o_phase ? c.q : ph == down_phase ? c.act : c.x;
+    const int ldx = ph == o_phase ? qkv_width : in;
+    // Every thread's 16-byte copies in flight at once (cp.async, through L2 only), then one wait.
+    for (int k = threadIdx.x; k < c.rows * slices * 2; k += blockDim.x) {
+      const int row = k / (slices * 2), q4 = k % (slices * 2);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(xs + std::size_t(row) * in + 4 * q4)),
+                   "l"(x + std::size_t(row) * ldx + 4 * q4)
+                   : "memory");
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    for (int l = 0; l < loads_of(ph); ++l)
+      wait_load(bars, plan, first + l);
+    const int outs = outputs_of(ph), lo = int(std::int64_t(blockIdx.x) * outs / gridDim.x),
+              hi = int(std::int64_t(blockIdx.x + 1) * outs / gridDim.x);
+    const unsigned char* wslot[2] = {ring + std::size_t(first % plan.stages) * plan.slot_bytes,
+                                     ring + std::size_t((first + 1) % plan.stages) * plan.slot_bytes};
+    const int nw = loads_of(ph);
+    // K rows a warp at once (rows r0, r0 + warps, ...): each row's sum in product_row's order, the input slices
+    // read once for all K, and the K butterflies independent of each other.
+    for (int r0 = lo + warp; r0 < hi && !plan.skip_sums; r0 += stream_warps * K) {
+      float acc[K][2][R] = {};
+      for (int s = lane; s < slices; s += 32) {
+        uint4 wq[K][2];
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+#pragma unroll
+          for (int o = 0; o < 2; ++o) {
+            const int r = r0 + k * stream_warps;
+            wq[k][o] = o < nw && r < hi ? reinterpret_cast<const uint4*>(
+                                              wslot[o] + std::size_t(r - lo) * in * sizeof(bf16))[s]
+                                        : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+        for (int row = 0; row < R; ++row) {
+          if (row >= c.rows) break;
+          const float4* xp = reinterpret_cast<const float4*>(xs + std::size_t(row) * in + std::size_t(s) * 8);
+          const float4 a = xp[0], b = xp[1];
+          const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int k = 0; k < K; ++k)
+#pragma unroll
+            for (int o = 0; o < 2; ++o) {
+              if (o >= nw) break;
+              const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wq[k][o]);
+#pragma unroll
+              for (int jj = 0; jj < 4; ++jj) {
+                const float2 f = __bfloat1622float2(h[jj]);
+                acc[k][o][row] = fmaf(f.x, xf[2 * jj], acc[k][o][row]);
+                acc[k][o][row] = fmaf(f.y, xf[2 * jj + 1], acc[k][o][row]);
+              }
+            }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int r = r0 + k * stream_warps;
+        if (r >= hi) break;
+#pragma unroll
+        for (int row = 0; row < R; ++row) {
+          if (row >= c.rows) break;
+          const float a = warp_sum(acc[k][0][row]), b = warp_sum(acc[k][1][row]);
+          if (lane != 0) continue;
+          if (ph == qkv_phase)
+            c.q[std::size_t(row) * qkv_width + r] = a;
+          else if (ph == gate_up_phase)
+            c.act[std::size_t(row) * inter + r] = silu(a) * b;
+          else
+            c.x[std::size_t(row) * hidden + r] += a;
+        }
+      }
+    }
+    __syncthreads(); // the slots and the staged rows are read
+    first += loads_of(ph);
+    if (threadIdx.x == 0)
+      for (; issued < first + plan.stages && issued < total_loads; ++issued)
+        issue_load(c, plan, ring, bars, issued);
+    if (i + 1 < total) grid.sync();
+  }
+}
+
+// Nothing but the stream kernel's weight stream: every load of a step through the ring, each slot reissued as soon
+// as its copy lands (no barrier, no sums): the bandwidth the bulk copies reach on their own.
+__global__ void __launch_bounds__(stream_warps * 32, 1) weights_only_kernel(chain c, int passes, stream_plan plan) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  auto* bars = reinterpret_cast<std::uint64_t*>(smem + plan.slot_bytes * plan.stages + plan.x_bytes);
+  if (threadIdx.x != 0) return;
+  const int total_loads = passes * layers * loads_a_layer();
+  for (int s = 0; s < plan.stages; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + s)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  int issued = 0;
+  for (; issued < plan.stages && issued < total_loads; ++issued)
+    issue_load(c, plan, ring, bars, issued);
+  for (int j = 0; j < total_loads; ++j) {
+    wait_load(bars, plan, j);
+    if (issued < total_loads) issue_load(c, plan, ring, bars, issued++);
+  }
+}
+
+// Nothing but the grid-wide barriers of a step: what each costs on its own.
+__global__ void __launch_bounds__(stream_warps * 32, 1) barriers_kernel(int barriers) {
+  cg::grid_group grid = cg::this_grid();
+  for (int i = 0; i < barriers; ++i)
+    grid.sync();
+}
+
 __global__ void fill_bf16(bf16* p, std::size_t n, std::uint32_t seed) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -218,6 +416,7 @@ double copy_rate(cudaStream_t s) {
 
 struct bench {
   chain c{};
+  std::vector<double> bare_us; // the stream kernel without its sums, a row count at a time
   std::vector<void*> owned;
   cudaStream_t s = nullptr;
   int sms = 0;
@@ -304,6 +503,38 @@ struct bench {
                                         dim3(warps * 32), args, 0, s));
   }
 
+  // The stream kernel's plan at R rows: one block an SM, a slot the largest share of one load, as many slots (2 to
+  // 4) as the shared memory left by the staged input rows holds; grid 0 when two do not fit.
+  template <int R, int K>
+  stream_plan plan_stream() const {
+    stream_plan p;
+    p.grid = sms;
+    for (int ph = 0; ph < phases; ++ph) {
+      const std::size_t rows = (std::size_t(outputs_of(ph)) + sms - 1) / sms;
+      p.slot_bytes = std::max(p.slot_bytes, rows * inputs_of(ph) * sizeof(bf16));
+      p.x_bytes = std::max(p.x_bytes, std::size_t(R) * inputs_of(ph) * sizeof(float));
+    }
+    int optin = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    for (p.stages = 4; p.stages >= 2 && p.smem() > std::size_t(optin); --p.stages) {
+    }
+    if (p.stages < 2) return stream_plan{};
+    CUDA_OK(cudaFuncSetAttribute(stream_kernel<R, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem())));
+    int per_sm = 0;
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_kernel<R, K>, stream_warps * 32, p.smem()));
+    if (per_sm < 1) return stream_plan{};
+    p.piece = stream_piece;
+    return p;
+  }
+
+  template <int R, int K>
+  void launch_stream(int passes, stream_plan plan) {
+    chain arg = c;
+    void* args[] = {&arg, &passes, &plan};
+    CUDA_OK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(stream_kernel<R, K>), dim3(unsigned(plan.grid)),
+                                        dim3(stream_warps * 32), args, plan.smem(), s));
+  }
+
   // Microseconds a step: median of 7 after 2 warm-ups, each timed between two events.
   template <class F>
   double time_us(F&& step) {
@@ -329,7 +560,7 @@ struct bench {
     return us[us.size() / 2];
   }
 
-  // One row count: the three ways' outputs after one step from the same residual, then their times; the
+  // One row count: the four ways' outputs after one step from the same residual, then their times; the
   // persistent kernel at 1, 2, 4 and the most blocks an SM holds, the fastest shown.
   template <int R>
   bool run(int rows, int passes, double floor_us) {
@@ -354,6 +585,18 @@ struct bench {
       equal = same(plain, result(rows)) && equal;
     }
 
+    const stream_plan plan = plan_stream<R, 1>(), plan4 = plan_stream<R, 4>();
+    if (plan.grid > 0) {
+      reset(rows);
+      launch_stream<R, 1>(passes, plan);
+      equal = same(plain, result(rows)) && equal;
+    }
+    if (plan4.grid > 0) {
+      reset(rows);
+      launch_stream<R, 4>(passes, plan4);
+      equal = same(plain, result(rows)) && equal;
+    }
+
     cudaGraph_t graph[2] = {};
     cudaGraphExec_t exec[2] = {};
     for (int k = 0; k < 2; ++k) {
@@ -373,13 +616,22 @@ struct bench {
         grid = g;
       }
     }
+    const double t_stream = plan.grid > 0 ? time_us([&] { launch_stream<R, 1>(passes, plan); }) : 0.0;
+    const double t_stream4 = plan4.grid > 0 ? time_us([&] { launch_stream<R, 4>(passes, plan4); }) : 0.0;
+    if (plan.grid > 0) {
+      stream_plan bare = plan;
+      bare.skip_sums = 1;
+      bare_us.push_back(time_us([&] { launch_stream<R, 1>(passes, bare); }));
+    }
     for (int k = 0; k < 2; ++k) {
       CUDA_OK(cudaGraphExecDestroy(exec[k]));
       CUDA_OK(cudaGraphDestroy(graph[k]));
     }
-    std::printf("| %4d | %9.1f | %9.1f | %10.1f | %8.1f | %5.2f | %5.2f | %5.2f | %5.2f | %2d x %d SMs | %s |\n", rows,
-                t_graph, t_pdl, t_persistent, floor_us, t_graph / floor_us, t_pdl / floor_us, t_persistent / floor_us,
-                t_persistent / t_pdl, grid / sms, sms, equal ? "yes" : "NO");
+    std::printf("| %4d | %9.1f | %9.1f | %10.1f | %8.1f | %8.1f | %8.1f | %5.2f | %5.2f | %5.2f | %5.2f | %5.2f | %5.2f "
+                "| %2d x %d SMs | %d x %zu KB | %s |\n",
+                rows, t_graph, t_pdl, t_persistent, t_stream, t_stream4, floor_us, t_graph / floor_us, t_pdl / floor_us,
+                t_persistent / floor_us, t_stream / floor_us, t_stream4 / floor_us, t_stream4 / t_graph, grid / sms,
+                sms, plan.stages, plan.slot_bytes >> 10, equal ? "yes" : "NO");
     return equal;
   }
 };
@@ -392,11 +644,19 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--passes" && i + 1 < argc) {
       passes = std::stoi(argv[++i]);
+    } else if (a == "--piece" && i + 1 < argc) {
+      stream_piece = std::stoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "mstar_persistent_chain_bench: unknown argument %s; use --passes N (default 15)\n",
+      std::fprintf(stderr, "mstar_persistent_chain_bench: unknown argument %s; use --passes N (default 15), --piece BYTES "
+                   "(default 0)\n",
                    a.c_str());
       return 2;
     }
+  }
+  if (stream_piece < 0 || stream_piece % 16 != 0) {
+    std::fprintf(stderr, "mstar_persistent_chain_bench: --piece %d; give 0 or a positive multiple of 16\n",
+                 stream_piece);
+    return 2;
   }
   if (passes < 1) {
     std::fprintf(stderr, "mstar_persistent_chain_bench: --passes %d; give 1 or more\n", passes);
@@ -421,13 +681,46 @@ int main(int argc, char** argv) {
   const double floor_us = double(bytes) / rate * 1e6;
   std::printf("%s, %d SMs, L2 %d MB; D2D copy rate %.0f GB/s; %d passes x %d layers: %.1f MB of weights a step\n",
               prop.name, b.sms, prop.l2CacheSize >> 20, rate / 1e9, passes, layers, double(bytes) / 1e6);
-  std::printf("| rows | graph us | +pdl us | persistent | floor us | graph/floor | pdl/floor | pers/floor | pers/pdl | "
-              "blocks | same bits |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+  // The barriers alone: a step's count of them (one between products) in one cooperative launch.
+  const int barriers = passes * layers * phases - 1;
+  const double t_barriers = b.time_us([&] {
+    int n = barriers;
+    void* args[] = {&n};
+    CUDA_OK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(barriers_kernel), dim3(unsigned(b.sms)),
+                                        dim3(stream_warps * 32), args, 0, b.s));
+  });
+  std::printf("%d grid-wide barriers alone, one block an SM: %.1f us, %.2f us each\n", barriers, t_barriers,
+              t_barriers / barriers);
+  for (const int piece : {0, 16384, 4096})
+  for (stream_plan plan : {b.plan_stream<1, 1>(), b.plan_stream<8, 1>()}) {
+    if (plan.grid == 0) continue;
+    plan.piece = piece;
+    CUDA_OK(cudaFuncSetAttribute(weights_only_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem())));
+    const double t = b.time_us([&] {
+      chain arg = b.c;
+      int n = passes;
+      stream_plan p = plan;
+      void* args[] = {&arg, &n, &p};
+      CUDA_OK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(weights_only_kernel), dim3(unsigned(p.grid)),
+                                          dim3(stream_warps * 32), args, p.smem(), b.s));
+    });
+    std::printf("the stream's weights alone, %d slots of %zu KB, copies of %d KB: %.1f us, %.2f x the floor, "
+                "%.0f GB/s\n",
+                plan.stages, plan.slot_bytes >> 10, piece > 0 ? piece >> 10 : int(plan.slot_bytes >> 10), t,
+                t / floor_us, double(bytes) / (t * 1e-6) / 1e9);
+  }
+  std::printf("| rows | graph us | +pdl us | persistent | stream us | stream x4 us | floor us | graph/floor | pdl/floor "
+              "| pers/floor | stream/floor | x4/floor | x4/graph | blocks | ring | same bits |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+              "| --- |\n");
   bool ok = b.run<1>(1, passes, floor_us);
   ok = b.run<2>(2, passes, floor_us) && ok;
   ok = b.run<4>(4, passes, floor_us) && ok;
   ok = b.run<8>(8, passes, floor_us) && ok;
-  if (!ok) std::printf("FAIL: the three ways' outputs differ\n");
+  std::printf("the stream kernel without its sums (barriers, staged inputs, weights), 1 / 2 / 4 / 8 rows:");
+  for (double t : b.bare_us)
+    std::printf(" %.1f us", t);
+  std::printf("\n");
+  if (!ok) std::printf("FAIL: the ways' outputs differ\n");
   return ok ? 0 : 1;
 }
