@@ -79,8 +79,8 @@ struct talker_cuda_limits {
   // The Talker's fused decode attention: 0, each row's context shared by 8 blocks in equal parts (their partial
   // results merged); N > 0, in parts of at least N tokens (at most cuda::max_decode_splits of them), so that a
   // context of at most N tokens takes one block and no merge. Either way a row's parts follow its own length only,
-  // never its step's other rows. An experiment for the bench (qwen3tts_talker_bench --attention-chunk): not yet
-  // measured on a GPU.
+  // never its step's other rows. For the bench (qwen3tts_talker_bench --attention-chunk): no chunk was measured
+  // faster at every row count (docs/benchmarks.md), so 0 stays the default.
   int attention_chunk = 0;
 };
 
