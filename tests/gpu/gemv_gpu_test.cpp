@@ -1,9 +1,9 @@
 // small_gemv, the CUDA Talker's weight product of a few rows, against cuBLAS's GEMM of the same bf16 inputs as
-// the Talker calls it (bf16 in, float32 accumulation and out): each epilogue at every row count it takes
-// (1..8, so each rounded-up kernel also runs with masked rows) on the shapes of the released models' decode
-// products. The two sum the same bf16 x bf16 products in different orders, so they agree to float32
-// rounding: max|gemv - cublas| <= 1e-3 * max|cublas| per product. The swiglu epilogue is compared with
-// swiglu of cuBLAS's product computed on the host, allowing its own bf16 rounding of each output.
+// the Talker calls it (bf16 in, float32 accumulation and out): each epilogue at every row count each of its two
+// kernels takes (1..8 on the CUDA cores, so each rounded-up kernel also runs with masked rows; 1..16 on the tensor
+// cores) on the shapes of the released models' decode products. The two sum the same bf16 x bf16 products in different
+// orders, so they agree to float32 rounding: max|gemv - cublas| <= 1e-3 * max|cublas| per product. The swiglu epilogue
+// is compared with swiglu of cuBLAS's product computed on the host, allowing its own bf16 rounding of each output.
 #include "gpu_test.hpp"
 #include "talker_cuda_kernels.hpp"
 
@@ -23,7 +23,15 @@ namespace {
 
 using qwen3_tts::cuda::bf16;
 using qwen3_tts::cuda::gemv_epilogue;
+using qwen3_tts::cuda::gemv_path;
 using qwen3_tts::cuda::small_gemv;
+
+constexpr int most_rows = qwen3_tts::cuda::max_mma_gemv_rows; // rows of every input and output buffer
+int rows_of(gemv_path path) {
+  return path == gemv_path::tensor_cores ? qwen3_tts::cuda::max_mma_gemv_rows : qwen3_tts::cuda::max_gemv_rows;
+}
+const char* name_of(gemv_path path) { return path == gemv_path::tensor_cores ? "tensor cores" : "CUDA cores"; }
+constexpr gemv_path both_paths[] = {gemv_path::cuda_cores, gemv_path::tensor_cores};
 
 constexpr float tol = 1e-3f;
 
@@ -84,14 +92,14 @@ struct blas_handle {
   ~blas_handle() { cublasDestroy(h); }
 };
 
-// One product's inputs on the device: w [out][in], x [8][ldx] (every row count reads a prefix of it).
+// One product's inputs on the device: w [out][in], x [most_rows][ldx] (every row count reads a prefix of it).
 struct product {
   int out, in, ldx;
   device_array<bf16> w, x;
   product(int out_, int in_, int ldx_, std::uint64_t seed)
-      : out(out_), in(in_), ldx(ldx_), w(std::size_t(out_) * in_), x(std::size_t(8) * ldx_) {
+      : out(out_), in(in_), ldx(ldx_), w(std::size_t(out_) * in_), x(std::size_t(most_rows) * ldx_) {
     w.upload(random_bf16(std::size_t(out) * in, seed, 1.0f / std::sqrt(float(in))));
-    x.upload(random_bf16(std::size_t(8) * ldx, seed + 1, 1.0f));
+    x.upload(random_bf16(std::size_t(most_rows) * ldx, seed + 1, 1.0f));
   }
   // cuBLAS's y [rows][out], as talker_cuda's gemm computes it.
   std::vector<float> reference(const blas_handle& blas, int rows) const {
@@ -106,7 +114,7 @@ struct product {
 
 constexpr float sentinel = -12345.0f;
 
-// An [8][ld] output of which rows [0, rows) and columns [0, width) hold the product: error is the largest
+// A [most_rows][ld] output of which rows [0, rows) and columns [0, width) hold the product: error is the largest
 // of error_at(r, c, i) (i = r * ld + c) and big the largest |wanted value| there; clobbered counts the
 // entries outside that changed(i) says were written.
 struct comparison {
@@ -121,7 +129,7 @@ struct comparison {
 template <class ErrorAt, class Changed>
 comparison compare(int rows, int width, int ld, ErrorAt error_at, Changed changed) {
   comparison c;
-  for (int r = 0; r < 8; ++r)
+  for (int r = 0; r < most_rows; ++r)
     for (int o = 0; o < ld; ++o) {
       const std::size_t i = std::size_t(r) * ld + o;
       if (r >= rows || o >= width) {
@@ -138,17 +146,17 @@ comparison compare(int rows, int width, int ld, ErrorAt error_at, Changed change
 // Runs the store or residual epilogue at every row count into y of ldy = out + 3 (columns past out, and
 // rows past `rows`, hold a sentinel that must survive) and compares each with cuBLAS's product (plus the
 // residual's starting values).
-void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx) {
+void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx, gemv_path path) {
   const blas_handle blas;
   const product p(out, in, ldx, std::uint64_t(out) * 7919u + std::uint64_t(in));
   const int ldy = out + 3;
-  const std::size_t n = std::size_t(8) * ldy;
+  const std::size_t n = std::size_t(most_rows) * ldy;
   const bool residual = e == gemv_epilogue::residual;
   const std::vector<float> start = residual ? random_f32(n, std::uint64_t(in) + 99) : std::vector<float>(n, sentinel);
   device_array<float> y(n);
-  for (int rows = 1; rows <= 8; ++rows) {
+  for (int rows = 1; rows <= rows_of(path); ++rows) {
     y.upload(start);
-    small_gemv(e, p.w.p, out, in, p.x.p, ldx, y.p, nullptr, ldy, rows, nullptr);
+    small_gemv(e, p.w.p, out, in, p.x.p, ldx, y.p, nullptr, ldy, rows, nullptr, {}, path);
     const auto got = y.download<float>(n);
     const auto ref = p.reference(blas, rows);
     const comparison c = compare(
@@ -158,8 +166,8 @@ void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx) {
           return std::pair{std::fabs(got[i] - (product + (residual ? start[i] : 0.0f))), product};
         },
         [&](std::size_t i) { return got[i] != start[i]; });
-    INFO("out ", out, ", in ", in, ", ldx ", ldx, ", rows ", rows, ": max|gemv - cublas| ", c.error, ", max|cublas| ",
-         c.big);
+    INFO(name_of(path), ", out ", out, ", in ", in, ", ldx ", ldx, ", rows ", rows, ": max|gemv - cublas| ", c.error,
+         ", max|cublas| ", c.big);
     c.check();
   }
 }
@@ -169,55 +177,66 @@ struct shape {
 };
 // The decode step's products at the released sizes (0.6B: qkv 4096 x 1024, o 1024 x 2048, down 1024 x 3072,
 // codec head 3072 x 1024; 1.7B: o 2048 x 2048 and down 2048 x 6144), the predictor head's input of stride
-// 2 x hidden (its first pass), and one whose out and in/8 are multiples of nothing the kernel tiles by.
-const std::vector<shape> shapes = {{4096, 1024, 1024}, {1024, 2048, 2048}, {1024, 3072, 3072},
-                                   {3072, 1024, 1024}, {2048, 1024, 1024}, {2048, 2048, 2048},
-                                   {2048, 6144, 6144}, {2048, 1024, 2048}, {1001, 1000, 1000}};
+// 2 x hidden (its first pass), and one whose out and in/8 are multiples of nothing the kernel tiles by (for the
+// tensor cores, whose inputs come in chunks of 32: out of no round size, in 1056 = 33 chunks).
+const std::vector<shape> shapes = {{4096, 1024, 1024}, {1024, 2048, 2048}, {1024, 3072, 3072}, {3072, 1024, 1024},
+                                   {2048, 1024, 1024}, {2048, 2048, 2048}, {2048, 6144, 6144}, {2048, 1024, 2048},
+                                   {1001, 1000, 1000}, {1001, 1056, 1064}};
+bool takes(gemv_path path, const shape& s) { return qwen3_tts::cuda::small_gemv_fits(1, s.in, s.ldx, path); }
 
 float silu(float g) { return g / (1.0f + std::exp(-g)); }
 
 } // namespace
 
-TEST_CASE("small_gemv's store epilogue writes cuBLAS's products at 1 to 8 rows, and nothing past its rows and outputs" *
+TEST_CASE("small_gemv's store epilogue writes cuBLAS's products at every row count of each kernel, and nothing past "
+          "its rows and outputs" *
           doctest::skip(!mstar::test::has_gpu())) {
-  for (const shape& s : shapes)
-    check_store_or_residual(gemv_epilogue::store, s.out, s.in, s.ldx);
+  for (const gemv_path path : both_paths)
+    for (const shape& s : shapes)
+      if (takes(path, s)) check_store_or_residual(gemv_epilogue::store, s.out, s.in, s.ldx, path);
 }
 
-TEST_CASE("small_gemv's residual epilogue adds cuBLAS's products to a nonzero float32 residual at 1 to 8 rows" *
+TEST_CASE("small_gemv's residual epilogue adds cuBLAS's products to a nonzero float32 residual at every row count of "
+          "each kernel" *
           doctest::skip(!mstar::test::has_gpu())) {
-  for (const shape& s : shapes)
-    check_store_or_residual(gemv_epilogue::residual, s.out, s.in, s.ldx);
+  for (const gemv_path path : both_paths)
+    for (const shape& s : shapes)
+      if (takes(path, s)) check_store_or_residual(gemv_epilogue::residual, s.out, s.in, s.ldx, path);
 }
 
-TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up products at 1 to 8 rows" *
+TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up products at every row count of each "
+          "kernel" *
           doctest::skip(!mstar::test::has_gpu())) {
   const blas_handle blas;
-  // The 0.6B's gate_up (inter 3072 of hidden 1024), the 1.7B's (6144 of 2048), and an inter of no round size.
-  for (const auto& [inter, in] : {std::pair{3072, 1024}, std::pair{6144, 2048}, std::pair{1000, 1000}}) {
-    const product p(2 * inter, in, in, std::uint64_t(inter) + 5);
-    const std::size_t n = std::size_t(8) * inter;
-    device_array<bf16> act(n);
-    const std::vector<std::uint16_t> start(n, 0x7fc0); // NaN: must survive past `rows`
-    for (int rows = 1; rows <= 8; ++rows) {
-      act.upload(start);
-      small_gemv(gemv_epilogue::swiglu, p.w.p, 2 * inter, in, p.x.p, in, nullptr, act.p, inter, rows, nullptr);
-      const auto got = act.download<std::uint16_t>(n);
-      const auto ref = p.reference(blas, rows);
-      const comparison c = compare(
-          rows, inter, inter,
-          [&](int r, int o, std::size_t i) {
-            const float* gate_up = ref.data() + std::size_t(r) * 2 * inter;
-            const float want = silu(gate_up[o]) * gate_up[inter + o];
-            // The kernel rounds its value to bf16: up to half a bf16 step, 2^-8 of the value.
-            return std::pair{std::fabs(bf16_value(got[i]) - want) - std::ldexp(std::fabs(want), -8), want};
-          },
-          [&](std::size_t i) { return got[i] != start[i]; });
-      INFO("inter ", inter, ", in ", in, ", rows ", rows, ": max error beyond bf16 rounding ", c.error,
-           ", max|swiglu| ", c.big);
-      c.check();
+  // The 0.6B's gate_up (inter 3072 of hidden 1024), the 1.7B's (6144 of 2048), and inters of no round size.
+  for (const gemv_path path : both_paths)
+    for (const auto& [inter, in] :
+         {std::pair{3072, 1024}, std::pair{6144, 2048}, std::pair{1000, 1000}, std::pair{1000, 1056}}) {
+      if (!qwen3_tts::cuda::small_gemv_fits(1, in, in, path)) continue;
+      const product p(2 * inter, in, in, std::uint64_t(inter) + 5);
+      const std::size_t n = std::size_t(most_rows) * inter;
+      device_array<bf16> act(n);
+      const std::vector<std::uint16_t> start(n, 0x7fc0); // NaN: must survive past `rows`
+      for (int rows = 1; rows <= rows_of(path); ++rows) {
+        act.upload(start);
+        small_gemv(gemv_epilogue::swiglu, p.w.p, 2 * inter, in, p.x.p, in, nullptr, act.p, inter, rows, nullptr, {},
+                   path);
+        const auto got = act.download<std::uint16_t>(n);
+        const auto ref = p.reference(blas, rows);
+        const comparison c = compare(
+            rows, inter, inter,
+            [&](int r, int o, std::size_t i) {
+              const float* gate_up = ref.data() + std::size_t(r) * 2 * inter;
+              const float want = silu(gate_up[o]) * gate_up[inter + o];
+              // The kernel rounds its value to bf16: up to half a bf16 step, 2^-8 of the value.
+              return std::pair{std::fabs(bf16_value(got[i]) - want) - std::ldexp(std::fabs(want), -8), want};
+            },
+            [&](std::size_t i) { return got[i] != start[i]; });
+        INFO(name_of(path), ", inter ", inter, ", in ", in, ", rows ", rows, ": max error beyond bf16 rounding ",
+             c.error, ", max|swiglu| ", c.big);
+        c.check();
+      }
     }
-  }
 }
 
 TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bits, store and swiglu, 1 to 8 rows" *
@@ -228,35 +247,76 @@ TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bi
   const std::vector<std::tuple<int, int, gemv_epilogue>> cases = {{4096, 1024, gemv_epilogue::store},
                                                                   {2 * 3072, 1024, gemv_epilogue::swiglu},
                                                                   {2 * 6144, 2048, gemv_epilogue::swiglu},
-                                                                  {1001, 1000, gemv_epilogue::store}};
+                                                                  {1001, 1000, gemv_epilogue::store},
+                                                                  {1001, 1056, gemv_epilogue::store}};
+  const gemv_path path = gemv_path::cuda_cores; // the norm prologue is the CUDA-core kernel's alone
   for (const auto& [out, in, e] : cases) {
     const product p(out, in, in, std::uint64_t(out) + std::uint64_t(in) * 3u);
     const int ld = in + 8; // the residual rows' leading dimension, wider than in
-    device_array<float> x32(std::size_t(8) * ld);
+    device_array<float> x32(std::size_t(most_rows) * ld);
     device_array<float> norm_w(static_cast<std::size_t>(in));
-    x32.upload(random_f32(std::size_t(8) * ld, std::uint64_t(in) + 7));
+    x32.upload(random_f32(std::size_t(most_rows) * ld, std::uint64_t(in) + 7));
     norm_w.upload(random_f32(std::size_t(in), std::uint64_t(in) + 11));
     const bool swiglu = e == gemv_epilogue::swiglu;
     const int width = swiglu ? out / 2 : out;
-    device_array<bf16> xn(std::size_t(8) * in);
-    device_array<float> y_two(std::size_t(8) * width), y_one(std::size_t(8) * width);
-    device_array<bf16> act_two(std::size_t(8) * width), act_one(std::size_t(8) * width);
-    for (int rows = 1; rows <= 8; ++rows) {
+    device_array<bf16> xn(std::size_t(most_rows) * in);
+    device_array<float> y_two(std::size_t(most_rows) * width), y_one(std::size_t(most_rows) * width);
+    device_array<bf16> act_two(std::size_t(most_rows) * width), act_one(std::size_t(most_rows) * width);
+    for (int rows = 1; rows <= rows_of(path); ++rows) {
       // rms_norm reads rows of `in` contiguous values: copy the strided residual rows into a packed buffer first.
       device_array<float> packed(std::size_t(rows) * in);
       MSTAR_CUDA_REQUIRE(cudaMemcpy2D(packed.p, std::size_t(in) * 4, x32.p, std::size_t(ld) * 4, std::size_t(in) * 4,
                                       std::size_t(rows), cudaMemcpyDeviceToDevice));
       qwen3_tts::cuda::rms_norm(packed.p, nullptr, norm_w.p, xn.p, nullptr, rows, in, 1e-6f, nullptr);
       small_gemv(e, p.w.p, out, in, xn.p, in, swiglu ? nullptr : y_two.p, swiglu ? act_two.p : nullptr, width, rows,
-                 nullptr);
+                 nullptr, {}, path);
       small_gemv(e, p.w.p, out, in, nullptr, in, swiglu ? nullptr : y_one.p, swiglu ? act_one.p : nullptr, width, rows,
-                 nullptr, qwen3_tts::cuda::gemv_norm{x32.p, ld, norm_w.p, 1e-6f});
+                 nullptr, qwen3_tts::cuda::gemv_norm{x32.p, ld, norm_w.p, 1e-6f}, path);
       const std::size_t n = std::size_t(rows) * width;
-      INFO("out ", out, ", in ", in, ", rows ", rows);
+      INFO(name_of(path), ", out ", out, ", in ", in, ", rows ", rows);
       if (swiglu)
         CHECK(act_one.download<std::uint16_t>(n) == act_two.download<std::uint16_t>(n));
       else
         CHECK(y_one.download<std::uint32_t>(n) == y_two.download<std::uint32_t>(n));
+    }
+  }
+}
+
+TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever rows share its call" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // A request's codes must not depend on its batch: each row's sums follow the weights and its own inputs only.
+  // Row r of a 16-row call against the same input row alone (a 1-row call reading from row r) and in a call of
+  // r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up.
+  for (const auto& [out, in, e] :
+       {std::tuple{4096, 1024, gemv_epilogue::store}, std::tuple{2 * 3072, 1024, gemv_epilogue::swiglu}}) {
+    const product p(out, in, in, std::uint64_t(out) * 3u + 1u);
+    const bool swiglu = e == gemv_epilogue::swiglu;
+    const int width = swiglu ? out / 2 : out;
+    device_array<float> y(std::size_t(most_rows) * width), y_some(std::size_t(most_rows) * width);
+    device_array<bf16> act(std::size_t(most_rows) * width), act_some(std::size_t(most_rows) * width);
+    auto run = [&](const bf16* x, int rows, float* y32, bf16* a) {
+      small_gemv(e, p.w.p, out, in, x, in, swiglu ? nullptr : y32, swiglu ? a : nullptr, width, rows, nullptr, {},
+                 gemv_path::tensor_cores);
+    };
+    auto row_bits = [&](const float* y32, const bf16* a, int r) {
+      std::vector<std::uint16_t> bits(std::size_t(width) * (swiglu ? 1 : 2));
+      MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
+      if (swiglu)
+        MSTAR_CUDA_REQUIRE(
+            cudaMemcpy(bits.data(), a + std::size_t(r) * width, std::size_t(width) * 2, cudaMemcpyDeviceToHost));
+      else
+        MSTAR_CUDA_REQUIRE(
+            cudaMemcpy(bits.data(), y32 + std::size_t(r) * width, std::size_t(width) * 4, cudaMemcpyDeviceToHost));
+      return bits;
+    };
+    run(p.x.p, most_rows, y.p, act.p);
+    for (int r = 0; r < most_rows; ++r) {
+      run(p.x.p + std::size_t(r) * in, 1, y_some.p, act_some.p);
+      INFO("out ", out, ", row ", r, " alone");
+      CHECK(row_bits(y_some.p, act_some.p, 0) == row_bits(y.p, act.p, r));
+      run(p.x.p, r + 1, y_some.p, act_some.p);
+      INFO("out ", out, ", row ", r, " of ", r + 1);
+      CHECK(row_bits(y_some.p, act_some.p, r) == row_bits(y.p, act.p, r));
     }
   }
 }
@@ -307,4 +367,41 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
   }
   CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(1, 1020, 1020));
   CHECK(qwen3_tts::cuda::small_gemv_fits(8, 6144, 6144));
+  // The tensor cores: 16 rows, inputs in chunks of 32.
+  auto mma_message = [](int rows, int in) -> std::string {
+    alignas(16) static const std::uint16_t none[8] = {};
+    const auto* p = reinterpret_cast<const bf16*>(none);
+    float y = 0;
+    try {
+      small_gemv(gemv_epilogue::store, p, 8, in, p, in, &y, nullptr, 8, rows, nullptr, {}, gemv_path::tensor_cores);
+    } catch (const std::invalid_argument& err) {
+      return err.what();
+    }
+    return "(no refusal)";
+  };
+  const std::string seventeen = mma_message(17, 1024);
+  CHECK(seventeen.find("not 17") != std::string::npos);
+  CHECK(seventeen.find("tensor cores") != std::string::npos);
+  CHECK(mma_message(1, 1000).find("not 1000") != std::string::npos);
+  CHECK(nine.find("CUDA cores") != std::string::npos);
+  CHECK(qwen3_tts::cuda::small_gemv_fits(16, 1024, 1024, gemv_path::tensor_cores));
+  CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(9, 1024, 1024));
+  CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(1, 1000, 1000, gemv_path::tensor_cores));
+  CHECK(qwen3_tts::cuda::gemv_norm_fits(2048));
+  CHECK_FALSE(qwen3_tts::cuda::gemv_norm_fits(1024, gemv_path::tensor_cores));
+  {
+    // The tensor cores take no norm prologue: the refusal says so.
+    alignas(16) static const std::uint16_t none[8] = {};
+    const auto* w = reinterpret_cast<const bf16*>(none);
+    float y[32] = {};
+    const float weight[32] = {};
+    std::string why = "(no refusal)";
+    try {
+      small_gemv(gemv_epilogue::store, w, 8, 32, nullptr, 32, y, nullptr, 8, 2, nullptr,
+                 qwen3_tts::cuda::gemv_norm{y, 32, weight, 1e-6f}, gemv_path::tensor_cores);
+    } catch (const std::invalid_argument& err) {
+      why = err.what();
+    }
+    CHECK(why.find("CUDA cores only") != std::string::npos);
+  }
 }

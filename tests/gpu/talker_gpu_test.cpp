@@ -141,12 +141,17 @@ struct rig {
   talker_cuda gpu;
   // gemv_rows: talker_cuda_limits::gemv_rows (the decode step's products of at most so many rows on small_gemv);
   // gemv_norm: talker_cuda_limits::gemv_norm (the norms before them done by the products); pdl:
-  // talker_cuda_limits::pdl (programmatic dependent launch); attention_chunk: talker_cuda_limits::attention_chunk.
+  // talker_cuda_limits::pdl (programmatic dependent launch); attention_chunk: talker_cuda_limits::attention_chunk;
+  // tensor_cores: talker_cuda_limits::gemv_tensor_cores (products of 2 or more rows on the tensor-core kernel).
   explicit rig(int max_rows, int gemv_rows = talker_cuda_limits{}.gemv_rows,
                bool gemv_norm = talker_cuda_limits{}.gemv_norm, bool pdl = talker_cuda_limits{}.pdl,
-               int attention_chunk = talker_cuda_limits{}.attention_chunk)
-      : gpu(cuda_dims(config),
-            talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm, pdl, attention_chunk}) {
+               int attention_chunk = talker_cuda_limits{}.attention_chunk,
+               bool tensor_cores = talker_cuda_limits{}.gemv_tensor_cores)
+      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm, pdl,
+                                                  attention_chunk, tensor_cores}) {
+    gpu.load_weights(f32_weight_source(random_tensor));
+  }
+  rig(const talker_config& c, const talker_cuda_limits& limits) : config(c), gpu(cuda_dims(config), limits) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
 };
@@ -301,10 +306,10 @@ void compare_runs(rig& m, const std::vector<talker_prompt>& prompts, int frames,
 
 } // namespace
 
-TEST_CASE("on the host Talker's path with the decode products of up to 8 rows on small_gemv every CUDA Talker "
-          "decision and logit agrees with the host float32 Talker" *
+TEST_CASE("on the host Talker's path with the decode products of up to 8 rows on the CUDA-core small_gemv every CUDA "
+          "Talker decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  rig m(2, 8);
+  rig m(2, 8, true, true, 0, false);
   compare_runs(m, {make_prompt(12, 1, false), make_prompt(7, 2, true)}, 32);
 }
 
@@ -316,13 +321,41 @@ TEST_CASE("on the host Talker's path with every product on cuBLAS (gemv_rows 0) 
 }
 
 TEST_CASE("on the host Talker's path at five rows, the predictor's first pass (10 tokens) on cuBLAS and the other "
-          "decode products on small_gemv, every CUDA Talker decision and logit agrees with the host float32 Talker" *
+          "decode products on the CUDA-core small_gemv, every CUDA Talker decision and logit agrees with the host "
+          "float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  rig m(5, 8);
+  rig m(5, 8, true, true, 0, false);
   compare_runs(m,
                {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
                 make_prompt(6, 7, true)},
                16);
+}
+
+TEST_CASE("on the host Talker's path at five rows with the decode products on the tensor cores every CUDA Talker "
+          "decision and logit agrees with the host float32 Talker" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // tiny_config's predictor (hidden 48) and text projection (80 inputs) are not in chunks of 32: here they are, so
+  // every decode product -- both stacks' layers, the heads, the projections -- runs on the tensor-core kernel.
+  talker_config c = tiny_config();
+  c.predictor.hidden = 32;
+  c.text_hidden = 96;
+  talker_cuda_limits l{5, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+  rig m(c, l);
+  compare_runs(m,
+               {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
+                make_prompt(6, 7, true)},
+               16);
+}
+
+TEST_CASE("a CUDA Talker refuses more small-rows product rows than its kernel takes, naming the kernel, before "
+          "touching the device") {
+  talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_gemv_rows + 1, true, true, 0, false};
+  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("on the CUDA cores"),
+                       std::invalid_argument);
+  l.gemv_tensor_cores = true;
+  l.gemv_rows = cuda::max_mma_gemv_rows + 1;
+  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("on the tensor cores"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("on the host Talker's path the CUDA Talker's sampled codes are the host sampler's draws" *
@@ -837,7 +870,7 @@ two_row_run run_two_rows(rig& m, int frames, bool sample = false) {
 TEST_CASE("on small_gemv, the decode step with the norms done by the products gives the same bits as without" *
           doctest::skip(!mstar::test::has_gpu())) {
   // gemv_norm takes rms_norm's sums in rms_norm's order: codes and logits are equal, not merely close.
-  rig with_norm(2, 8, true), without(2, 8, false);
+  rig with_norm(2, 8, true, true, 0, false), without(2, 8, false, true, 0, false);
   const two_row_run a = run_two_rows(with_norm, 6), b = run_two_rows(without, 6);
   CHECK(a.frames == b.frames);
   REQUIRE(a.talker.size() == b.talker.size());
@@ -849,14 +882,14 @@ TEST_CASE("on small_gemv, the decode step with the norms done by the products gi
 TEST_CASE("programmatic dependent launch gives the decode step and the prefill the same bits as ordinary launches" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Every kernel waits for its predecessors before touching their outputs, so the overlap of launches changes no
-  // value. Small_gemv at 2 rows (its weight prefetch before the wait), then cuBLAS at 2 rows (programmatic
-  // launches after cuBLAS's kernels, ordinary ones after ours), greedy and sampled; 24 frames, so that a race
-  // has many steps to show in. The captured graphs must hold programmatic edges with it and none without, or the
-  // comparison would be of two ordinary runs.
-  for (const int gemv_rows : {8, 1}) {
+  // value. Small_gemv at 2 rows on the CUDA cores and on the tensor cores (each with its weight prefetch before the
+  // wait), then cuBLAS at 2 rows (programmatic launches after cuBLAS's kernels, ordinary ones after ours), greedy
+  // and sampled; 24 frames, so that a race has many steps to show in. The captured graphs must hold programmatic
+  // edges with it and none without, or the comparison would be of two ordinary runs.
+  for (const auto& [gemv_rows, tensor_cores] : {std::pair{8, false}, std::pair{16, true}, std::pair{1, false}}) {
     for (const bool sample : {false, true}) {
-      INFO("gemv_rows ", gemv_rows, ", sampled ", sample);
-      rig with_pdl(2, gemv_rows, true, true), without(2, gemv_rows, true, false);
+      INFO("gemv_rows ", gemv_rows, tensor_cores ? " on the tensor cores" : "", ", sampled ", sample);
+      rig with_pdl(2, gemv_rows, true, true, 0, tensor_cores), without(2, gemv_rows, true, false, 0, tensor_cores);
       const two_row_run a = run_two_rows(with_pdl, 24, sample), b = run_two_rows(without, 24, sample);
       CHECK(with_pdl.gpu.graph_programmatic_edges(2) > 0);
       CHECK(without.gpu.graph_programmatic_edges(2) == 0);

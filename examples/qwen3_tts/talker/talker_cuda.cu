@@ -324,12 +324,19 @@ struct talker_cuda::state {
   // Products of at most this many rows in a decode step run as small_gemv (talker_cuda_limits::gemv_rows).
   int gemv_rows = 0;
   bool gemv_norm = false; // talker_cuda_limits::gemv_norm
-  bool gemv_fits(int m, int in, int ldx) const { return m <= gemv_rows && cuda::small_gemv_fits(m, in, ldx); }
+  bool gemv_tensor_cores = false; // talker_cuda_limits::gemv_tensor_cores
+  // The kernel a product of m rows runs on: the tensor cores from 2 rows where gemv_tensor_cores, else the CUDA cores.
+  cuda::gemv_path gemv_path(int m) const {
+    return gemv_tensor_cores && m >= 2 ? cuda::gemv_path::tensor_cores : cuda::gemv_path::cuda_cores;
+  }
+  bool gemv_fits(int m, int in, int ldx) const {
+    return m <= gemv_rows && cuda::small_gemv_fits(m, in, ldx, gemv_path(m));
+  }
   // gemm's product, as small_gemv where `small` (a decode step's product) and the shape fits.
   void linear(cudaStream_t s, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m,
               bool small) const {
     if (small && gemv_fits(m, in, ldx))
-      cuda::small_gemv(cuda::gemv_epilogue::store, w, out, in, x, ldx, y, nullptr, ldy, m, s);
+      cuda::small_gemv(cuda::gemv_epilogue::store, w, out, in, x, ldx, y, nullptr, ldy, m, s, {}, gemv_path(m));
     else
       gemm(s, w, out, in, x, ldx, y, ldy, m);
   }
@@ -379,12 +386,13 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
   const bool gemv =
       small && st.gemv_fits(tokens, h, h) && st.gemv_fits(tokens, qw, qw) && st.gemv_fits(tokens, inter, inter);
   // On small_gemv with gemv_norm, the qkv and gate/up products normalise the residual themselves.
-  const bool norm_in_gemv = gemv && st.gemv_norm && h <= cuda::max_gemv_norm_in;
+  const cuda::gemv_path path = st.gemv_path(tokens);
+  const bool norm_in_gemv = gemv && st.gemv_norm && cuda::gemv_norm_fits(h, path);
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
     if (norm_in_gemv) {
       cuda::small_gemv(cuda::gemv_epilogue::store, lw.qkv, qkv_width(d), h, nullptr, h, st.qkv, nullptr, qkv_width(d),
-                       tokens, s, {x, h, lw.input_norm, d.rms_eps});
+                       tokens, s, {x, h, lw.input_norm, d.rms_eps}, path);
     } else {
       cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
       st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
@@ -398,16 +406,17 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
       cuda::paged_attention(st.q, w.kv[std::size_t(l)], view, st.attn, d.heads, d.kv_heads, d.head_dim, s);
     }
     if (gemv) {
-      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s);
+      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s, {}, path);
       if (norm_in_gemv) {
         cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, nullptr, h, nullptr, st.act, inter,
-                         tokens, s, {x, h, lw.post_norm, d.rms_eps});
+                         tokens, s, {x, h, lw.post_norm, d.rms_eps}, path);
       } else {
         cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
         cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter,
-                         tokens, s);
+                         tokens, s, {}, path);
       }
-      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s);
+      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s, {},
+                       path);
       continue;
     }
     st.gemm(s, lw.o, h, qw, st.attn, qw, st.out, h, tokens);
@@ -447,9 +456,12 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(d.eos_id >= 0 && d.eos_id < d.codec_vocab, "eos_id " + std::to_string(d.eos_id) + " outside the codec vocab");
   need(l.max_rows > 0 && l.block_tokens > 0 && l.kv_blocks > 0 && l.max_pages > 0 && l.max_prefill_tokens > 0,
        "every limit must be > 0");
-  need(l.gemv_rows >= 0 && l.gemv_rows <= cuda::max_gemv_rows,
-       "gemv_rows " + std::to_string(l.gemv_rows) + " outside [0, " + std::to_string(cuda::max_gemv_rows) +
-           "] (the most rows small_gemv takes; 0 keeps every product on cuBLAS)");
+  static_assert(max_gemv_tensor_core_rows == cuda::max_mma_gemv_rows);
+  const int most_gemv_rows = l.gemv_tensor_cores ? cuda::max_mma_gemv_rows : cuda::max_gemv_rows;
+  need(l.gemv_rows >= 0 && l.gemv_rows <= most_gemv_rows,
+       "gemv_rows " + std::to_string(l.gemv_rows) + " outside [0, " + std::to_string(most_gemv_rows) +
+           "] (the most rows small_gemv takes " + (l.gemv_tensor_cores ? "on the tensor cores" : "on the CUDA cores") +
+           "; 0 keeps every product on cuBLAS)");
   need(l.attention_chunk >= 0, "attention_chunk " + std::to_string(l.attention_chunk) +
                                    " is negative (0: equal shares; N: shares of at least N tokens)");
 }
@@ -475,6 +487,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   TALKER_CHECK(cublasSetWorkspace(st.blas, st.workspace, workspace_bytes));
   st.gemv_rows = limits.gemv_rows;
   st.gemv_norm = limits.gemv_norm;
+  st.gemv_tensor_cores = limits.gemv_tensor_cores;
 
   const auto& T = dims.talker;
   const auto& P = dims.predictor;

@@ -53,6 +53,9 @@ struct talker_cuda_dims {
 };
 
 // Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
+// The most rows gemv_rows may name with gemv_tensor_cores (cuda::max_mma_gemv_rows).
+inline constexpr int max_gemv_tensor_core_rows = 16;
+
 struct talker_cuda_limits {
   int max_rows = 1;
   int max_prefill_tokens = 256; // tokens of one prefill call, all rows together
@@ -65,9 +68,10 @@ struct talker_cuda_limits {
   bool high_priority = false;
   // Weight products of at most this many rows (tokens) in the decode step -- the Talker's layers and heads, the
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
-  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8). The
-  // default is where it was measured faster than cuBLAS (docs/benchmarks.md: 1 row, not 8).
-  int gemv_rows = 1;
+  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8)
+  // on the CUDA cores alone, max_gemv_tensor_core_rows (16) with gemv_tensor_cores. The default: every row count
+  // where small_gemv was measured faster than cuBLAS (docs/benchmarks.md).
+  int gemv_rows = 16;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
   // rms_norm launch before each.
@@ -82,6 +86,12 @@ struct talker_cuda_limits {
   // never its step's other rows. For the bench (qwen3tts_talker_bench --attention-chunk): no chunk was measured
   // faster at every row count (docs/benchmarks.md), so 0 stays the default.
   int attention_chunk = 0;
+  // small_gemv's products of 2 to gemv_rows rows on the tensor cores (cuda::gemv_path::tensor_cores: a block 16
+  // weight rows, m16n8k16 bf16 products with float32 sums, no norm prologue; a row's sums never depend on the
+  // step's other rows), 1 row on the CUDA-core kernel: measured faster than cuBLAS at 2 to 16 rows and than the
+  // CUDA-core kernel from 2 rows, slower than it at 1 (docs/benchmarks.md). Off: the CUDA-core kernel for every
+  // row count up to gemv_rows (then at most 8).
+  bool gemv_tensor_cores = true;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

@@ -6,7 +6,7 @@
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
 //                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm 0|1] [--pdl 0|1] [--prefill-tokens 40]
-//                         [--attention-chunk N] [--sample] [--profile]
+//                         [--attention-chunk N] [--gemv-tensor-cores 0|1] [--sample] [--profile]
 //
 // --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
 // small-rows GEMV kernel instead of cuBLAS (0: cuBLAS everywhere; default: the library's default).
@@ -16,6 +16,8 @@
 // (default: the library's default).
 // --attention-chunk N: talker_cuda_limits::attention_chunk, the Talker's decode attention in shares of at least N
 // tokens a block (0: the library's equal shares; the RESULT lines say "chunk N" where N > 0).
+// --gemv-tensor-cores 0|1: talker_cuda_limits::gemv_tensor_cores, the small-rows products on the tensor cores (up
+// to 16 rows; the RESULT lines say "tc"; default: the library's default).
 // --prefill-tokens N: also times the prefill step (prefill_frame: the Talker over every row's prompt, then the
 // code predictor's frame 0) of N tokens a row at each row count, eager as the speech flow runs it: its GPU time,
 // and the host time the call takes to return (0: not timed).
@@ -84,8 +86,10 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
   lim.gemv_norm = knobs.gemv_norm;
   lim.pdl = knobs.pdl;
   lim.attention_chunk = knobs.attention_chunk;
+  lim.gemv_tensor_cores = knobs.gemv_tensor_cores;
   const int gemv_rows = knobs.gemv_rows;
-  const char* norm_pdl = knobs.gemv_norm ? (knobs.pdl ? "+norm+pdl" : "+norm") : (knobs.pdl ? "+pdl" : "");
+  const std::string norm_pdl = std::string(knobs.gemv_tensor_cores ? " tc" : "") +
+                               (knobs.gemv_norm ? (knobs.pdl ? "+norm+pdl" : "+norm") : (knobs.pdl ? "+pdl" : ""));
   lim.max_rows = max_rows;
   lim.block_tokens = 16;
   const int pages_per_row = (std::max(kv, prefill_tokens) + lim.block_tokens - 1) / lim.block_tokens;
@@ -152,8 +156,8 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
       const std::string chunk = lim.attention_chunk > 0 ? " chunk " + std::to_string(lim.attention_chunk) : "";
       std::printf("RESULT %-5s %-5s gemv %d%s%s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f "
                   "frames/s  %zu nodes\n",
-                  name, fused ? "fused" : "split", gemv_rows, norm_pdl, chunk.c_str(), rows, median, double(ms.front()),
-                  floor_ms, median / floor_ms, rows / (median * 1e-3), model.graph_nodes(rows));
+                  name, fused ? "fused" : "split", gemv_rows, norm_pdl.c_str(), chunk.c_str(), rows, median,
+                  double(ms.front()), floor_ms, median / floor_ms, rows / (median * 1e-3), model.graph_nodes(rows));
     }
     if (prefill_tokens > 0) {
       // Fresh pages for the prompts; every replay writes the same KV positions.
@@ -186,7 +190,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
       std::sort(host_ms.begin(), host_ms.end());
       std::printf("RESULT %-5s prefill gemv %d%s rows %4d x %3d tokens  GPU %8.3f ms (min %8.3f)  host %7.3f ms  "
                   "%9.1f tokens/ms\n",
-                  name, gemv_rows, norm_pdl, rows, prefill_tokens, double(gpu_ms[gpu_ms.size() / 2]),
+                  name, gemv_rows, norm_pdl.c_str(), rows, prefill_tokens, double(gpu_ms[gpu_ms.size() / 2]),
                   double(gpu_ms.front()), double(host_ms[host_ms.size() / 2]),
                   rows * prefill_tokens / double(gpu_ms[gpu_ms.size() / 2]));
     }
@@ -226,6 +230,8 @@ int main(int argc, char** argv) {
       knobs.gemv_norm = std::stoi(value()) != 0;
     else if (a == "--pdl")
       knobs.pdl = std::stoi(value()) != 0;
+    else if (a == "--gemv-tensor-cores")
+      knobs.gemv_tensor_cores = std::stoi(value()) != 0;
     else if (a == "--attention-chunk")
       knobs.attention_chunk = std::stoi(value());
     else if (a == "--prefill-tokens")

@@ -7,6 +7,7 @@
 
 #include "mstar/resources/sampler.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <stdexcept>
 #include <string>
@@ -675,13 +676,151 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
   }
 }
 
+// small_gemv on the tensor cores (gemv_path::tensor_cores), 1..max_mma_gemv_rows rows. Mapping: a block is mma_warps
+// warps and owns 16 outputs (for swiglu: 16 gate rows and their 16 up rows); its warps share the inputs in chunks
+// of 32, warp w taking chunks w, w + mma_warps, ... in order, mma_unroll of them loaded before the first product.
+// In a chunk, thread (g = lane / 4, t = lane % 4) loads the 16-byte slice t of weight rows g and g + 8 and of input
+// rows g (and g + 8 with 9..16 rows) and feeds them to two m16n8k16 bf16 products (float32 sums): the weight rows
+// are the product's M, the input rows its N. The chunk's 32 inputs enter the two products in the order the loads
+// give the fragments, the same for weights and inputs, so each sum covers every input once. The warps' sums are
+// then added in warp order through shared memory and the epilogue writes them. Every output's sum follows the
+// weights and its own input row only: the step's other rows never change it. Why: from a few rows on, the warp a
+// weight row of the CUDA-core kernel multiplies every weight slice by every row (its time grows with the rows),
+// and cuBLAS's tiles at 2..16 rows read the weights with few blocks; here the tensor cores take the rows at no
+// cost and the weights are read once, 16-byte loads, all of a block's in flight at once.
+constexpr int mma_warps = 8;
+constexpr int mma_unroll = 4;
+__device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int NT, gemv_epilogue E>
+__global__ void __launch_bounds__(mma_warps * 32)
+    mma_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
+                    bf16* act, int ldy, int rows) {
+  constexpr int O = E == gemv_epilogue::swiglu ? 2 : 1; // weight tiles: [gate; up] for swiglu
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int outs = E == gemv_epilogue::swiglu ? out / 2 : out; // outputs a row
+  const int o0 = blockIdx.x * 16, chunks = in / 32;
+  // The thread's weight rows g and g + 8 of each tile; a row past the outputs re-reads the tile's first and is
+  // not written.
+  const uint4* wr[O][2];
+#pragma unroll
+  for (int k = 0; k < O; ++k)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int o = o0 + g + 8 * h < outs ? o0 + g + 8 * h : o0;
+      wr[k][h] = reinterpret_cast<const uint4*>(w + std::size_t(o + k * outs) * in) + t;
+    }
+  // The weights are no kernel's output: the first chunks are asked into L2 while a programmatically launched
+  // kernel waits for the one before it (a hint; nothing waits for it).
+#pragma unroll
+  for (int u = 0; u < mma_unroll; ++u) {
+    const int c = warp + u * mma_warps;
+    if (c < chunks)
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[k][h] + 4 * c));
+  }
+  await_predecessors();
+  // The thread's input rows g and g + 8 (n-tiles 0 and 1); a row past `rows` gives zeros.
+  const uint4* xr[NT];
+  bool xlive[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    xlive[j] = j * 8 + g < rows;
+    xr[j] = reinterpret_cast<const uint4*>(x + std::size_t(xlive[j] ? j * 8 + g : 0) * ldx) + t;
+  }
+
+  float acc[O][NT][4] = {};
+  for (int c0 = warp; c0 < chunks; c0 += mma_warps * mma_unroll) {
+    uint4 wq[mma_unroll][O][2];
+#pragma unroll
+    for (int u = 0; u < mma_unroll; ++u) {
+      const int c = c0 + u * mma_warps;
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wq[u][k][h] = c < chunks ? __ldcs(wr[k][h] + 4 * c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < mma_unroll; ++u) {
+      const int c = c0 + u * mma_warps;
+      if (c >= chunks) break;
+      uint4 xq[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        xq[j] = xlive[j] ? __ldg(xr[j] + 4 * c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int k = 0; k < O; ++k) {
+        const uint4 lo = wq[u][k][0], hi = wq[u][k][1];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_16816(acc[k][j], lo.x, hi.x, lo.y, hi.y, xq[j].x, xq[j].y);
+          mma_16816(acc[k][j], lo.z, hi.z, lo.w, hi.w, xq[j].z, xq[j].w);
+        }
+      }
+    }
+  }
+
+  __shared__ float red[mma_warps][O * NT * 4][32];
+#pragma unroll
+  for (int k = 0; k < O; ++k)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        red[warp][(k * NT + j) * 4 + i][lane] = acc[k][j][i];
+  __syncthreads();
+  for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
+    // Element i of lane ln's fragment of n-tile j: output g + 8 (i >= 2), row 8 j + 2 t + (i odd).
+    const int ln = e & 31, j = e >> 7, i = (e >> 5) & 3;
+    const int o = o0 + (ln >> 2) + (i >= 2 ? 8 : 0), r = j * 8 + 2 * (ln & 3) + (i & 1);
+    if (o >= outs || r >= rows) continue;
+    float v[O];
+#pragma unroll
+    for (int k = 0; k < O; ++k) {
+      v[k] = 0.0f;
+#pragma unroll
+      for (int ww = 0; ww < mma_warps; ++ww)
+        v[k] += red[ww][(k * NT + j) * 4 + i][ln];
+    }
+    if constexpr (E == gemv_epilogue::swiglu) {
+      act[std::size_t(r) * ldy + o] = __float2bfloat16(silu(v[0]) * v[O - 1]);
+    } else {
+      float& y = y32[std::size_t(r) * ldy + o];
+      y = E == gemv_epilogue::residual ? y + v[0] : v[0];
+    }
+  }
+}
+
+template <gemv_epilogue E>
+void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
+                     cudaStream_t s) {
+  const unsigned blocks = unsigned(((E == gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16);
+  if (rows <= 8)
+    launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
+  else
+    launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
+}
+
 template <gemv_epilogue E>
 void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
-                       const gemv_norm& norm, cudaStream_t s) {
-  if (norm.x32)
+                       const gemv_norm& norm, gemv_path path, cudaStream_t s) {
+  if (path == gemv_path::tensor_cores) {
+    launch_mma_gemv<E>(w, out, in, x, ldx, y32, act, ldy, rows, s);
+  } else if (norm.x32) {
     launch_small_gemv<E, true>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
-  else
+  } else {
     launch_small_gemv<E, false>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
+  }
 }
 
 __global__ void bias_kernel(const float* x, const float* bias, bf16* y16, float* y32, int tokens, int width, bool act) {
@@ -1166,20 +1305,26 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 }
 
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s, const gemv_norm& norm) {
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm, gemv_path path) {
   auto refuse = [](const std::string& what) {
     throw std::invalid_argument("qwen3_tts CUDA talker: small_gemv " + what);
   };
-  const bool swiglu = epilogue == gemv_epilogue::swiglu;
-  if (rows < 1 || rows > max_gemv_rows)
-    refuse("takes 1.." + std::to_string(max_gemv_rows) + " rows, not " + std::to_string(rows) + " (use cuBLAS)");
-  if (in <= 0 || in % 8 != 0)
-    refuse("reads w in 16-byte slices: in must be a positive multiple of 8, not " + std::to_string(in) +
+  const bool swiglu = epilogue == gemv_epilogue::swiglu, mma = path == gemv_path::tensor_cores;
+  const int most = mma ? max_mma_gemv_rows : max_gemv_rows, multiple = mma ? 32 : 8;
+  if (rows < 1 || rows > most)
+    refuse("takes 1.." + std::to_string(most) + " rows" + (mma ? " on the tensor cores" : " on the CUDA cores") +
+           ", not " + std::to_string(rows) + " (use cuBLAS)");
+  if (in <= 0 || in % multiple != 0)
+    refuse(std::string(mma ? "reads w in chunks of 32 inputs" : "reads w in 16-byte slices") +
+           ": in must be a positive multiple of " + std::to_string(multiple) + ", not " + std::to_string(in) +
            " (use cuBLAS)");
   if (norm.x32) {
     if (!norm.weight || norm.ld < in)
       refuse("normalises x32 rows: it needs the norm's weight and a leading dimension of at least in " +
              std::to_string(in) + ", not " + std::to_string(norm.ld));
+    if (mma)
+      refuse("normalises rows on the CUDA cores only: on the tensor cores every block would normalise every row, "
+             "slower than one rms_norm (use rms_norm, then small_gemv)");
     if (in > max_gemv_norm_in)
       refuse("normalises rows of at most " + std::to_string(max_gemv_norm_in) + " inputs in shared memory, not " +
              std::to_string(in) + " (use rms_norm, then small_gemv)");
@@ -1201,13 +1346,13 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
     refuse(swiglu ? "has no output: the swiglu epilogue writes act" : "has no output: store and residual write y32");
   switch (epilogue) {
   case gemv_epilogue::store:
-    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
+    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, s);
     break;
   case gemv_epilogue::residual:
-    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
+    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, s);
     break;
   case gemv_epilogue::swiglu:
-    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
+    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, s);
     break;
   }
   check_launch("small_gemv");

@@ -119,8 +119,14 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 // With `norm` (x32 given), x is not read: each block first computes x = bf16(RMSNorm(x32 rows) * weight) into
 // shared memory, with rms_norm's sums in rms_norm's order (the same bits as rms_norm then small_gemv), so the
 // norm's launch and its bf16 round trip through memory go (at most max_gemv_norm_in inputs a row).
+// Two kernels compute it (`path`): cuda_cores, a warp a weight row multiplying each slice by every row on the CUDA
+// cores (1..max_gemv_rows rows; its time grows with the rows), and tensor_cores, a block 16 weight rows, its warps
+// sharing the inputs, each chunk of 32 inputs two m16n8k16 products (1..max_mma_gemv_rows rows, in a multiple
+// of 32; the rows cost almost nothing, and a row's sums never depend on the other rows; no norm prologue).
 enum class gemv_epilogue { store, residual, swiglu };
+enum class gemv_path { cuda_cores, tensor_cores };
 constexpr int max_gemv_rows = 8;
+constexpr int max_mma_gemv_rows = 16;
 constexpr int max_gemv_norm_in = 48 * 1024 / (2 * max_gemv_rows);
 struct gemv_norm {
   const float* x32 = nullptr; // float32 rows of leading dimension ld
@@ -128,11 +134,18 @@ struct gemv_norm {
   const float* weight = nullptr;
   float eps = 0.0f;
 };
-constexpr bool small_gemv_fits(int rows, int in, int ldx) {
-  return rows >= 1 && rows <= max_gemv_rows && in > 0 && in % 8 == 0 && ldx >= in && ldx % 8 == 0;
+// Whether the norm prologue takes the rows: on the CUDA cores only (on the tensor cores every block would
+// normalise every row: measured slower than one rms_norm, docs/benchmarks.md), in at most max_gemv_norm_in.
+constexpr bool gemv_norm_fits(int in, gemv_path path = gemv_path::cuda_cores) {
+  return path == gemv_path::cuda_cores && in <= max_gemv_norm_in;
+}
+constexpr bool small_gemv_fits(int rows, int in, int ldx, gemv_path path = gemv_path::cuda_cores) {
+  const bool mma = path == gemv_path::tensor_cores;
+  return rows >= 1 && rows <= (mma ? max_mma_gemv_rows : max_gemv_rows) && in > 0 && in % (mma ? 32 : 8) == 0 &&
+         ldx >= in && ldx % 8 == 0;
 }
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s, const gemv_norm& norm = {});
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm = {}, gemv_path path = gemv_path::cuda_cores);
 
 // y = silu(x + bias) as bf16, or (silu == false) y32 = x + bias as float32.
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s);
