@@ -35,6 +35,10 @@ std::unique_ptr<detail::service_runtime<Spec>> make_cuda_service_runtime(const t
   const codec_cuda_math codec_math = codec_math_named(o.codec_math);
   talker_cuda_limits limits = speech_talker_limits<Spec>(o.max_batch);
   limits.pdl = o.talker_pdl;
+  if (!o.talker_gemv_tensor_cores) {
+    limits.gemv_tensor_cores = false;
+    limits.gemv_rows = 1;
+  }
   auto gpu = std::make_shared<talker_cuda>(cuda_dims(talker.config()), limits);
   gpu->load_weights(host_weight_source(talker.weights()));
   mstar::engine_options cuda_eo = eo;

@@ -46,7 +46,7 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
   // The codec's launch and math, and when the Talker's graphs are captured, in the name where they are not the
-  // service's defaults: -eager, -cublas, -double, -lazygraphs, -nopdl, -codec<N>sm.
+  // service's defaults: -eager, -cublas, -double, -lazygraphs, -nopdl, -notc, -codec<N>sm.
   row.system = "mstar";
   const pipeline::speech_service_options defaults;
   if (svc.on_cuda() && svc.options().codec_graphs != defaults.codec_graphs)
@@ -56,6 +56,8 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
     row.system += svc.options().talker_graphs_at_start ? "-pregraphs" : "-lazygraphs";
   if (svc.on_cuda() && svc.options().talker_pdl != defaults.talker_pdl)
     row.system += svc.options().talker_pdl ? "-pdl" : "-nopdl";
+  if (svc.on_cuda() && svc.options().talker_gemv_tensor_cores != defaults.talker_gemv_tensor_cores)
+    row.system += svc.options().talker_gemv_tensor_cores ? "-tc" : "-notc";
   if (svc.on_cuda() && svc.options().codec_sms != defaults.codec_sms)
     row.system += "-codec" + std::to_string(svc.options().codec_sms) + "sm";
   row.c = c;
