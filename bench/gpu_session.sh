@@ -33,9 +33,10 @@
 #   persistent the code predictor's chain of products (weights only) as a graph of kernels, with PDL, as one
 #              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
 #              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
-#   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the small-rows GEMV and with cuBLAS
-#              only (qwen3tts_talker_bench --gemv-rows 8 and 0), and at 1 and 2 rows with the norms in the GEMV
-#              and apart (--gemv-norm 1 and 0; about 2 minutes)
+#   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the defaults (the small-rows GEMV on
+#              the tensor cores from 2 rows), with the CUDA-core GEMV up to 8 rows and with cuBLAS only
+#              (qwen3tts_talker_bench --gemv-tensor-cores 0, --gemv-rows 8 and 0), and at 1 and 2 rows with the norms
+#              in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 3 minutes)
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
 #              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
 #              those rows, each greedy and sampled, each with ordinary and programmatic dependent launches
@@ -491,18 +492,23 @@ stage_decode() {
   local d="$out/decode" size g
   mkdir -p "$d"
   build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
+  # The default (1 row on the CUDA-core small_gemv, 2-16 on the tensor cores, cuBLAS beyond), the CUDA-core kernel
+  # up to 8 rows, and cuBLAS everywhere.
+  local arms=("default:" "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0") arm name
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
-    for g in 8 0; do
-      talker_bench "$d/bench_${size}_gemv$g.log" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,8,32,64,128}" \
-        --iters 50 --gemv-rows "$g"
-      grep -E '^(device|RESULT)' "$d/bench_${size}_gemv$g.log" | sed 's/^/  /'
-      summarize "" "$d/bench_${size}_gemv$g.log"
+    for arm in "${arms[@]}"; do
+      name=${arm%%:*}
+      # shellcheck disable=SC2086 # the arm's flags are words
+      talker_bench "$d/bench_${size}_$name.log" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,2,4,8,16,32,64,128}" \
+        --iters 50 ${arm#*:}
+      grep -E '^(device|RESULT)' "$d/bench_${size}_$name.log" | sed 's/^/  /'
+      summarize "" "$d/bench_${size}_$name.log"
     done
     # The norms before the qkv and gate/up products done by small_gemv's blocks, and apart
-    # (talker_cuda_limits::gemv_norm).
+    # (talker_cuda_limits::gemv_norm; the CUDA-core kernel's alone).
     for g in 1 0; do
       talker_bench "$d/bench_${size}_gemv_norm$g.log" --model "$size" --rows 1,2 --iters 50 --gemv-rows 8 \
-        --gemv-norm "$g"
+        --gemv-tensor-cores 0 --gemv-norm "$g"
       summarize "" "$d/bench_${size}_gemv_norm$g.log"
     done
   done
