@@ -208,23 +208,25 @@ TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up pr
           "kernel" *
           doctest::skip(!mstar::test::has_gpu())) {
   const blas_handle blas;
-  // The 0.6B's gate_up (inter 3072 of hidden 1024), the 1.7B's (6144 of 2048), and inters of no round size.
+  // The 0.6B's gate_up (inter 3072 of hidden 1024), the 1.7B's (6144 of 2048), and inters of no round size, the
+  // last with input and output rows wider than the product (ldx > in, ldy > inter: the columns past inter hold the
+  // sentinel too).
   for (const gemv_path path : both_paths)
-    for (const auto& [inter, in] :
-         {std::pair{3072, 1024}, std::pair{6144, 2048}, std::pair{1000, 1000}, std::pair{1000, 1056}}) {
-      if (!qwen3_tts::cuda::small_gemv_fits(1, in, in, path)) continue;
-      const product p(2 * inter, in, in, std::uint64_t(inter) + 5);
-      const std::size_t n = std::size_t(most_rows) * inter;
+    for (const auto& [inter, in, ldx, ldy] : {std::tuple{3072, 1024, 1024, 3072}, std::tuple{6144, 2048, 2048, 6144},
+                                              std::tuple{1000, 1000, 1000, 1000}, std::tuple{1000, 1056, 1064, 1003}}) {
+      if (!qwen3_tts::cuda::small_gemv_fits(1, in, ldx, path)) continue;
+      const product p(2 * inter, in, ldx, std::uint64_t(inter) + 5);
+      const std::size_t n = std::size_t(most_rows) * ldy;
       device_array<bf16> act(n);
       const std::vector<std::uint16_t> start(n, 0x7fc0); // NaN: must survive past `rows`
       for (int rows = 1; rows <= rows_of(path); ++rows) {
         act.upload(start);
-        small_gemv(gemv_epilogue::swiglu, p.w.p, 2 * inter, in, p.x.p, in, nullptr, act.p, inter, rows, nullptr, {},
+        small_gemv(gemv_epilogue::swiglu, p.w.p, 2 * inter, in, p.x.p, ldx, nullptr, act.p, ldy, rows, nullptr, {},
                    path);
         const auto got = act.download<std::uint16_t>(n);
         const auto ref = p.reference(blas, rows);
         const comparison c = compare(
-            rows, inter, inter,
+            rows, inter, ldy,
             [&](int r, int o, std::size_t i) {
               const float* gate_up = ref.data() + std::size_t(r) * 2 * inter;
               const float want = silu(gate_up[o]) * gate_up[inter + o];
@@ -232,8 +234,8 @@ TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up pr
               return std::pair{std::fabs(bf16_value(got[i]) - want) - std::ldexp(std::fabs(want), -8), want};
             },
             [&](std::size_t i) { return got[i] != start[i]; });
-        INFO(name_of(path), ", inter ", inter, ", in ", in, ", rows ", rows, ": max error beyond bf16 rounding ",
-             c.error, ", max|swiglu| ", c.big);
+        INFO(name_of(path), ", inter ", inter, ", in ", in, ", ldx ", ldx, ", ldy ", ldy, ", rows ", rows,
+             ": max error beyond bf16 rounding ", c.error, ", max|swiglu| ", c.big);
         c.check();
       }
     }

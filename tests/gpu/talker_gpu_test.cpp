@@ -347,15 +347,12 @@ TEST_CASE("on the host Talker's path at five rows with the decode products on th
                16);
 }
 
-TEST_CASE("a CUDA Talker refuses more small-rows product rows than its kernel takes, naming the kernel, before "
-          "touching the device") {
-  talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_gemv_rows + 1, true, true, 0, false};
-  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("on the CUDA cores"),
-                       std::invalid_argument);
-  l.gemv_tensor_cores = true;
-  l.gemv_rows = cuda::max_mma_gemv_rows + 1;
-  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("on the tensor cores"),
-                       std::invalid_argument);
+TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
+  for (const bool tensor_cores : {true, false}) {
+    const talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows + 1, true, true, 0, tensor_cores};
+    CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("gemv_rows 17 outside [0, 16]"),
+                         std::invalid_argument);
+  }
 }
 
 TEST_CASE("on the host Talker's path the CUDA Talker's sampled codes are the host sampler's draws" *

@@ -68,9 +68,9 @@ struct talker_cuda_limits {
   bool high_priority = false;
   // Weight products of at most this many rows (tokens) in the decode step -- the Talker's layers and heads, the
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
-  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_gemv_rows (8)
-  // on the CUDA cores alone, max_gemv_tensor_core_rows (16) with gemv_tensor_cores. The default: every row count
-  // where small_gemv was measured faster than cuBLAS (docs/benchmarks.md).
+  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most max_gemv_tensor_core_rows
+  // (16); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows stay on cuBLAS. The
+  // default: every row count where small_gemv was measured faster than cuBLAS (docs/benchmarks.md).
   int gemv_rows = 16;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
@@ -90,7 +90,7 @@ struct talker_cuda_limits {
   // weight rows, m16n8k16 bf16 products with float32 sums, no norm prologue; a row's sums never depend on the
   // step's other rows), 1 row on the CUDA-core kernel: measured faster than cuBLAS at 2 to 16 rows and than the
   // CUDA-core kernel from 2 rows, slower than it at 1 (docs/benchmarks.md). Off: the CUDA-core kernel for every
-  // row count up to gemv_rows (then at most 8).
+  // row count up to gemv_rows and 8, cuBLAS beyond.
   bool gemv_tensor_cores = true;
 };
 
