@@ -34,9 +34,9 @@
 #              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
 #              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the defaults (the small-rows GEMV on
-#              the tensor cores from 2 rows), with the CUDA-core GEMV up to 8 rows and with cuBLAS only
-#              (qwen3tts_talker_bench --gemv-tensor-cores 0, --gemv-rows 8 and 0), and at 1 and 2 rows with the norms
-#              in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 3 minutes)
+#              the tensor cores from 2 to 16 rows), on the tensor cores up to 32 rows (--gemv-rows 32), with the
+#              CUDA-core GEMV up to 8 rows and with cuBLAS only (--gemv-tensor-cores 0, --gemv-rows 8 and 0), and at
+#              1 and 2 rows with the norms in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 4 minutes)
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
 #              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
 #              those rows, each greedy and sampled, each with ordinary and programmatic dependent launches
@@ -492,9 +492,10 @@ stage_decode() {
   local d="$out/decode" size g
   mkdir -p "$d"
   build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
-  # The default (1 row on the CUDA-core small_gemv, 2-16 on the tensor cores, cuBLAS beyond), the CUDA-core kernel
-  # up to 8 rows, and cuBLAS everywhere.
-  local arms=("default:" "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0") arm name
+  # The default (1 row on the CUDA-core small_gemv, 2-16 on the tensor cores, cuBLAS beyond), the tensor cores up to
+  # 32 rows, the CUDA-core kernel up to 8 rows, and cuBLAS everywhere.
+  local arms=("default:" "tc32:--gemv-rows 32" "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0")
+  local arm name
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
     for arm in "${arms[@]}"; do
       name=${arm%%:*}

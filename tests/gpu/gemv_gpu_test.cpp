@@ -1,9 +1,10 @@
 // small_gemv, the CUDA Talker's weight product of a few rows, against cuBLAS's GEMM of the same bf16 inputs as
 // the Talker calls it (bf16 in, float32 accumulation and out): each epilogue at every row count each of its two
-// kernels takes (1..8 on the CUDA cores, so each rounded-up kernel also runs with masked rows; 1..16 on the tensor
-// cores) on the shapes of the released models' decode products. The two sum the same bf16 x bf16 products in different
-// orders, so they agree to float32 rounding: max|gemv - cublas| <= 1e-3 * max|cublas| per product. The swiglu epilogue
-// is compared with swiglu of cuBLAS's product computed on the host, allowing its own bf16 rounding of each output.
+// kernels takes (1..8 on the CUDA cores, so each rounded-up kernel also runs with masked rows; 1..32 on the tensor
+// cores, one, two and four n-tiles) on the shapes of the released models' decode products. The two sum the same bf16 x
+// bf16 products in different orders, so they agree to float32 rounding: max|gemv - cublas| <= 1e-3 * max|cublas| per
+// product. The swiglu epilogue is compared with swiglu of cuBLAS's product computed on the host, allowing its own bf16
+// rounding of each output.
 #include "gpu_test.hpp"
 #include "talker_cuda_kernels.hpp"
 
@@ -287,8 +288,8 @@ TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bi
 TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever rows share its call" *
           doctest::skip(!mstar::test::has_gpu())) {
   // A request's codes must not depend on its batch: each row's sums follow the weights and its own inputs only.
-  // Row r of a 16-row call against the same input row alone (a 1-row call reading from row r) and in a call of
-  // r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up.
+  // Row r of a most_rows-row call (four n-tiles) against the same input row alone (a 1-row call reading from row r) and
+  // in a call of r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up.
   for (const auto& [out, in, e] :
        {std::tuple{4096, 1024, gemv_epilogue::store}, std::tuple{2 * 3072, 1024, gemv_epilogue::swiglu}}) {
     const product p(out, in, in, std::uint64_t(out) * 3u + 1u);
@@ -369,7 +370,7 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
   }
   CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(1, 1020, 1020));
   CHECK(qwen3_tts::cuda::small_gemv_fits(8, 6144, 6144));
-  // The tensor cores: 16 rows, inputs in chunks of 32.
+  // The tensor cores: max_mma_gemv_rows rows, inputs in chunks of 32.
   auto mma_message = [](int rows, int in) -> std::string {
     alignas(16) static const std::uint16_t none[8] = {};
     const auto* p = reinterpret_cast<const bf16*>(none);
@@ -381,12 +382,13 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
     }
     return "(no refusal)";
   };
-  const std::string seventeen = mma_message(17, 1024);
-  CHECK(seventeen.find("not 17") != std::string::npos);
-  CHECK(seventeen.find("tensor cores") != std::string::npos);
+  const int too_many = qwen3_tts::cuda::max_mma_gemv_rows + 1;
+  const std::string over = mma_message(too_many, 1024);
+  CHECK(over.find("not " + std::to_string(too_many)) != std::string::npos);
+  CHECK(over.find("tensor cores") != std::string::npos);
   CHECK(mma_message(1, 1000).find("not 1000") != std::string::npos);
   CHECK(nine.find("CUDA cores") != std::string::npos);
-  CHECK(qwen3_tts::cuda::small_gemv_fits(16, 1024, 1024, gemv_path::tensor_cores));
+  CHECK(qwen3_tts::cuda::small_gemv_fits(qwen3_tts::cuda::max_mma_gemv_rows, 1024, 1024, gemv_path::tensor_cores));
   CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(9, 1024, 1024));
   CHECK_FALSE(qwen3_tts::cuda::small_gemv_fits(1, 1000, 1000, gemv_path::tensor_cores));
   CHECK(qwen3_tts::cuda::gemv_norm_fits(2048));

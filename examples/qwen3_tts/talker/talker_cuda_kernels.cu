@@ -680,8 +680,8 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
 // warps and owns 16 outputs (for swiglu: 16 gate rows and their 16 up rows); its warps share the inputs in chunks
 // of 32, warp w taking chunks w, w + mma_warps, ... in order, mma_unroll of them loaded before the first product.
 // In a chunk, thread (g = lane / 4, t = lane % 4) loads the 16-byte slice t of weight rows g and g + 8 and of input
-// rows g (and g + 8 with 9..16 rows) and feeds them to two m16n8k16 bf16 products (float32 sums): the weight rows
-// are the product's M, the input rows its N. The chunk's 32 inputs enter the two products in the order the loads
+// rows g, g + 8, ... (one n-tile of 8 rows up to 8 rows, two up to 16, four up to 32) and feeds them to two
+// m16n8k16 bf16 products an n-tile (float32 sums): the weight rows are the product's M, the input rows its N. The chunk's 32 inputs enter the two products in the order the loads
 // give the fragments, the same for weights and inputs, so each sum covers every input once. The warps' sums are
 // then added in warp order through shared memory and the epilogue writes them. Every output's sum follows the
 // weights and its own input row only: the step's other rows never change it. Why: from a few rows on, the warp a
@@ -807,8 +807,10 @@ void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, flo
   const unsigned blocks = unsigned(((E == gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16);
   if (rows <= 8)
     launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
-  else
+  else if (rows <= 16)
     launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
+  else
+    launch_kernel(&mma_gemv_kernel<4, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
 }
 
 template <gemv_epilogue E>
