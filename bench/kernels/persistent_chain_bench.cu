@@ -81,6 +81,34 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
+// The 8 float32 inputs of a 16-byte weight slice, from p.
+__device__ void load_x8(const float* p, float (&xf)[8]) {
+  const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+  xf[0] = lo.x, xf[1] = lo.y, xf[2] = lo.z, xf[3] = lo.w, xf[4] = hi.x, xf[5] = hi.y, xf[6] = hi.z, xf[7] = hi.w;
+}
+
+// acc plus the 8 products of a slice of 8 bf16 weights and its inputs, in slice order (every way's order).
+__device__ float dot8(uint4 w, const float (&xf)[8], float acc) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    acc = fmaf(f.x, xf[2 * j], acc);
+    acc = fmaf(f.y, xf[2 * j + 1], acc);
+  }
+  return acc;
+}
+
+// Output r of product ph for one row from its sum a (and, for gate_up, the up row's sum b).
+__device__ void write_output(const chain& c, int ph, int row, int r, float a, float b) {
+  if (ph == qkv_phase)
+    c.q[std::size_t(row) * qkv_width + r] = a;
+  else if (ph == gate_up_phase)
+    c.act[std::size_t(row) * inter + r] = silu(a) * b;
+  else
+    c.x[std::size_t(row) * hidden + r] += a;
+}
+
 // Output r of product ph for every row, by one warp, as the Talker's small_gemv computes it: lane l takes the
 // 16-byte slices l, l + 32, ... of the weight row(s), `unroll` of them loaded before the first multiply, each
 // against the same 8 inputs of every row, then a butterfly sum; lane 0 writes.
@@ -108,19 +136,12 @@ __device__ void product_row(const chain& c, int layer, int ph, int r, int lane) 
 #pragma unroll
       for (int row = 0; row < R; ++row) {
         if (row >= c.rows) break;
-        const float4* xp = reinterpret_cast<const float4*>(x + std::size_t(row) * ldx + std::size_t(s) * 8);
-        const float4 lo = xp[0], hi = xp[1];
-        const float xf[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        float xf[8];
+        load_x8(x + std::size_t(row) * ldx + std::size_t(s) * 8, xf);
 #pragma unroll
         for (int k = 0; k < O; ++k) {
           if (k >= nw) break;
-          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wq[u][k]);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 f = __bfloat1622float2(h[j]);
-            acc[k][row] = fmaf(f.x, xf[2 * j], acc[k][row]);
-            acc[k][row] = fmaf(f.y, xf[2 * j + 1], acc[k][row]);
-          }
+          acc[k][row] = dot8(wq[u][k], xf, acc[k][row]);
         }
       }
     }
@@ -129,13 +150,7 @@ __device__ void product_row(const chain& c, int layer, int ph, int r, int lane) 
   for (int row = 0; row < R; ++row) {
     if (row >= c.rows) break;
     const float a = warp_sum(acc[0][row]), b = warp_sum(acc[1][row]);
-    if (lane != 0) continue;
-    if (ph == qkv_phase)
-      c.q[std::size_t(row) * qkv_width + r] = a;
-    else if (ph == gate_up_phase)
-      c.act[std::size_t(row) * inter + r] = silu(a) * b;
-    else
-      c.x[std::size_t(row) * hidden + r] += a;
+    if (lane == 0) write_output(c, ph, row, r, a, b);
   }
 }
 
@@ -306,21 +321,14 @@ __global__ void __launch_bounds__(stream_warps * 32, 1) stream_kernel(chain c, i
 #pragma unroll
         for (int row = 0; row < R; ++row) {
           if (row >= c.rows) break;
-          const float4* xp = reinterpret_cast<const float4*>(xs + std::size_t(row) * in + std::size_t(s) * 8);
-          const float4 a = xp[0], b = xp[1];
-          const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+          float xf[8];
+          load_x8(xs + std::size_t(row) * in + std::size_t(s) * 8, xf);
 #pragma unroll
           for (int k = 0; k < K; ++k)
 #pragma unroll
             for (int o = 0; o < 2; ++o) {
               if (o >= nw) break;
-              const auto* h = reinterpret_cast<const __nv_bfloat162*>(&wq[k][o]);
-#pragma unroll
-              for (int jj = 0; jj < 4; ++jj) {
-                const float2 f = __bfloat1622float2(h[jj]);
-                acc[k][o][row] = fmaf(f.x, xf[2 * jj], acc[k][o][row]);
-                acc[k][o][row] = fmaf(f.y, xf[2 * jj + 1], acc[k][o][row]);
-              }
+              acc[k][o][row] = dot8(wq[k][o], xf, acc[k][o][row]);
             }
         }
       }
@@ -332,13 +340,7 @@ __global__ void __launch_bounds__(stream_warps * 32, 1) stream_kernel(chain c, i
         for (int row = 0; row < R; ++row) {
           if (row >= c.rows) break;
           const float a = warp_sum(acc[k][0][row]), b = warp_sum(acc[k][1][row]);
-          if (lane != 0) continue;
-          if (ph == qkv_phase)
-            c.q[std::size_t(row) * qkv_width + r] = a;
-          else if (ph == gate_up_phase)
-            c.act[std::size_t(row) * inter + r] = silu(a) * b;
-          else
-            c.x[std::size_t(row) * hidden + r] += a;
+          if (lane == 0) write_output(c, ph, row, r, a, b);
         }
       }
     }
