@@ -347,6 +347,22 @@ TEST_CASE("on the host Talker's path at five rows with the decode products on th
                16);
 }
 
+TEST_CASE("on the host Talker's path at twelve rows, the decode products on the tensor cores in two n-tiles, every "
+          "CUDA Talker decision and logit agrees with the host float32 Talker" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The default configuration's 9..16-row range: the layers' and heads' products of 12 rows take the kernel's two
+  // n-tiles (the predictor's first pass, 24 tokens, goes to cuBLAS, as with the defaults).
+  talker_config c = tiny_config();
+  c.predictor.hidden = 32;
+  c.text_hidden = 96;
+  talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  rig m(c, l);
+  std::vector<talker_prompt> prompts;
+  for (int r = 0; r < 12; ++r)
+    prompts.push_back(make_prompt(4 + r % 7, std::uint32_t(11 + r), r % 3 == 0));
+  compare_runs(m, prompts, 8);
+}
+
 TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
   for (const bool tensor_cores : {true, false}) {
     const talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows + 1, true, true, 0, tensor_cores};
