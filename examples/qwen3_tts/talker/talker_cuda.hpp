@@ -52,10 +52,10 @@ struct talker_cuda_dims {
   int eos_id = 0; // the codec end token (code 0's processing: set_sampling has the rest)
 };
 
-// Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
-// The most rows gemv_rows may name with gemv_tensor_cores (cuda::max_mma_gemv_rows).
+// The most rows talker_cuda_limits::gemv_rows may name (cuda::max_mma_gemv_rows, the tensor-core kernel's).
 inline constexpr int max_gemv_tensor_core_rows = 32;
 
+// Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
 struct talker_cuda_limits {
   int max_rows = 1;
   int max_prefill_tokens = 256; // tokens of one prefill call, all rows together
