@@ -320,31 +320,39 @@ TEST_CASE("on the host Talker's path with every product on cuBLAS (gemv_rows 0) 
   compare_runs(m, {make_prompt(12, 1, false), make_prompt(7, 2, true)}, 32);
 }
 
+namespace {
+
+// Five prompts of different lengths, streaming and not: the five-row tests' batch.
+std::vector<talker_prompt> five_prompts() {
+  return {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
+          make_prompt(6, 7, true)};
+}
+
+// tiny_config with its predictor (hidden 48) and text projection (80 inputs) widened to chunks of 32, so that every
+// decode product -- both stacks' layers, the heads, the projections -- may run on the tensor-core kernel.
+talker_config tensor_core_config() {
+  talker_config c = tiny_config();
+  c.predictor.hidden = 32;
+  c.text_hidden = 96;
+  return c;
+}
+
+} // namespace
+
 TEST_CASE("on the host Talker's path at five rows, the predictor's first pass (10 tokens) on cuBLAS and the other "
           "decode products on the CUDA-core small_gemv, every CUDA Talker decision and logit agrees with the host "
           "float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
   rig m(5, 8, true, true, 0, false);
-  compare_runs(m,
-               {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
-                make_prompt(6, 7, true)},
-               16);
+  compare_runs(m, five_prompts(), 16);
 }
 
 TEST_CASE("on the host Talker's path at five rows with the decode products on the tensor cores every CUDA Talker "
           "decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // tiny_config's predictor (hidden 48) and text projection (80 inputs) are not in chunks of 32: here they are, so
-  // every decode product -- both stacks' layers, the heads, the projections -- runs on the tensor-core kernel.
-  talker_config c = tiny_config();
-  c.predictor.hidden = 32;
-  c.text_hidden = 96;
   talker_cuda_limits l{5, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
-  rig m(c, l);
-  compare_runs(m,
-               {make_prompt(12, 1, false), make_prompt(7, 2, true), make_prompt(9, 3, false), make_prompt(4, 5, false),
-                make_prompt(6, 7, true)},
-               16);
+  rig m(tensor_core_config(), l);
+  compare_runs(m, five_prompts(), 16);
 }
 
 TEST_CASE("on the host Talker's path at twelve rows, the decode products on the tensor cores in two n-tiles, every "
@@ -352,11 +360,8 @@ TEST_CASE("on the host Talker's path at twelve rows, the decode products on the 
           doctest::skip(!mstar::test::has_gpu())) {
   // The default configuration's 9..16-row range: the layers' and heads' products of 12 rows take the kernel's two
   // n-tiles (the predictor's first pass, 24 tokens, goes to cuBLAS, as with the defaults).
-  talker_config c = tiny_config();
-  c.predictor.hidden = 32;
-  c.text_hidden = 96;
   talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
-  rig m(c, l);
+  rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
   for (int r = 0; r < 12; ++r)
     prompts.push_back(make_prompt(4 + r % 7, std::uint32_t(11 + r), r % 3 == 0));
