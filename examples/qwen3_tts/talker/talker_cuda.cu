@@ -457,7 +457,6 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(l.max_rows > 0 && l.block_tokens > 0 && l.kv_blocks > 0 && l.max_pages > 0 && l.max_prefill_tokens > 0,
        "every limit must be > 0");
   // Without the tensor cores, products of more rows than the CUDA-core kernel takes stay on cuBLAS (gemv_fits).
-  static_assert(max_gemv_tensor_core_rows == cuda::max_mma_gemv_rows);
   need(l.gemv_rows >= 0 && l.gemv_rows <= cuda::max_mma_gemv_rows,
        "gemv_rows " + std::to_string(l.gemv_rows) + " outside [0, " + std::to_string(cuda::max_mma_gemv_rows) +
            "] (the most rows small_gemv takes, on the tensor cores; 0 keeps every product on cuBLAS)");

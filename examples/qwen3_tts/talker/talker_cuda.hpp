@@ -52,9 +52,6 @@ struct talker_cuda_dims {
   int eos_id = 0; // the codec end token (code 0's processing: set_sampling has the rest)
 };
 
-// The most rows talker_cuda_limits::gemv_rows may name (cuda::max_mma_gemv_rows, the tensor-core kernel's).
-inline constexpr int max_gemv_tensor_core_rows = 32;
-
 // Capacities fixed at construction (every buffer is allocated once, so graphs stay valid).
 struct talker_cuda_limits {
   int max_rows = 1;
@@ -68,10 +65,10 @@ struct talker_cuda_limits {
   bool high_priority = false;
   // Weight products of at most this many rows (tokens) in the decode step -- the Talker's layers and heads, the
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
-  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most max_gemv_tensor_core_rows
-  // (32); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows stay on cuBLAS. The
-  // default, 16: every row count where small_gemv was measured faster than cuBLAS (docs/benchmarks.md; 17 to 32
-  // rows not yet measured).
+  // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_mma_gemv_rows
+  // (32, the tensor-core kernel's); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows
+  // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS
+  // (docs/benchmarks.md; 17 to 32 rows not yet measured).
   int gemv_rows = 16;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
