@@ -45,7 +45,9 @@
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
 #              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
 #              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
-#              server at c = 16 and 64 through loadgen-http (about 5 minutes, building included)
+#              server at c = 16 and 64 through loadgen-http (about 5 minutes, building included);
+#              MSTAR_DIAGNOSE_ARMS="c,lane[,math] ..." picks the loadgen arms, MSTAR_DIAGNOSE_WAVES (default 2) the
+#              waves of c requests each measures, MSTAR_DIAGNOSE_BESIDE=0 leaves the beside bench out
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
@@ -541,6 +543,8 @@ stage_diagnose() {
   local d="$out/diagnose" b=build-talker-gpu ck=$compare_dir/ckpt06 math
   mkdir -p "$d"
   find_qwen3tts diagnose "$d" || return
+  "$q" loadgen --help > /dev/null 2>&1 ||
+    { summary+=("diagnose: $q has no loadgen (built without cpp-httplib? carry build-carry, see the top)"); return; }
   [ "${MSTAR_DIAGNOSE_BESIDE:-1}" = 1 ] && build_gpu diagnose "$d" examples/qwen3_tts/pipeline/qwen3tts_beside_bench &&
   for math in cublas tf32; do
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
@@ -560,7 +564,7 @@ stage_diagnose() {
     local name="c${c}_${lane}${extra:+_$extra}" more=()
     [ -n "$extra" ] && more=(--codec-math "$extra")
     timeout 120 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$c" --lane "$lane" \
-      -n $((c < 16 ? 16 : 2 * c)) --warmup 1 "${more[@]}" --trace "$d/$name.trace.json" > "$d/$name.log" 2>&1
+      -n $((c < 16 ? 16 : ${MSTAR_DIAGNOSE_WAVES:-2} * c)) --warmup 1 "${more[@]}" --trace "$d/$name.trace.json" > "$d/$name.log" 2>&1
     tail -1 "$d/$name.log"
     python3 bench/reference/trace_summary.py "$d/$name.trace.json" > "$d/$name.summary.md" 2>&1
     summary+=("diagnose $name: $(tail -1 "$d/$name.log" | tr -s ' ')")
