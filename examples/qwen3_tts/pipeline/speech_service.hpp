@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -68,6 +69,12 @@ struct speech_service_options {
   // SMs the CUDA codec's kernels may occupy beside the Talker (speech_forward_options::codec_sms; 0: the whole
   // GPU). Through the service on an H100, 32 SMs lowered the audio throughput (docs/benchmarks.md), hence 0.
   int codec_sms = 0;
+  // The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while
+  // the chain has work, a codec window waits until codec_min_batch windows of its width are ready or it has
+  // waited codec_max_wait; with the chain idle it runs at once. A codec step's cost is mostly fixed at a few rows
+  // (a 1-row step about as long as a 16-row one), so fewer, fuller steps leave the chain more time. 0: no wait.
+  std::uint32_t codec_min_batch = 0;
+  std::chrono::microseconds codec_max_wait{0};
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };
@@ -132,6 +139,8 @@ public:
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());
     wo.nodes[Spec::codec_node].batch = mstar::batching::per_key;
+    wo.nodes[Spec::codec_node].min_batch = o.codec_min_batch;
+    wo.nodes[Spec::codec_node].max_wait = o.codec_max_wait;
     wo.trace_events = o.trace_events;
     worker_.emplace(engine_, flow_, wo);
     fwd_->install(*worker_);

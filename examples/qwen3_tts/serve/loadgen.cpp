@@ -46,7 +46,8 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
   // The codec's launch and math, and when the Talker's graphs are captured, in the name where they are not the
-  // service's defaults: -eager, -cublas, -double, -lazygraphs, -nopdl, -notc, -codec<N>sm.
+  // service's defaults: -eager, -cublas, -double, -lazygraphs, -nopdl, -notc, -codec<N>sm, and the codec's wait
+  // (--codec-min-batch N --codec-wait-ms M: -cwait<N>x<M>ms).
   row.system = "mstar";
   const pipeline::speech_service_options defaults;
   if (svc.on_cuda() && svc.options().codec_graphs != defaults.codec_graphs)
@@ -60,6 +61,9 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
     row.system += svc.options().talker_gemv_tensor_cores ? "-tc" : "-notc";
   if (svc.on_cuda() && svc.options().codec_sms != defaults.codec_sms)
     row.system += "-codec" + std::to_string(svc.options().codec_sms) + "sm";
+  if (svc.options().codec_min_batch > 1)
+    row.system += "-cwait" + std::to_string(svc.options().codec_min_batch) + "x" +
+                  std::to_string(svc.options().codec_max_wait.count() / 1000) + "ms";
   row.c = c;
   row.n = n;
   std::mutex lock;
@@ -145,6 +149,8 @@ int loadgen_main(int argc, char** argv) {
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
   add_cuda_flags(app, so);
+  double codec_wait_ms = 0;
+  add_codec_wait_flags(app, so, codec_wait_ms);
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
@@ -170,6 +176,7 @@ int loadgen_main(int argc, char** argv) {
     so.max_batch = max_batch ? std::min(max_batch, widest) : widest;
     so.device = device;
     so.ramp = window_ramp(window);
+    set_codec_wait(so, codec_wait_ms);
     const int rate = codec.config().output_sample_rate;
     if (!trace_path.empty()) {
       if (lanes.size() != 1)

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,26 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
   app.add_flag("--talker-gemv-tensor-cores,!--talker-no-gemv-tensor-cores", so.talker_gemv_tensor_cores,
                "on CUDA, run the Talker's decode products of 2 to 16 rows on the tensor-core small_gemv (the default), "
                "or on cuBLAS (--talker-no-gemv-tensor-cores)");
+}
+
+// --codec-min-batch and --codec-wait-ms: the codec's batching across time (speech_service_options::codec_min_batch,
+// codec_max_wait), on either backend. The worker refuses a minimum without a wait, or above --max-batch.
+inline void add_codec_wait_flags(CLI::App& app, pipeline::speech_service_options& so, double& wait_ms) {
+  app.add_option("--codec-min-batch", so.codec_min_batch,
+                 "codec windows of one width a codec step waits for while the Talker has work (0: it never waits)")
+      ->capture_default_str();
+  app.add_option("--codec-wait-ms", wait_ms,
+                 "the longest a ready codec window waits for --codec-min-batch (ms, up to 1000)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+}
+
+// The wait --codec-wait-ms gave, into so; a minimum without a wait is refused, naming both flags.
+inline void set_codec_wait(pipeline::speech_service_options& so, double wait_ms) {
+  so.codec_max_wait = std::chrono::microseconds(static_cast<std::int64_t>(wait_ms * 1000.0 + 0.5));
+  if (so.codec_min_batch > 1 && so.codec_max_wait.count() == 0)
+    throw std::invalid_argument("--codec-min-batch " + std::to_string(so.codec_min_batch) +
+                                " needs --codec-wait-ms above 0 (how long a codec window may wait for the others)");
 }
 
 // --window's widths ("1,2,4,8": frames, the last repeating) as the service's ramp.

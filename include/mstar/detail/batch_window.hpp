@@ -39,8 +39,9 @@ class batch_window {
   }
 
   std::int64_t mean_gap() const noexcept { return gap_; }
+  std::uint32_t min_batch() const noexcept { return min_batch_; }
 
- private:
+private:
   std::uint32_t min_batch_ = 0;
   std::int64_t max_wait_ = 0;
   std::int64_t gap_ = 0;

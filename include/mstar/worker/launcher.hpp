@@ -378,11 +378,28 @@ private:
   }
 
   // ---- the side lane ----
+  // Whether the chain has work launched or about to launch: a step in flight or staged, a landing the
+  // main thread has not routed yet, or a chain node's ready rows (drained first). A side node with a
+  // min_batch waits for its batch only then, so a wait never idles the device.
+  bool chain_has_work() {
+    if (chain_in_flight_ > 0 || staged_ != no_record) return true;
+    if (!chain_routed() || sh_.routing.load(std::memory_order_acquire)) return true;
+    drain_ready();
+    for (std::uint8_t n = 0; n < node_count; ++n)
+      if (!is_side(n) && !queues_.ready(n).empty()) return true;
+    return false;
+  }
+
   bool launch_side() {
     if (side_in_flight_) return false;
+    metrics::nanos now = 0;
     for (std::size_t k = 1; k <= node_count; ++k) {
       const auto n = static_cast<std::uint8_t>((last_side_node_ + k) % node_count);
       if (!is_side(n) || queues_.ready(n).empty()) continue;
+      // Batching across time (node_options::min_batch): passed over while the chain has work and the
+      // batch is not due; with the chain idle it runs with what it has.
+      if (queues_.window(n).waits() && chain_has_work() && !queues_.batch_due(n, now, *this)) continue;
+      if (queues_.ready(n).empty()) continue; // batch_due handed back its cancelled rows
       last_side_node_ = n;
       const auto rec_index = take_record();
       if (rec_index == no_record) return false;

@@ -59,7 +59,7 @@ struct node_options {
   // staged step's identity: a staged step promotes only into a step of the same bucket. Empty: each
   // step's bucket is its row count.
   std::vector<std::uint32_t> buckets{};
-  // Batching across time, for a chain node whose step costs about the same for one row as for a few
+  // Batching across time, for a node whose step costs about the same for one row as for a few
   // (a prefill, run eagerly: its fixed cost is the model's weights read once). While a chain step is
   // in flight or another chain node has ready rows, the node is passed over until it has min_batch
   // ready rows or its oldest ready row has waited max_wait; it never idles the chain (with nothing
@@ -67,7 +67,11 @@ struct node_options {
   // its rows come at most max_wait apart on average (detail::batch_window), so a lightly loaded node
   // does not add latency for rows that would not come. A row waits at most max_wait plus the chain
   // steps in flight and staged when it becomes due (with the staged pre-plan, two). Rows handed back
-  // by a refused step count as due. 0 or 1: no minimum (the default). Chain nodes only.
+  // by a refused step count as due. 0 or 1: no minimum (the default). A side node (a codec whose
+  // step has a fixed cost of its own) waits the same way while the chain has work (a step in flight
+  // or staged, a landing being routed, ready chain rows), and runs with what it has when the chain
+  // has none; a per_key node counts its ready rows of every key and forms its step from the first
+  // row's key.
   std::uint32_t min_batch = 0;
   std::chrono::microseconds max_wait{0};
 };

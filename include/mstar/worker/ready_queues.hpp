@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mstar/detail/batch_window.hpp"
@@ -204,8 +205,8 @@ public:
     auto& q = ready_[n];
     const auto limit = batch_limit_[n];
     const bool keyed = keyed_[n];
-    std::uint32_t key = 0;
-    bool have_key = false;
+    std::uint32_t key = form_key_[n];
+    bool have_key = std::exchange(has_form_key_[n], false); // batch_due's choice, for this step only
     for (std::size_t i = 0; i < q.size() && rec.count < limit;) {
       const row_type& rr = q[i];
       if (env.cancelled(rr.r)) {
@@ -322,13 +323,14 @@ public:
   // Whether node n's ready rows make a step now (batch_window; `now` read at most once a pick). A
   // waiting node's cancelled rows go back at once (their teardown frees what they hold), not when the
   // node next forms a step; a pass over a waiting node is told to env.batch_waited().
+  // A per_key node counts the rows of each key: one key's min_batch rows make a step of that key (the
+  // next fill takes it), else the oldest row's wait makes one of its key.
   template <class Env>
   bool batch_due(std::uint8_t n, metrics::nanos& now, Env& env) {
-    const auto& w = windows_[n];
-    if (!w.waits()) return true;
+    if (!windows_[n].waits()) return true;
     auto& q = ready_[n];
     if (now == 0) now = metrics::now_ns();
-    if (w.due(q.size(), q[0].since, now)) return true;
+    if (due_now(n, now, env)) return true;
     for (std::size_t i = 0; i < q.size();) {
       if (env.cancelled(q[i].r)) {
         env.drop(q[i]);
@@ -337,12 +339,44 @@ public:
         ++i;
       }
     }
-    if (!q.empty() && w.due(q.size(), q[0].since, now)) return true;
+    if (!q.empty() && due_now(n, now, env)) return true;
     env.batch_waited();
     return false;
   }
 
 private:
+  // Keys a per_key node's wait tells apart (rows of further keys are not counted towards a batch; the
+  // oldest row's wait still forms theirs).
+  static constexpr std::size_t max_waiting_keys = 8;
+
+  template <class Env>
+  bool due_now(std::uint8_t n, metrics::nanos now, Env& env) {
+    const auto& w = windows_[n];
+    auto& q = ready_[n];
+    has_form_key_[n] = false;
+    if (!keyed_[n]) return w.due(q.size(), q[0].since, now);
+    std::array<std::uint32_t, max_waiting_keys> keys{};
+    std::array<std::uint32_t, max_waiting_keys> counts{};
+    std::size_t distinct = 0, best = 0;
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      const std::uint32_t k = env.batch_key(n, q[i].payload);
+      std::size_t j = 0;
+      while (j < distinct && keys[j] != k)
+        ++j;
+      if (j == distinct) {
+        if (distinct == max_waiting_keys) continue;
+        keys[distinct++] = k;
+      }
+      if (++counts[j] > counts[best]) best = j;
+    }
+    if (counts[best] >= w.min_batch()) {
+      form_key_[n] = keys[best];
+      has_form_key_[n] = true;
+      return true;
+    }
+    return w.due(counts[best], q[0].since, now);
+  }
+
   std::uint32_t max_tokens_ = 0;
   std::array<std::uint32_t, N> max_batch_{};
   std::array<bool, N> keyed_{};
@@ -350,6 +384,8 @@ private:
   std::array<row_queue<row_type>, N> held_;
   std::array<std::uint32_t, N> batch_limit_{};
   std::array<batch_window, N> windows_{}; // each node's min_batch wait
+  std::array<std::uint32_t, N> form_key_{}; // a per_key node's key batch_due chose, when has_form_key_
+  std::array<bool, N> has_form_key_{};
   std::vector<row_type> scratch_;
   // form_staged's scratch: per request index, its row's slot in the prediction (valid when its
   // stamp is current); per slot, the ready row found for it.

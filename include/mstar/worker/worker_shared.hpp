@@ -213,10 +213,6 @@ private:
     const std::string which = "mstar::worker_options: nodes[" + std::to_string(n) + "] (" +
                               std::string(Model::descriptor.nodes[n].name) + ") min_batch is " +
                               std::to_string(o.min_batch);
-    if (is_side(std::uint8_t(n)))
-      throw std::invalid_argument(which + ", but the node is a side node; min_batch applies to chain nodes "
-                                          "(a side step runs beside the chain as soon as it can, and its clients wait on its output): set "
-                                          "it to 0");
     if (o.min_batch > o.max_batch)
       throw std::invalid_argument(which + ", above the node's max_batch " + std::to_string(o.max_batch) +
                                   " (engine_options.max_batch when 0); lower min_batch or raise max_batch");
