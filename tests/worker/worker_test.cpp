@@ -84,6 +84,38 @@ mstar::worker_options with_lane(mstar::lane_mode m) {
   return o;
 }
 
+// Which requests are between their prefill's launch and their last decode step's (by seed): while any is, the
+// chain has work, so a node batching across time must wait. install() gives a setup the prefill's and the
+// decode's forwards (every forward runs on the GPU thread, which alone touches the set until stop()), each decode
+// step at least 300 us (a sleep on the stream thread, which needs no CPU) so that the chain has work in flight for
+// a while whenever requests decode; on_prefill(rows) runs before the step's requests count as decoding.
+struct mid_decode_tracker {
+  std::map<std::uint64_t, std::uint32_t> frames_of;
+  std::set<std::uint64_t> decoding;
+
+  explicit mid_decode_tracker(const std::vector<tts_input>& in) {
+    for (const auto& i : in)
+      frames_of[i.seed] = i.frames;
+  }
+  bool any() const { return !decoding.empty(); }
+
+  template <class Setup, class OnPrefill>
+  void install(Setup& s, OnPrefill on_prefill) {
+    s.worker.template forward<Prefill>([this, &s, on_prefill](const auto& ctx) {
+      on_prefill(ctx.payloads.size());
+      for (const auto& p : ctx.payloads)
+        if (frames_of.at(p.seed) > 1) decoding.insert(p.seed);
+      enqueue_prefill(s.backend, ctx);
+    });
+    s.worker.template forward<Decode>([this, &s](const auto& ctx) {
+      for (const auto& p : ctx.payloads)
+        if (p.first + 1 >= frames_of.at(p.seed)) decoding.erase(p.seed);
+      enqueue_decode(s.backend, ctx);
+      s.backend.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
+    });
+  }
+};
+
 } // namespace
 
 TEST_CASE_TEMPLATE("Worker.every request's bytes equal the single-threaded reference, with the lane off, on and automatic",
@@ -997,29 +1029,16 @@ TEST_CASE("Worker.a chain node with min_batch waits for rows while the chain has
       // steps below 4 rows launched while there were any: such a request has a decode row ready, in
       // flight or on its way, so the chain has other work and a waiting prefill must be passed over.
       const auto in = inputs(96, 21, 48);
-      std::map<std::uint64_t, std::uint32_t> frames_of;
-      for (const auto& i : in) frames_of[i.seed] = i.frames;
-      std::set<std::uint64_t> mid_decode;
+      mid_decode_tracker decoding(in);
       std::size_t small_beside_decode = 0;
-      s.worker.template forward<Prefill>([&](const auto& ctx) {
-        rows.push_back(ctx.payloads.size()); // the GPU thread: read after stop()
-        if (ctx.payloads.size() < 4 && !mid_decode.empty()) ++small_beside_decode;
-        for (const auto& p : ctx.payloads)
-          if (frames_of.at(p.seed) > 1) mid_decode.insert(p.seed);
-        enqueue_prefill(s.backend, ctx);
-      });
-      // Decode steps of at least 300 us (a sleep on the stream thread, which needs no CPU), so that the
-      // chain has decode work in flight for a while whenever requests are decoding.
-      s.worker.template forward<Decode>([&](const auto& ctx) {
-        for (const auto& p : ctx.payloads)
-          if (p.first + 1 >= frames_of.at(p.seed)) mid_decode.erase(p.seed);
-        enqueue_decode(s.backend, ctx);
-        s.backend.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
+      decoding.install(s, [&](std::size_t n) {
+        rows.push_back(n); // the GPU thread: read after stop()
+        if (n < 4 && decoding.any()) ++small_beside_decode;
       });
       run_to_idle(s.worker, in);
       check_all_completed(s.flow, in);
       CHECK(pools_full(s.engine));
-      CHECK(mid_decode.empty());
+      CHECK_FALSE(decoding.any());
       return std::tuple{rows, s.worker.counters().batch_waits.load(), small_beside_decode};
     };
     const auto [plain, plain_waits, plain_beside] = run(0, std::chrono::microseconds(0));
@@ -1069,27 +1088,12 @@ TEST_CASE("Worker.a side node with min_batch waits for rows while the chain has 
       run_setup s(o);
       std::vector<std::size_t> rows;
       const auto in = inputs(96, 29, 48);
-      std::map<std::uint64_t, std::uint32_t> frames_of;
-      for (const auto& i : in)
-        frames_of[i.seed] = i.frames;
-      std::set<std::uint64_t> mid_decode;
+      mid_decode_tracker decoding(in);
       std::size_t small_beside_decode = 0;
-      s.worker.template forward<Prefill>([&](const auto& ctx) { // every forward runs on the GPU thread
-        for (const auto& p : ctx.payloads)
-          if (frames_of.at(p.seed) > 1) mid_decode.insert(p.seed);
-        enqueue_prefill(s.backend, ctx);
-      });
-      // Decode steps of at least 300 us (a sleep on the stream thread), so that the chain has work in flight
-      // for a while whenever requests are decoding.
-      s.worker.template forward<Decode>([&](const auto& ctx) {
-        for (const auto& p : ctx.payloads)
-          if (p.first + 1 >= frames_of.at(p.seed)) mid_decode.erase(p.seed);
-        enqueue_decode(s.backend, ctx);
-        s.backend.enqueue(ctx.stream, [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
-      });
+      decoding.install(s, [](std::size_t) {});
       s.worker.template forward<Codec>([&](const auto& ctx) {
         rows.push_back(ctx.payloads.size());
-        if (ctx.payloads.size() < 4 && !mid_decode.empty()) ++small_beside_decode;
+        if (ctx.payloads.size() < 4 && decoding.any()) ++small_beside_decode;
         enqueue_codec(s.backend, ctx);
       });
       run_to_idle(s.worker, in);

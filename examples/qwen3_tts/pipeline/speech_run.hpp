@@ -7,6 +7,7 @@
 //   out.results[1].codes / .audio / .how
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,6 +35,9 @@ struct speech_run_options {
   std::uint32_t max_batch = 16;    // rows of a step
   std::uint32_t concurrency = 0;   // requests live at once (0: all of them)
   bool codec_graphs = false;       // speech_forward_options::codec_graphs (the CUDA codec's steps from graphs)
+  // The codec node's batching across time (speech_service_options::codec_min_batch, codec_max_wait).
+  std::uint32_t codec_min_batch = 0;
+  std::chrono::microseconds codec_max_wait{0};
   // Cancel request id after it received this many audio chunks (0: before its first, at submit).
   std::map<mstar::request_id, std::uint32_t> cancel_after_chunks;
 };
@@ -74,6 +78,8 @@ speech_run_result run_speech_with(Backend& backend, const talker_host& talker, c
   wo.lane = o.lane;
   wo.nodes.resize(Spec::Model::descriptor.nodes.size());
   wo.nodes[Spec::codec_node].batch = mstar::batching::per_key; // the flow's batch_key: per width or all widths
+  wo.nodes[Spec::codec_node].min_batch = o.codec_min_batch;
+  wo.nodes[Spec::codec_node].max_wait = o.codec_max_wait;
   wo.trace_events = 0;
   Worker worker(engine, flow, wo);
   fwd.install(worker);

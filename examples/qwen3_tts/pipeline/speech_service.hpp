@@ -75,6 +75,9 @@ struct speech_service_options {
   // (a 1-row step about as long as a 16-row one), so fewer, fuller steps leave the chain more time. 0: no wait.
   std::uint32_t codec_min_batch = 0;
   std::chrono::microseconds codec_max_wait{0};
+  // One codec step per window width (speech_flow_options::codec_per_width; the worker's per_key batching), or one
+  // step for the windows of every width (a CUDA graph's replay then pads every row to the widest window).
+  bool codec_per_width = true;
   // Events each worker thread's trace buffer holds (0: no trace); write_trace writes them.
   std::size_t trace_events = 0;
 };
@@ -125,7 +128,9 @@ public:
   service_runtime_on(const talker_host& talker, const codec_decoder& codec, const speech_service_options& o,
                      const mstar::engine_options& eo, MakeForwards&& make_forwards, std::shared_ptr<void> owned = {})
       : owned_(std::move(owned)), engine_(backend_, eo),
-        flow_(talker, speech_flow_options{.ramp = o.ramp, .keep_audio = false, .keep_results = false}) {
+        flow_(talker,
+              speech_flow_options{
+                  .ramp = o.ramp, .codec_per_width = o.codec_per_width, .keep_audio = false, .keep_results = false}) {
     flow_.set_samples_per_frame(codec.samples_per_frame());
     speech_forward_options fo;
     fo.max_batch = o.max_batch;
@@ -138,7 +143,7 @@ public:
     mstar::worker_options wo;
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());
-    wo.nodes[Spec::codec_node].batch = mstar::batching::per_key;
+    wo.nodes[Spec::codec_node].batch = o.codec_per_width ? mstar::batching::per_key : mstar::batching::every_key;
     wo.nodes[Spec::codec_node].min_batch = o.codec_min_batch;
     wo.nodes[Spec::codec_node].max_wait = o.codec_max_wait;
     wo.trace_events = o.trace_events;

@@ -46,8 +46,8 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
                  std::uint32_t first, std::uint32_t n, int rate, std::string& first_error) {
   load_row row;
   // The codec's launch and math, and when the Talker's graphs are captured, in the name where they are not the
-  // service's defaults: -eager, -cublas, -double, -lazygraphs, -nopdl, -notc, -codec<N>sm, and the codec's wait
-  // (--codec-min-batch N --codec-wait-ms M: -cwait<N>x<M>ms).
+  // service's defaults: -eager, -cublas, -double, -lazygraphs, -nopdl, -notc, -codec<N>sm, -all (--codec-batching all)
+  // and the codec's wait (--codec-min-batch N --codec-wait-ms M: -cwait<N>x<M>ms).
   row.system = "mstar";
   const pipeline::speech_service_options defaults;
   if (svc.on_cuda() && svc.options().codec_graphs != defaults.codec_graphs)
@@ -61,6 +61,7 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
     row.system += svc.options().talker_gemv_tensor_cores ? "-tc" : "-notc";
   if (svc.on_cuda() && svc.options().codec_sms != defaults.codec_sms)
     row.system += "-codec" + std::to_string(svc.options().codec_sms) + "sm";
+  if (!svc.options().codec_per_width) row.system += "-all";
   if (svc.options().codec_min_batch > 1)
     row.system += "-cwait" + std::to_string(svc.options().codec_min_batch) + "x" +
                   std::to_string(svc.options().codec_max_wait.count() / 1000) + "ms";

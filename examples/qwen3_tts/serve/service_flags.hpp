@@ -42,8 +42,13 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
 }
 
 // --codec-min-batch and --codec-wait-ms: the codec's batching across time (speech_service_options::codec_min_batch,
-// codec_max_wait), on either backend. The worker refuses a minimum without a wait, or above --max-batch.
+// codec_max_wait), on either backend; --codec-batching: one codec step per window width or one for every width
+// (codec_per_width). The worker refuses a minimum without a wait, or above --max-batch.
 inline void add_codec_wait_flags(CLI::App& app, pipeline::speech_service_options& so, double& wait_ms) {
+  app.add_option_function<std::string>(
+         "--codec-batching", [&so](const std::string& v) { so.codec_per_width = v == "per-width"; },
+         "per-width (one codec step per window width, the default) or all (one step for every width)")
+      ->check(CLI::IsMember({"per-width", "all"}));
   app.add_option("--codec-min-batch", so.codec_min_batch,
                  "codec windows of one width a codec step waits for while the Talker has work (0: it never waits)")
       ->capture_default_str();

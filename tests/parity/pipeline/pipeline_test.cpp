@@ -118,8 +118,8 @@ TEST_CASE("Pipeline.through the worker, greedy codes and speech equal the refere
   }
 }
 
-TEST_CASE("Pipeline.a request's codes and speech are byte-identical across lane modes, codec batchings and "
-          "concurrency") {
+TEST_CASE("Pipeline.a request's codes and speech are byte-identical across lane modes, codec batchings, the "
+          "codec's wait for rows and concurrency") {
   const auto c = load_case("tiny06");
   const auto requests = sampled_requests(c, 8);
   speech_run_options base;
@@ -136,16 +136,21 @@ TEST_CASE("Pipeline.a request's codes and speech are byte-identical across lane 
     mstar::lane_mode lane;
     bool per_width;
     std::uint32_t concurrency;
+    std::uint32_t codec_min_batch = 0; // with a wait of 50 ms
   };
   for (const arm a : {arm{mstar::lane_mode::off, true, 0}, arm{mstar::lane_mode::on, false, 0},
-                      arm{mstar::lane_mode::automatic, true, 3}, arm{mstar::lane_mode::off, false, 1}}) {
+                      arm{mstar::lane_mode::automatic, true, 3}, arm{mstar::lane_mode::off, false, 1},
+                      arm{mstar::lane_mode::on, true, 0, 4}, arm{mstar::lane_mode::off, false, 0, 3}}) {
     CAPTURE(int(a.lane));
     CAPTURE(a.per_width);
     CAPTURE(a.concurrency);
+    CAPTURE(a.codec_min_batch);
     auto o = base;
     o.lane = a.lane;
     o.flow.codec_per_width = a.per_width;
     o.concurrency = a.concurrency;
+    o.codec_min_batch = a.codec_min_batch;
+    o.codec_max_wait = a.codec_min_batch > 1 ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0);
     const auto run = run_speech<host_speech>(c.talker, c.codec, requests, o);
     for (const auto& [id, r] : reference.results) {
       CAPTURE(id);
