@@ -16,7 +16,8 @@
 #              build directory on a warm machine)
 #   codec      the CUDA codec decoder's GPU tests (mstar_codec_gpu_tests: the fixtures' audio, the host decoder's
 #              state), its two batched-step tests under compute-sanitizer memcheck, and its step time at the
-#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32, fp16), and the
+#              released size (qwen3tts_codec_bench: eager and graph, each math: double, f32, TF32, fp16, and TF32 with
+#              CUTLASS's convolutions where the build has CUTLASS: carry third_party/cutlass), and the
 #              Talker's decode step alone against beside the codec (qwen3tts_beside_bench); same build directory
 #              as the talker stage; about 3 minutes
 #   compare    mstar in process and through its server on one random-weight checkpoint of the real 0.6B size
@@ -205,7 +206,8 @@ stage_codec() {
     san=$?
     tail -5 "$d/memcheck.log"
   fi
-  # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all four) and
+  # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all five, the
+  # fifth, tf32-conv, where the build found CUTLASS) and
   # the beside bench runs the codec in (default its own); MSTAR_CODEC_SMS: the beside bench's codec on each of
   # these SM counts (--codec-sms, e.g. 0,32,64; default the whole GPU).
   timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" ${MSTAR_CODEC_MATHS:+--math "$MSTAR_CODEC_MATHS"} \

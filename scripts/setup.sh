@@ -11,9 +11,12 @@
 #   bash scripts/setup.sh --fuzz     # also clang++ and its libFuzzer runtime (the fuzz suite);
 #                                    # MSTAR_FUZZ=1 does the same
 #   MSTAR_SETUP_DRY_RUN=1 ...        # say what would be installed, install nothing
+#   MSTAR_CUTLASS=0 ...              # leave CUTLASS alone (below)
 #
 # The CUDA toolkit is not installed here: when nvcc is on PATH (or in /usr/local/cuda) the CUDA
-# sources are built too, otherwise the build is host-only.
+# sources are built too, otherwise the build is host-only. With nvcc, scripts/cutlass.sh also fetches
+# the CUTLASS headers (the CUDA codec's optional tf32-conv math) into third_party/cutlass where they
+# are not there yet; that one is optional: where it cannot (no network) setup says so and goes on.
 set -euo pipefail
 
 fuzz=${MSTAR_FUZZ:-0}
@@ -156,4 +159,8 @@ fi
 
 if ! have_tool nvcc && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: nvcc is in /usr/local/cuda/bin but not on PATH; the scripts add it"
+fi
+if [ "${MSTAR_CUTLASS:-1}" != 0 ] && { have_tool nvcc || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  MSTAR_SETUP_DRY_RUN=$dry_run bash "$(dirname "$0")/cutlass.sh" ||
+    echo "setup: going on without CUTLASS: the build leaves the CUDA codec's tf32-conv math out" >&2
 fi

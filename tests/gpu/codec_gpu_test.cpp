@@ -13,8 +13,12 @@
 //
 // Graph replays (codec_cuda_launch::graph) are held to the bytes of the launch they replay: the eager step
 // under double sums, the bucketed (padded, uncaptured) step under cuBLAS, whose GEMM shapes they share.
-// The tensor-core maths (cuBLAS TF32, fp16) are checked against the reference's audio within a bf16-level bound
-// (and, in an SM partition, against themselves on the whole GPU).
+// The tensor-core maths (cuBLAS TF32, fp16, TF32 with CUTLASS's convolutions) are checked against the reference's
+// audio within a bf16-level bound (and, in an SM partition, against themselves on the whole GPU). CUTLASS's
+// convolutions (codec_cuda_math::cutlass_tf32, only where the build has CUTLASS) are checked besides for what they
+// change: as close to float32 as cuBLAS TF32 at the released size, cuBLAS TF32's bytes where a step's rows differ in
+// width (they fall back to its path), graph replays of steps padded with filler rows of their width. The fixtures'
+// convolutions take both paths: tiny17's last block has 6 channels (not a multiple of 4), decoder_out 1.
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
@@ -34,6 +38,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -143,6 +148,19 @@ struct slot_pool {
   }
 };
 
+// A step of one request a width, request r in slot r: the slots and the step's (request, width) rows.
+struct widths_step {
+  std::vector<int> slots;
+  std::vector<std::pair<int, int>> rows;
+  explicit widths_step(const std::vector<int>& widths) {
+    for (int r = 0; r < int(widths.size()); ++r) {
+      slots.push_back(r);
+      rows.push_back({r, widths[std::size_t(r)]});
+    }
+  }
+  int size() const { return int(slots.size()); }
+};
+
 // Whether two pools ended with the same bytes: every slot's state, every request's audio and guard.
 bool same_pools(const slot_pool& a, const slot_pool& b) {
   bool same = same_bytes(a.states.read(), b.states.read());
@@ -162,6 +180,50 @@ bool guards_untouched(const slot_pool& p) {
     }
   }
   return true;
+}
+
+// Three steps of `widths` (request r in slot r, widths[r] frames a step), replayed from graphs in one pool and
+// launched as `reference` in another, on one decoder: the replays must give the reference's bytes and write no
+// audio past a request's frames.
+void check_replays(codec_cuda& gpu, const sequence& seq, const std::vector<int>& widths, codec_cuda_launch reference) {
+  const widths_step step(widths);
+  slot_pool replayed(gpu, step.size(), step.slots, 24), launched(gpu, step.size(), step.slots, 24);
+  for (int i = 0; i < 3; ++i) {
+    replayed.step(gpu, seq, step.rows, codec_cuda_launch::graph);
+    launched.step(gpu, seq, step.rows, reference);
+  }
+  gpu.synchronize();
+  CHECK(same_pools(replayed, launched));
+  CHECK(guards_untouched(replayed));
+}
+
+// Four requests in slots 5, 1, 3 and 0 of a pool of seven, decoded step by step by `schedule` ((request, width)
+// rows) replayed from graphs, and launched as `reference` in a second pool: the replays must give its bytes, one
+// graph serving every step, write no audio past a request's frames, and leave the slots no request holds zero
+// (padding rows decode into the decoder's own sinks).
+void check_moving_slots(codec_cuda& gpu, const sequence& seq,
+                        const std::vector<std::vector<std::pair<int, int>>>& schedule, codec_cuda_launch reference) {
+  const std::vector<int> slots = {5, 1, 3, 0};
+  slot_pool replayed(gpu, 7, slots, 12), launched(gpu, 7, slots, 12);
+  for (const auto& rows : schedule) {
+    replayed.step(gpu, seq, rows, codec_cuda_launch::graph);
+    launched.step(gpu, seq, rows, reference);
+  }
+  gpu.synchronize();
+  CHECK(gpu.graphs() == 1);
+  CHECK(replayed.decoded == launched.decoded);
+  CHECK(same_pools(replayed, launched));
+  CHECK(guards_untouched(replayed));
+  const auto states = replayed.states.read();
+  for (const int unused : {2, 4, 6}) {
+    CAPTURE(unused);
+    const auto begin = states.begin() + std::ptrdiff_t(std::size_t(unused) * replayed.state_floats);
+    CHECK(std::all_of(begin, begin + std::ptrdiff_t(replayed.state_floats), [](float v) { return v == 0; }));
+  }
+  for (const int used : slots) {
+    const auto begin = states.begin() + std::ptrdiff_t(std::size_t(used) * replayed.state_floats);
+    CHECK(std::any_of(begin, begin + std::ptrdiff_t(replayed.state_floats), [](float v) { return v != 0; }));
+  }
 }
 
 // The window widths of a ramp over n frames: ramp[0], ramp[1], ..., the last repeating, the last window
@@ -267,6 +329,42 @@ void check_tensor_core_math(codec_cuda_math math, float bound) {
   }
 }
 
+// The released codec's config, random weights and a window of `width` frames of codes, for the tests at that size.
+struct released_codec {
+  codec_config config = released_codec_config();
+  codec_weights weights = load_codec_weights(config, random_codec_tensor);
+  std::vector<std::int32_t> codes;
+  explicit released_codec(int width) : codes(std::size_t(width) * config.num_quantizers) {
+    for (std::size_t i = 0; i < codes.size(); ++i)
+      codes[i] = std::int32_t((i * 2654435761u) % std::uint32_t(config.codebook_size));
+  }
+
+  // `rows` fresh requests decoding the same window twice (the second from the state the first left) under
+  // `launch`; the audio of both steps, request after request.
+  std::vector<float> decode(codec_cuda& gpu, int rows, codec_cuda_launch launch) const {
+    const std::size_t spf = std::size_t(config.samples_per_frame()), width = codes.size() / config.num_quantizers,
+                      state_floats = gpu.state_layout().total;
+    device_floats states(std::size_t(rows) * state_floats), audio(std::size_t(rows) * 2 * width * spf);
+    for (int step = 0; step < 2; ++step) {
+      std::vector<codec_cuda::row> rs;
+      for (int r = 0; r < rows; ++r)
+        rs.push_back({states.p + std::size_t(r) * state_floats, std::span(codes),
+                      audio.p + (std::size_t(r) * 2 + std::size_t(step)) * width * spf});
+      gpu.decode_step(rs, launch);
+    }
+    gpu.synchronize();
+    return audio.read();
+  }
+};
+
+// The largest magnitude of some audio.
+float peak(const std::vector<float>& audio) {
+  float p = 0;
+  for (float v : audio)
+    p = std::max(p, std::fabs(v));
+  return p;
+}
+
 } // namespace
 
 TEST_CASE("the CUDA codec streams every window ramp to the reference's whole-sequence audio within 1e-4" *
@@ -345,15 +443,18 @@ TEST_CASE("the CUDA codec over fp16 operands says when a value left fp16's range
   CHECK_FALSE(tf32.fp16_out_of_range());
 }
 
-TEST_CASE("the CUDA codec in TF32 and over fp16 decodes three requests a step, eager and replayed, each within bf16 "
-          "tolerance of the reference's audio" *
+TEST_CASE("the CUDA codec in TF32 (and with CUTLASS's convolutions where built) and over fp16 decodes three requests "
+          "a step, eager and replayed, each within bf16 tolerance of the reference's audio" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Rows of different lengths share the steps: later steps hold fewer rows, and a replay pads them with idle
-  // and filler rows.
+  // and filler rows. Ramp 1, 2, 4, 8 gives every step rows of one width (CUTLASS's convolutions take them, a replay
+  // padding with a filler row of that width), ramp 3, 5 a step of widths 4, 5, 4 (their im2col).
   const auto parts = load_parts("tiny17");
   const std::vector<sequence> seqs = {load_sequence("tiny17", "short"), load_sequence("tiny17", "long"),
                                       load_sequence("tiny17", "short")};
-  for (const auto math : {codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16}) {
+  std::vector<codec_cuda_math> tensor_maths = {codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16};
+  if (codec_cutlass_available()) tensor_maths.push_back(codec_cuda_math::cutlass_tf32);
+  for (const auto math : tensor_maths) {
     CAPTURE(codec_math_label(math));
     codec_cuda gpu(parts.config, parts.weights, {4, max_window}, math);
     for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph})
@@ -398,46 +499,24 @@ TEST_CASE("a CUDA codec confined to some of the SMs runs its library kernels at 
   // cuBLAS picks its kernels by the GEMM's size, and at the released size (unlike the tiny fixtures)
   // some of them are persistent kernels sized by the SM count: in a green context they must be sized by the
   // partition's. Eight rows of four frames, eager and as a graph, against the same math on the whole GPU.
-  const codec_config config = released_codec_config();
-  const codec_weights weights = load_codec_weights(config, random_codec_tensor);
-  const std::size_t spf = std::size_t(config.samples_per_frame()), state_floats = make_codec_state_layout(config).total;
   constexpr int rows = 8, width = 4;
-  std::vector<std::int32_t> codes(std::size_t(width) * config.num_quantizers);
-  for (std::size_t i = 0; i < codes.size(); ++i)
-    codes[i] = std::int32_t((i * 2654435761u) % std::uint32_t(config.codebook_size));
+  const released_codec released(width);
   int sms = 0;
   REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
-  auto decode = [&](codec_cuda& gpu, codec_cuda_launch launch) {
-    float *states = nullptr, *audio = nullptr;
-    REQUIRE(cudaMalloc(&states, rows * state_floats * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaMalloc(&audio, rows * width * spf * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaMemset(states, 0, rows * state_floats * sizeof(float)) == cudaSuccess);
-    std::vector<codec_cuda::row> step;
-    for (int r = 0; r < rows; ++r)
-      step.push_back({states + r * state_floats, std::span(codes), audio + r * width * spf});
-    gpu.decode_step(step, launch);
-    gpu.decode_step(step, launch); // the second window: the state the first left
-    gpu.synchronize();
-    std::vector<float> host(rows * width * spf);
-    REQUIRE(cudaMemcpy(host.data(), audio, host.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
-    cudaFree(states);
-    cudaFree(audio);
-    return host;
-  };
-  for (const auto math : {codec_cuda_math::cublas_f32, codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16}) {
+  std::vector<codec_cuda_math> tensor_maths = {codec_cuda_math::cublas_f32, codec_cuda_math::cublas_tf32,
+                                               codec_cuda_math::cublas_fp16};
+  if (codec_cutlass_available()) tensor_maths.push_back(codec_cuda_math::cutlass_tf32);
+  for (const auto math : tensor_maths) {
     CAPTURE(codec_math_label(math));
-    codec_cuda whole(config, weights, {rows, width}, math);
-    codec_cuda part(config, weights, {rows, width, std::min(32, sms / 2)}, math);
+    codec_cuda whole(released.config, released.weights, {rows, width}, math);
+    codec_cuda part(released.config, released.weights, {rows, width, std::min(32, sms / 2)}, math);
     REQUIRE(part.sm_count() < sms);
-    const auto expected = decode(whole, codec_cuda_launch::eager);
-    float scale = 0;
-    for (float v : expected)
-      scale = std::max(scale, std::fabs(v));
-    CHECK(scale > 1e-4f); // audio to compare, not silence
-    scale = std::max(scale, 1e-3f);
+    const auto expected = released.decode(whole, rows, codec_cuda_launch::eager);
+    CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
+    const float scale = std::max(peak(expected), 1e-3f);
     for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
       CAPTURE(launch_name(launch));
-      CHECK(max_abs_error(decode(part, launch), expected) <= 1e-2f * scale);
+      CHECK(max_abs_error(released.decode(part, rows, launch), expected) <= 1e-2f * scale);
     }
   }
 }
@@ -612,21 +691,8 @@ TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio an
       std::set<std::pair<int, int>> keys; // (bucket, width)
       for (const auto& widths : shapes) {
         CAPTURE(widths);
+        check_replays(gpu, seq, widths, replayed_launch(math));
         const int rows = int(widths.size());
-        std::vector<int> slots;
-        std::vector<std::pair<int, int>> step;
-        for (int r = 0; r < rows; ++r) {
-          slots.push_back(r);
-          step.push_back({r, widths[std::size_t(r)]});
-        }
-        slot_pool replayed(gpu, rows, slots, 24), reference(gpu, rows, slots, 24);
-        for (int i = 0; i < 3; ++i) {
-          replayed.step(gpu, seq, step, codec_cuda_launch::graph);
-          reference.step(gpu, seq, step, replayed_launch(math));
-        }
-        gpu.synchronize();
-        CHECK(same_pools(replayed, reference));
-        CHECK(guards_untouched(replayed));
         const int width = *std::max_element(widths.begin(), widths.end());
         CHECK(gpu.bucket_of(rows) == std::min(8, int(std::bit_ceil(unsigned(rows)))));
         keys.insert({gpu.bucket_of(rows), width});
@@ -642,37 +708,129 @@ TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio an
 TEST_CASE("one CUDA codec graph serves rows whose slots change between replays, and its padding rows write no "
           "caller's state or audio" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // Four requests in slots 5, 1, 3 and 0 of a pool of seven; each step takes three of them in another order
-  // (bucket 4: one idle row), widths 1 or 2 with a 2 in every step, so every step is the key (4, 2).
+  // Each step takes three of the four requests in another order (bucket 4: one idle row), widths 1 or 2 with a 2 in
+  // every step, so every step is the key (4, 2).
   const std::vector<std::vector<std::pair<int, int>>> schedule = {{{0, 2}, {1, 1}, {2, 2}}, {{2, 1}, {3, 2}, {0, 2}},
                                                                   {{1, 2}, {0, 1}, {3, 1}}, {{3, 2}, {2, 2}, {1, 2}},
                                                                   {{0, 1}, {3, 1}, {2, 2}}, {{1, 1}, {2, 1}, {0, 2}}};
-  const std::vector<int> slots = {5, 1, 3, 0};
   for (const auto math : maths) {
     CAPTURE(codec_math_label(math));
     const auto parts = load_parts("tiny06");
     const auto seq = load_sequence("tiny06", "long");
     codec_cuda gpu(parts.config, parts.weights, {4, 2}, math);
-    slot_pool replayed(gpu, 7, slots, 12), reference(gpu, 7, slots, 12);
-    for (const auto& rows : schedule) {
-      replayed.step(gpu, seq, rows, codec_cuda_launch::graph);
-      reference.step(gpu, seq, rows, replayed_launch(math));
-    }
-    gpu.synchronize();
-    CHECK(gpu.graphs() == 1);
-    CHECK(replayed.decoded == reference.decoded);
-    CHECK(same_pools(replayed, reference));
-    CHECK(guards_untouched(replayed));
-    // The slots no request holds stay zero: idle and filler rows decode into the decoder's own sinks.
-    const auto states = replayed.states.read();
-    for (const int unused : {2, 4, 6}) {
-      CAPTURE(unused);
-      const auto begin = states.begin() + std::ptrdiff_t(std::size_t(unused) * replayed.state_floats);
-      CHECK(std::all_of(begin, begin + std::ptrdiff_t(replayed.state_floats), [](float v) { return v == 0; }));
-    }
-    for (const int used : slots) {
-      const auto begin = states.begin() + std::ptrdiff_t(std::size_t(used) * replayed.state_floats);
-      CHECK(std::any_of(begin, begin + std::ptrdiff_t(replayed.state_floats), [](float v) { return v != 0; }));
+    check_moving_slots(gpu, seq, schedule, replayed_launch(math));
+  }
+}
+
+TEST_CASE("the CUDA codec with CUTLASS's TF32 convolutions streams every window ramp to the reference's whole-sequence "
+          "audio within bf16 tolerance (1e-2 of the audio's largest magnitude)" *
+          doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // TF32 as cublas_tf32, with the multi-tap convolutions' windows read in place: the same bound. The worst error is
+  // printed for docs/benchmarks.md.
+  check_tensor_core_math(codec_cuda_math::cutlass_tf32, 1e-2f);
+}
+
+TEST_CASE("at the released size CUTLASS's TF32 convolutions keep the audio as close to float32's as cuBLAS TF32 does, "
+          "for steps of equal rows eager and replayed" *
+          doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // The released channel counts (1024, 1536, 768 down to 96) reach CUTLASS's two tiles; 8 rows fill their bucket,
+  // 5 leave a replay three filler rows. Both TF32 maths round the same operands to 10 mantissa bits and sum in
+  // float32, in other orders (and cuBLAS may round otherwise): the CUTLASS math is held to at most twice cuBLAS TF32's
+  // distance from cuBLAS float32 (plus 1e-4 of the audio's largest magnitude), and to 1e-2 of it from cuBLAS TF32.
+  constexpr int width = 4;
+  const released_codec released(width);
+  codec_cuda f32(released.config, released.weights, {8, width}, codec_cuda_math::cublas_f32);
+  codec_cuda tf32(released.config, released.weights, {8, width}, codec_cuda_math::cublas_tf32);
+  codec_cuda conv(released.config, released.weights, {8, width}, codec_cuda_math::cutlass_tf32);
+  for (const int rows : {8, 5}) {
+    const auto expected = released.decode(f32, rows, codec_cuda_launch::eager);
+    CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
+    const float scale = std::max(peak(expected), 1e-3f);
+    for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+      CAPTURE(rows);
+      CAPTURE(launch_name(launch));
+      const auto by_cublas = released.decode(tf32, rows, launch), by_cutlass = released.decode(conv, rows, launch);
+      const float cublas_err = max_abs_error(by_cublas, expected), cutlass_err = max_abs_error(by_cutlass, expected),
+                  between = max_abs_error(by_cutlass, by_cublas);
+      std::printf("codec cuda at the released size, %d rows x %d frames, %s: max |TF32 - f32| %.3g (cuBLAS), %.3g "
+                  "(CUTLASS conv); max |CUTLASS conv - cuBLAS TF32| %.3g (audio up to %.3g)\n",
+                  rows, width, launch_name(launch), double(cublas_err), double(cutlass_err), double(between),
+                  double(scale));
+      CHECK(cutlass_err <= 2 * cublas_err + 1e-4f * scale);
+      CHECK(between <= 1e-2f * scale);
     }
   }
+}
+
+TEST_CASE(
+    "under CUTLASS's TF32 convolutions a step of rows of different widths takes cuBLAS TF32's path, to its bytes" *
+    doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // Rows of several widths are no set of equal images: every convolution falls back to the im2col and cuBLAS TF32,
+  // so the audio and the state are cublas_tf32's bytes, eager and replayed (the padded steps' layout is the same too).
+  const std::vector<std::vector<int>> shapes = {{1, 2, 4, 8, 3}, {5, 1, 7, 2, 8, 3, 6, 4}, {2, 1}};
+  for (const std::string fixture : {"tiny06", "tiny17"}) {
+    const auto parts = load_parts(fixture);
+    const auto seq = load_sequence(fixture, "long");
+    codec_cuda conv(parts.config, parts.weights, {8, 8}, codec_cuda_math::cutlass_tf32);
+    codec_cuda tf32(parts.config, parts.weights, {8, 8}, codec_cuda_math::cublas_tf32);
+    for (const auto& widths : shapes)
+      for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+        CAPTURE(fixture);
+        CAPTURE(widths);
+        CAPTURE(launch_name(launch));
+        const widths_step step(widths);
+        slot_pool by_cutlass(conv, step.size(), step.slots, 24), by_cublas(tf32, step.size(), step.slots, 24);
+        for (int i = 0; i < 3; ++i) {
+          by_cutlass.step(conv, seq, step.rows, launch);
+          by_cublas.step(tf32, seq, step.rows, launch);
+        }
+        conv.synchronize();
+        tf32.synchronize();
+        CHECK(same_pools(by_cutlass, by_cublas));
+      }
+  }
+}
+
+TEST_CASE("under CUTLASS's TF32 convolutions a graph replay gives the bytes of the bucketed launch, steps of one width "
+          "padded with filler rows of that width that write no caller's state or audio" *
+          doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // Steps of one width take their own graph (bucket, width, one width), padded with filler rows of that width over
+  // the filler state; steps of several widths the usual one. Each shape runs three steps, as the double-sum and
+  // cuBLAS f32 test above does.
+  const std::vector<std::vector<int>> shapes = {
+      {1}, {3, 3}, {8, 8, 8}, {2, 2, 2, 2}, {1, 2, 4, 8, 3}, {4, 4, 4, 4, 4}, {8, 4, 8}, {8}};
+  for (const std::string fixture : {"tiny06", "tiny17"}) {
+    CAPTURE(fixture);
+    const auto parts = load_parts(fixture);
+    const auto seq = load_sequence(fixture, "long");
+    codec_cuda gpu(parts.config, parts.weights, {8, 8}, codec_cuda_math::cutlass_tf32);
+    std::set<std::tuple<int, int, bool>> keys; // (bucket, width, one width)
+    for (const auto& widths : shapes) {
+      CAPTURE(widths);
+      check_replays(gpu, seq, widths, codec_cuda_launch::bucketed);
+      const auto [narrowest, widest] = std::minmax_element(widths.begin(), widths.end());
+      keys.insert({gpu.bucket_of(int(widths.size())), *widest, *narrowest == *widest});
+      CHECK(gpu.graphs() == keys.size());
+    }
+  }
+  // Three of four requests a step in another order, all two frames wide: one graph (bucket 4, width 2, one width)
+  // whose filler row decodes into the decoder's own sinks.
+  const std::vector<std::vector<std::pair<int, int>>> schedule = {
+      {{0, 2}, {1, 2}, {2, 2}}, {{2, 2}, {3, 2}, {0, 2}}, {{1, 2}, {0, 2}, {3, 2}}, {{3, 2}, {2, 2}, {1, 2}}};
+  const auto parts = load_parts("tiny06");
+  const auto seq = load_sequence("tiny06", "long");
+  codec_cuda gpu(parts.config, parts.weights, {4, 2}, codec_cuda_math::cutlass_tf32);
+  check_moving_slots(gpu, seq, schedule, codec_cuda_launch::bucketed);
+}
+
+TEST_CASE("a CUDA codec asked for CUTLASS's TF32 convolutions in a build without CUTLASS says how to get it, before "
+          "touching the device") {
+  if (codec_cutlass_available()) {
+    CHECK(codec_math_named("tf32-conv") == codec_cuda_math::cutlass_tf32);
+    return; // this build has it: the cases above run the math
+  }
+  const auto parts = load_parts("tiny06");
+  CHECK_THROWS_WITH_AS(codec_cuda(parts.config, parts.weights, {1, max_window}, codec_cuda_math::cutlass_tf32),
+                       doctest::Contains("CUTLASS, which was not found at build time: run scripts/setup.sh"),
+                       std::invalid_argument);
 }

@@ -2,6 +2,7 @@
 // per-request state's segment offsets, scratch, one step as a sequence of launches on one stream, and the
 // padded step's CUDA graphs.
 #include "codec_cuda.hpp"
+#include "codec_cuda_conv.hpp"
 #include "codec_cuda_kernels.hpp"
 #include "sm_partition.hpp"
 
@@ -16,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace qwen3_tts {
@@ -35,6 +37,11 @@ void check(cublasStatus_t e, const char* what) {
 #define CODEC_CHECK(call) check((call), #call)
 
 constexpr std::size_t cublas_workspace_bytes = std::size_t(32) << 20;
+
+// The maths whose cuBLAS products run in TF32 (cutlass_tf32: all but its CUTLASS convolutions).
+bool tf32_products(codec_cuda_math m) {
+  return m == codec_cuda_math::cublas_tf32 || m == codec_cuda_math::cutlass_tf32;
+}
 
 // Device weights, float32, laid out for the kernels.
 struct dev_linear {
@@ -183,7 +190,8 @@ struct codec_cuda::state {
   // their audio to sink_audio.
   float *idle_state = nullptr, *filler_state = nullptr, *sink_audio = nullptr;
   std::size_t state_floats = 0;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs; // (bucket, width) -> the padded step
+  // (bucket, width, one width: cutlass_tf32's padding of rows of one width, see upload) -> the padded step
+  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs;
   // cuBLASLt's algorithm for each (kdim, n_out, m, accumulate) product with a bias, from its heuristic; a shape
   // it has none for maps to nullopt (cuBLAS and the epilogue kernel then).
   mutable std::map<std::array<int, 4>, std::optional<cublasLtMatmulAlgo_t>> lt_algos;
@@ -217,7 +225,8 @@ struct codec_cuda::state {
   dev_linear linear(const codec_linear& l) {
     return {upload(l.weight), l.bias.empty() ? nullptr : upload(l.bias), l.in, l.out, upload_half(l.weight)};
   }
-  // [out][in][taps] as stored -> [out][taps * in]; a depthwise convolution keeps [channels][taps].
+  // [out][in][taps] as stored -> [out][taps * in]; a depthwise convolution keeps [channels][taps]. [out][taps][in] is
+  // also CUTLASS's KRSC filter layout (R = 1), so cutlass_tf32 reads these weights as they are.
   dev_conv conv(const codec_conv& c, segment_cursor& cursor) {
     dev_conv d{nullptr, upload(c.bias), c.in, c.out, c.kernel, c.dilation, c.context()};
     if (c.groups == 1) {
@@ -266,8 +275,8 @@ bool lt_product(const dev& w, codec_cuda_math math, int sms, const void* wt, con
       if (op) cublasLtMatmulDescDestroy(op);
     }
   } d;
-  CODEC_CHECK(cublasLtMatmulDescCreate(
-      &d.op, math == codec_cuda_math::cublas_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CODEC_CHECK(cublasLtMatmulDescCreate(&d.op, tf32_products(math) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                       CUDA_R_32F));
   const cublasOperation_t transposed = CUBLAS_OP_T;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   CODEC_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &transposed, sizeof(transposed)));
@@ -388,6 +397,12 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     : config_(config), limits_(limits), math_(math), layout_(make_codec_state_layout(config)),
       s_(std::make_unique<state>()) {
   check_limits(config, limits);
+  if (math == codec_cuda_math::cutlass_tf32 && !implicit_conv::available())
+    throw std::invalid_argument(
+        "qwen3_tts CUDA codec: codec math tf32-conv (CUTLASS TF32 convolutions) needs CUTLASS, "
+        "which was not found at build time: run scripts/setup.sh (or scripts/cutlass.sh: it "
+        "puts CUTLASS's headers in third_party/cutlass/include; meson -Dcutlass_include=DIR "
+        "names another folder), then reconfigure (meson setup --reconfigure) and rebuild; or use tf32");
   const codec_config& c = config_;
   state& st = *s_;
   if (limits.sm_count > 0) {
@@ -510,8 +525,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   scratch_bytes_ = (2 * need.act + need.ext + need.tmp) * sizeof(float);
   if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
-    const bool tf32 = math == codec_cuda_math::cublas_tf32;
-    CODEC_CHECK(cublasSetMathMode(st.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CODEC_CHECK(cublasSetMathMode(st.blas, tf32_products(math) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    if (math == codec_cuda_math::cutlass_tf32) implicit_conv::prepare();
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
     CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));
@@ -556,6 +571,8 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
 
 codec_cuda::~codec_cuda() = default; // state's destructor releases everything
 
+bool codec_cutlass_available() { return implicit_conv::available(); }
+
 int codec_cuda::sm_count() const { return s_->partition ? s_->partition->sms() : 0; }
 
 bool codec_cuda::fp16_out_of_range() const {
@@ -582,7 +599,7 @@ void codec_cuda::decode_step(std::span<const row> rows, codec_cuda_launch launch
     throw std::invalid_argument("qwen3_tts CUDA codec: a step of " + std::to_string(rows.size()) +
                                 " rows; this decoder was built for at most " + std::to_string(limits_.max_rows) +
                                 " (codec_cuda_limits::max_rows)");
-  int max_width = 0;
+  int max_width = 0, min_width = limits_.max_window;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     st.checker->check_frames(rows[r].frames);
     const int n = int(rows[r].frames.size() / std::size_t(q));
@@ -594,23 +611,31 @@ void codec_cuda::decode_step(std::span<const row> rows, codec_cuda_launch launch
       throw std::invalid_argument("qwen3_tts CUDA codec: row " + std::to_string(r) +
                                   " has no state or no audio buffer");
     max_width = std::max(max_width, n);
+    min_width = std::min(min_width, n);
   }
   if (launch == codec_cuda_launch::eager) {
-    enqueue(upload(rows, 0, max_width));
+    enqueue(upload(rows, 0, max_width, false));
     return;
   }
   const int bucket = bucket_of(int(rows.size()));
-  const k::row_table rt = upload(rows, bucket, max_width);
+  // Rows of one width padded with rows of that width, for the CUTLASS convolutions (see upload).
+  const bool one_width = math_ == codec_cuda_math::cutlass_tf32 && min_width == max_width;
+  const k::row_table rt = upload(rows, bucket, max_width, one_width);
   if (launch == codec_cuda_launch::bucketed)
     enqueue_padded(rt);
   else
-    replay(rt, bucket, max_width);
+    replay(rt, bucket, max_width, one_width);
 }
 
 // A padded step's table: rows 0..n-1 the step's, rows n..bucket-1 idle (no frames, the idle state), row
 // bucket the filler (the frames up to bucket x width, code 0, the filler state). Every graph of a key then
 // launches the same sizes over the same device table, whatever the step's rows, slots and widths.
-k::row_table codec_cuda::upload(std::span<const row> rows, int bucket, int width) {
+// With one_width (every row of the step `width` frames wide), rows n..bucket-1 are filler rows of `width` frames each
+// instead, all over the one filler state (a sink: what they read of it is the zeros of the step's start, each segment
+// being read before it is written; their racing writes reach no caller's row), and there is no row after them: the
+// table is then bucket equal rows, which the CUTLASS convolutions take as equal images, whatever n.
+// row_table::uniform_rows says which layout the table has.
+k::row_table codec_cuda::upload(std::span<const row> rows, int bucket, int width, bool one_width) {
   state& st = *s_;
   const int q = config_.num_quantizers, n = int(rows.size());
   // The pinned mirror is rewritten only once the previous step's upload has left it.
@@ -636,7 +661,21 @@ k::row_table codec_cuda::upload(std::span<const row> rows, int bucket, int width
   rt.rows = n;
   rt.frames = start[n];
   rt.max_width = width;
-  if (bucket > 0) {
+  rt.uniform_rows = rt.frames == n * width ? n : 0;
+  if (bucket > 0 && one_width) {
+    if (rt.uniform_rows != n)
+      throw std::logic_error("qwen3_tts CUDA codec: a one-width padding of rows of several widths");
+    for (int r = n; r < bucket; ++r) {
+      states[r] = st.filler_state;
+      audio[r] = st.sink_audio;
+      start[r + 1] = start[r] + width;
+      std::fill_n(frame_row + start[r], width, std::int32_t(r));
+    }
+    std::fill_n(codes + std::size_t(rt.frames) * q, std::size_t(bucket - n) * width * q, std::int32_t(0));
+    rt.rows = bucket;
+    rt.frames = bucket * width;
+    rt.uniform_rows = bucket;
+  } else if (bucket > 0) {
     for (int r = n; r < bucket; ++r) {
       states[r] = st.idle_state;
       audio[r] = st.sink_audio;
@@ -650,6 +689,7 @@ k::row_table codec_cuda::upload(std::span<const row> rows, int bucket, int width
     std::fill_n(codes + std::size_t(rt.frames) * q, std::size_t(capacity - rt.frames) * q, std::int32_t(0));
     rt.rows = bucket + 1;
     rt.frames = capacity;
+    rt.uniform_rows = 0;
   }
   CODEC_CHECK(cudaMemcpyAsync(st.table, st.pinned, tl.bytes, cudaMemcpyHostToDevice, stream_));
   CODEC_CHECK(cudaEventRecord(st.uploaded, stream_));
@@ -665,9 +705,9 @@ void codec_cuda::enqueue_padded(const k::row_table& rt) {
   enqueue(rt);
 }
 
-void codec_cuda::replay(const k::row_table& rt, int bucket, int width) {
+void codec_cuda::replay(const k::row_table& rt, int bucket, int width, bool one_width) {
   state& st = *s_;
-  const std::pair key{bucket, width};
+  const std::tuple key{bucket, width, one_width};
   if (const auto it = st.graphs.find(key); it != st.graphs.end()) {
     CODEC_CHECK(cudaGraphLaunch(it->second, stream_));
     return;
@@ -756,6 +796,29 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
   };
 
+  // cutlass_tf32: the convolution over the extended input w.ext as CUTLASS's implicit GEMM (codec_cuda_conv.hpp),
+  // where its epilogue is the bias alone, the step's rows are of one width and CUTLASS takes the shape; false, with
+  // nothing enqueued, otherwise (matmul's im2col then). refusal() is host arithmetic, the same at a graph's capture as
+  // at the eager step before it.
+  auto cutlass_conv = [&](const dev_conv& cv, int level, float* y, const k::epilogue& ep) {
+    if (math_ != codec_cuda_math::cutlass_tf32 || ep.bias == nullptr || ep.scale != nullptr || ep.accumulate)
+      return false;
+    const implicit_conv::conv_shape shape{.rows = rt.uniform_rows,
+                                          .width = rt.max_width * level,
+                                          .context = cv.context,
+                                          .in = cv.in,
+                                          .out = cv.out,
+                                          .taps = cv.taps,
+                                          .dilation = cv.dilation};
+    if (implicit_conv::refusal(shape) != nullptr) return false;
+    if (std::size_t(shape.rows) * shape.width != std::size_t(T) * level ||
+        std::size_t(shape.rows) * (shape.context + shape.width) * cv.in > w.ext_floats)
+      throw std::logic_error("qwen3_tts CUDA codec: a step of " + std::to_string(shape.rows) + " equal rows of " +
+                             std::to_string(shape.width) + " positions does not match its " + std::to_string(T) +
+                             " frames or the extended input");
+    implicit_conv::run(shape, w.ext, cv.w, ep.bias, y, s);
+    return true;
+  };
   // A causal convolution of x (len positions a row at `level`) into y, its left context from and back to
   // the state.
   // With `snake`, SnakeBeta first: on the way into the extended input where the convolution has a context, else
@@ -776,7 +839,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
       input = w.ext;
     }
     a.data = input;
-    matmul(a, cv.w, cv.w16, cv.out, ep, y, T * level);
+    if (cv.context == 0 || !cutlass_conv(cv, level, y, ep)) matmul(a, cv.w, cv.w16, cv.out, ep, y, T * level);
     if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {

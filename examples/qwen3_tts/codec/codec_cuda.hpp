@@ -42,29 +42,42 @@ struct row_table;
 // cublas_fp16: both operands stored in fp16 (the weights once, each product's input as the im2col writes it),
 // float32 sums on the tensor cores: the same 10 mantissa bits as TF32 at half the bytes, but fp16's range (a value
 // beyond +-65504 becomes an infinity, one below about 6e-5 loses bits); activations stay float32 between products.
-enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16 };
+// cutlass_tf32: cublas_tf32, except that a causal convolution of more than one tap (pre_conv, decoder_in, the residual
+// units' conv1) is a CUTLASS implicit-GEMM convolution in TF32 that reads each row's [left context | window] in place,
+// its window never written out (codec_cuda_conv.hpp), where every row of the step has the same width and both channel
+// counts are multiples of 4; the others stay on cublas_tf32's im2col. Needs CUTLASS at build time
+// (codec_cutlass_available).
+enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16, cutlass_tf32 };
 
-// The codec math a command line or speech_service_options names: cublas, tf32, fp16 or double.
+// The codec math a command line or speech_service_options names: cublas, tf32, fp16, double or tf32-conv.
 inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "cublas") return codec_cuda_math::cublas_f32;
   if (name == "tf32") return codec_cuda_math::cublas_tf32;
   if (name == "fp16") return codec_cuda_math::cublas_fp16;
   if (name == "double") return codec_cuda_math::double_sums;
+  if (name == "tf32-conv") return codec_cuda_math::cutlass_tf32;
   throw std::invalid_argument("codec math \"" + name +
                               "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32), fp16 "
-                              "(cuBLAS over fp16 operands) or double (double sums)");
+                              "(cuBLAS over fp16 operands), double (double sums) or tf32-conv (tf32 with CUTLASS's "
+                              "TF32 convolutions)");
 }
 
-// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuBLAS fp16".
+// What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuBLAS fp16",
+// "CUTLASS TF32 conv".
 inline const char* codec_math_label(codec_cuda_math m) {
   switch (m) {
   case codec_cuda_math::double_sums: return "double sums";
   case codec_cuda_math::cublas_f32: return "cuBLAS f32";
   case codec_cuda_math::cublas_tf32: return "cuBLAS TF32";
   case codec_cuda_math::cublas_fp16: return "cuBLAS fp16";
+  case codec_cuda_math::cutlass_tf32: return "CUTLASS TF32 conv";
   }
   return "?";
 }
+
+// Whether this build has CUTLASS, which codec_cuda_math::cutlass_tf32 needs (scripts/cutlass.sh fetches it; without
+// it, a codec_cuda of that math refuses to be built).
+bool codec_cutlass_available();
 
 // How a step's launches reach the stream.
 //   eager     every launch enqueued for the step's own rows and frames.
@@ -77,7 +90,9 @@ inline const char* codec_math_label(codec_cuda_math m) {
 //   bucketed  the graph's padded launches enqueued eagerly, never captured: what a replay computes.
 // Padding rows decode into the decoder's own sink state and sink audio, never into a caller's buffer. Under
 // double_sums every launch gives a row the same bits; under cublas_f32 a replay gives the bits of `bucketed`
-// (the same GEMM shapes), which may differ from `eager`'s in float32 rounding.
+// (the same GEMM shapes), which may differ from `eager`'s in float32 rounding. Under cutlass_tf32 a padded step whose
+// rows all have one width pads with rows of that width (filler rows over the one filler state), so that its CUTLASS
+// convolutions see equal images; such a step has its own graph, apart from the (bucket, width) of mixed widths.
 enum class codec_cuda_launch { eager, graph, bucketed };
 
 // Capacities fixed at construction (every buffer is allocated once, so captured graphs stay valid).
@@ -118,7 +133,8 @@ public:
   // The rows bucket a step of `rows` rows is padded to under codec_cuda_launch::graph: the next power of two,
   // at most max_rows.
   int bucket_of(int rows) const;
-  // Graphs captured so far: one per (bucket, width) that a step under codec_cuda_launch::graph has used.
+  // Graphs captured so far: one per (bucket, width) that a step under codec_cuda_launch::graph has used (under
+  // cutlass_tf32, one per (bucket, width, whether the step's rows had one width)).
   std::size_t graphs() const;
 
   const codec_config& config() const { return config_; }
@@ -142,13 +158,14 @@ public:
 
 private:
   // The step's rows, codes and frame offsets into the pinned mirror and up to the device, compact (bucket 0)
-  // or padded to bucket rows of at most width frames; the table the launches read.
-  codec_kernels::row_table upload(std::span<const row> rows, int bucket, int width);
+  // or padded to bucket rows of at most width frames (one_width: every row `width` frames, padded with rows of
+  // `width` frames; cutlass_tf32 only); the table the launches read.
+  codec_kernels::row_table upload(std::span<const row> rows, int bucket, int width, bool one_width);
   // Every launch of one step, for the rows, codes and audio pointers of the uploaded table.
   void enqueue(const codec_kernels::row_table& rows);
   // A padded step: the filler row's sink state zeroed, then enqueue.
   void enqueue_padded(const codec_kernels::row_table& rows);
-  void replay(const codec_kernels::row_table& rows, int bucket, int width);
+  void replay(const codec_kernels::row_table& rows, int bucket, int width, bool one_width);
 
   codec_config config_;
   codec_cuda_limits limits_;

@@ -2,7 +2,8 @@
 // window 72, latent 1024, decoder_dim 1536, rates 8-5-4-3 after 2-2: 1920 samples a frame) with random
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
-// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32, TF32 and fp16),
+// for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32, TF32 and fp16, and
+// TF32 with CUTLASS's implicit-GEMM convolutions where the build has CUTLASS),
 // the step's GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to the rows
 // bucket and to bucket x widest-window frames) side by side in the same run, the GPU time per second of audio
 // of each, and the host time of the graph's first step (that step eagerly, then the capture and
@@ -10,9 +11,10 @@
 // frames: there the graph's replay also computes the padding.
 //
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
-//                        [--math all|double,cublas,tf32,fp16] [--profile]
+//                        [--math all|double,cublas,tf32,fp16,tf32-conv] [--profile]
 //
-// --math: the maths to time, a comma list of codec_math_named's names (default all four). --profile: for each
+// --math: the maths to time, a comma list of codec_math_named's names (default all five; tf32-conv only where the
+// build has CUTLASS, else it is left out with a line saying so; named, it fails there). --profile: for each
 // case, one eager step between cudaProfilerStart and cudaProfilerStop (after one step outside it) and nothing
 // timed (the mixed widths left out), for a kernel profiler started with profiling off (ncu --profile-from-start off;
 // bench/gpu_session.sh stage codec_profile).
@@ -45,6 +47,10 @@ int main(int argc, char** argv) try {
   bool profile = false;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
                                         codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16};
+  if (codec_cutlass_available())
+    maths.push_back(codec_cuda_math::cutlass_tf32);
+  else
+    std::printf("CUTLASS TF32 conv left out: this build has no CUTLASS (bash scripts/cutlass.sh, then rebuild)\n");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--profile") {

@@ -27,6 +27,9 @@ struct row_table {
   int rows = 0;
   int frames = 0;    // all rows together
   int max_width = 0; // the widest row's frames (launch sizes)
+  // rows where every row holds max_width frames (a step of one width, eager or padded with rows of its width), else
+  // 0: host-side, whether the step's extended inputs are `rows` equal images (codec_cuda_conv.hpp).
+  int uniform_rows = 0;
 };
 
 // A GEMM's left operand A[m][kk], kk = tap * channels + channel: position m of a compact activation at

@@ -136,8 +136,9 @@ int synth_main(int argc, char** argv) {
   app.add_option("--codec-math", codec_math,
                  "the CUDA codec's sums: cublas (cuBLAS float32, the default: faster), "
                  "tf32 (cuBLAS on the tensor cores, bf16-level precision), fp16 (cuBLAS over fp16 operands: "
-                 "TF32's precision in half the bytes, fp16's range) or double "
-                 "(double sums: a request's audio independent of its batch)");
+                 "TF32's precision in half the bytes, fp16's range), double "
+                 "(double sums: a request's audio independent of its batch) or tf32-conv (tf32 with CUTLASS's "
+                 "implicit-GEMM convolutions; builds with CUTLASS only)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

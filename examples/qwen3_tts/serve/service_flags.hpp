@@ -22,8 +22,10 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
   app.add_flag("--codec-graphs,!--codec-eager", so.codec_graphs,
                "on CUDA, replay the codec's steps from CUDA graphs per rows bucket and window (the default), or "
                "launch them eagerly (--codec-eager)");
-  app.add_option("--codec-math", so.codec_math,
-                 "on CUDA, the codec's sums: tf32, cublas (float32), fp16 (fp16 operands) or double")
+  app.add_option(
+         "--codec-math", so.codec_math,
+         "on CUDA, the codec's sums: tf32, cublas (float32), fp16 (fp16 operands), double or tf32-conv (tf32 with "
+         "CUTLASS's convolutions; builds with CUTLASS only)")
       ->check(CLI::IsMember(pipeline::codec_math_names))
       ->capture_default_str();
   app.add_flag("--talker-graphs-at-start,!--talker-graphs-lazy", so.talker_graphs_at_start,
