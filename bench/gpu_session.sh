@@ -49,6 +49,10 @@
 #              server at c = 16 and 64 through loadgen-http (about 5 minutes, building included);
 #              MSTAR_DIAGNOSE_ARMS="c,lane[,math] ..." picks the loadgen arms, MSTAR_DIAGNOSE_WAVES (default 2) the
 #              waves of c requests each measures, MSTAR_DIAGNOSE_BESIDE=0 leaves the beside bench out
+#   codecwait  end to end (qwen3tts loadgen, the compare stage's checkpoint, c = 1, 16, 64): lane on and auto, with
+#              the codec's default wait on CUDA (8 windows, 10 ms) and without (--codec-min-batch 0), and one codec
+#              step for every width (--codec-batching all); MSTAR_CODECWAIT_ARMS ("flags|flags|...") and
+#              MSTAR_CODECWAIT_C choose others (about 3 minutes with the checkpoint)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #
@@ -540,6 +544,32 @@ stage_prefill() {
   done
 }
 
+# The codec's batching across time and the lane, end to end (see the list at the top).
+stage_codecwait() {
+  local d="$out/codecwait" ck=$compare_dir/ckpt06 arm i=0
+  mkdir -p "$d"
+  find_qwen3tts codecwait "$d" || return
+  mkdir -p "$compare_dir"
+  if [ ! -f "$ck/config.json" ]; then
+    SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
+      { tail -30 "$d/checkpoint.log"; summary+=("codecwait: writing the checkpoint failed (codecwait/checkpoint.log)")
+        return; }
+  fi
+  local spec=${MSTAR_CODECWAIT_ARMS:-"--lane on|--lane on --codec-min-batch 0|--lane auto|--lane auto --codec-min-batch 0|--lane on --codec-batching all|--lane on"}
+  local arms=()
+  IFS='|' read -r -a arms <<< "$spec"
+  for arm in "${arms[@]}"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # an arm is flags
+    timeout 150 "$q" loadgen --model "$ck" --device cuda --language english --voice ryan --text "$compare_text" \
+      --warmup 1 -c "${MSTAR_CODECWAIT_C:-1,16,64}" $arm > "$d/arm$i.log" 2>&1
+    echo "codecwait arm $i ($arm):"
+    grep -E '^\| mstar' "$d/arm$i.log"
+    summary+=("codecwait arm $i ($arm): $(grep -E '^\| mstar' "$d/arm$i.log" | awk -F'|' '{printf "c=%s %s; ", $4, $8}' |
+      tr -s ' ')")
+  done
+}
+
 # Where the time goes under load (see the list at the top); the checkpoint is the compare stage's.
 stage_diagnose() {
   local d="$out/diagnose" b=build-talker-gpu ck=$compare_dir/ckpt06 math
@@ -587,7 +617,7 @@ stage_diagnose() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | \
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | codecwait | \
       decode | prefill | large | persistent)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
