@@ -25,6 +25,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <mstar/backend/host.hpp>
@@ -38,6 +39,24 @@ namespace qwen3_tts::pipeline {
 
 // The codec maths a command line may name (codec_math_named in codec_cuda.hpp says what each is).
 inline const std::vector<std::string> codec_math_names = {"tf32", "cublas", "fp16", "double", "tf32-conv"};
+
+// The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while the
+// chain has work, a codec window waits until min_batch windows of its width are ready or it has waited max_wait;
+// with the chain idle it runs at once, and at a load whose windows come more than max_wait apart it never waits.
+// A CUDA codec step's cost is mostly fixed at a few rows, so fewer, fuller steps leave the chain more time.
+// min_batch 0 or 1: no wait.
+struct codec_wait_options {
+  std::uint32_t min_batch = 0;
+  std::chrono::microseconds max_wait{0};
+};
+
+// The wait a backend gets by default, for steps of at most max_batch rows: on CUDA 8 windows (or max_batch) and
+// 10 ms, measured faster end to end at c = 16 and 64 (docs/benchmarks.md); on the host none (a host codec step
+// costs in proportion to its rows, so a wait only delays audio).
+inline codec_wait_options codec_wait_default(bool cuda, std::uint32_t max_batch) {
+  if (!cuda || max_batch < 2) return {};
+  return {std::min<std::uint32_t>(8, max_batch), std::chrono::milliseconds(10)};
+}
 
 struct speech_service_options {
   mstar::lane_mode lane = mstar::lane_mode::on;
@@ -69,12 +88,8 @@ struct speech_service_options {
   // SMs the CUDA codec's kernels may occupy beside the Talker (speech_forward_options::codec_sms; 0: the whole
   // GPU). Through the service on an H100, 32 SMs lowered the audio throughput (docs/benchmarks.md), hence 0.
   int codec_sms = 0;
-  // The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while
-  // the chain has work, a codec window waits until codec_min_batch windows of its width are ready or it has
-  // waited codec_max_wait; with the chain idle it runs at once. A codec step's cost is mostly fixed at a few rows
-  // (a 1-row step about as long as a 16-row one), so fewer, fuller steps leave the chain more time. 0: no wait.
-  std::uint32_t codec_min_batch = 0;
-  std::chrono::microseconds codec_max_wait{0};
+  // The codec's batching across time (codec_wait_options); unset: the backend's (codec_wait_default).
+  std::optional<codec_wait_options> codec_wait;
   // One codec step per window width (speech_flow_options::codec_per_width; the worker's per_key batching), or one
   // step for the windows of every width (a CUDA graph's replay then pads every row to the widest window).
   bool codec_per_width = true;
@@ -144,8 +159,10 @@ public:
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());
     wo.nodes[Spec::codec_node].batch = o.codec_per_width ? mstar::batching::per_key : mstar::batching::every_key;
-    wo.nodes[Spec::codec_node].min_batch = o.codec_min_batch;
-    wo.nodes[Spec::codec_node].max_wait = o.codec_max_wait;
+    const codec_wait_options wait =
+        o.codec_wait ? *o.codec_wait : codec_wait_default(!std::is_same_v<Backend, mstar::host_backend>, o.max_batch);
+    wo.nodes[Spec::codec_node].min_batch = wait.min_batch;
+    wo.nodes[Spec::codec_node].max_wait = wait.max_wait;
     wo.trace_events = o.trace_events;
     worker_.emplace(engine_, flow_, wo);
     fwd_->install(*worker_);
