@@ -50,8 +50,8 @@
 #              MSTAR_DIAGNOSE_ARMS="c,lane[,math] ..." picks the loadgen arms, MSTAR_DIAGNOSE_WAVES (default 2) the
 #              waves of c requests each measures, MSTAR_DIAGNOSE_BESIDE=0 leaves the beside bench out
 #   codecwait  end to end (qwen3tts loadgen, the compare stage's checkpoint, c = 1, 16, 64): lane on and auto, with
-#              the codec's default wait on CUDA (8 windows, 10 ms) and without (--codec-min-batch 0), and one codec
-#              step for every width (--codec-batching all); MSTAR_CODECWAIT_ARMS ("flags|flags|...") and
+#              the codec's wait for rows (--codec-min-batch 8, 10 ms) and without, and one codec step for every
+#              width (--codec-batching all); MSTAR_CODECWAIT_ARMS ("flags|flags|...") and
 #              MSTAR_CODECWAIT_C choose others (about 3 minutes with the checkpoint)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
@@ -555,7 +555,7 @@ stage_codecwait() {
       { tail -30 "$d/checkpoint.log"; summary+=("codecwait: writing the checkpoint failed (codecwait/checkpoint.log)")
         return; }
   fi
-  local spec=${MSTAR_CODECWAIT_ARMS:-"--lane on|--lane on --codec-min-batch 0|--lane auto|--lane auto --codec-min-batch 0|--lane on --codec-batching all|--lane on"}
+  local spec=${MSTAR_CODECWAIT_ARMS:-"--lane on|--lane on --codec-min-batch 8|--lane auto|--lane auto --codec-min-batch 8|--lane on --codec-batching all --codec-min-batch 8|--lane on"}
   local arms=()
   IFS='|' read -r -a arms <<< "$spec"
   for arm in "${arms[@]}"; do

@@ -25,7 +25,6 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <mstar/backend/host.hpp>
@@ -43,20 +42,14 @@ inline const std::vector<std::string> codec_math_names = {"tf32", "cublas", "fp1
 // The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while the
 // chain has work, a codec window waits until min_batch windows of its width are ready or it has waited max_wait;
 // with the chain idle it runs at once, and at a load whose windows come more than max_wait apart it never waits.
-// A CUDA codec step's cost is mostly fixed at a few rows, so fewer, fuller steps leave the chain more time.
-// min_batch 0 or 1: no wait.
+// A CUDA codec step's cost is mostly fixed at a few rows, so fewer, fuller steps leave the chain more time; the
+// windows that wait come later, first windows included. min_batch 0 or 1 (the default): no wait. Measured on an
+// H100 (docs/benchmarks.md): 8 windows and 10 ms gave +7-16 % audio throughput at c = 16 and 64 with lane auto,
+// +1-6 % with lane on (the default), for about 10 ms more first audio at c = 16.
 struct codec_wait_options {
   std::uint32_t min_batch = 0;
-  std::chrono::microseconds max_wait{0};
+  std::chrono::microseconds max_wait{10000};
 };
-
-// The wait a backend gets by default, for steps of at most max_batch rows: on CUDA 8 windows (or max_batch) and
-// 10 ms, measured faster end to end at c = 16 and 64 (docs/benchmarks.md); on the host none (a host codec step
-// costs in proportion to its rows, so a wait only delays audio).
-inline codec_wait_options codec_wait_default(bool cuda, std::uint32_t max_batch) {
-  if (!cuda || max_batch < 2) return {};
-  return {std::min<std::uint32_t>(8, max_batch), std::chrono::milliseconds(10)};
-}
 
 struct speech_service_options {
   mstar::lane_mode lane = mstar::lane_mode::on;
@@ -88,8 +81,7 @@ struct speech_service_options {
   // SMs the CUDA codec's kernels may occupy beside the Talker (speech_forward_options::codec_sms; 0: the whole
   // GPU). Through the service on an H100, 32 SMs lowered the audio throughput (docs/benchmarks.md), hence 0.
   int codec_sms = 0;
-  // The codec's batching across time (codec_wait_options); unset: the backend's (codec_wait_default).
-  std::optional<codec_wait_options> codec_wait;
+  codec_wait_options codec_wait{}; // the codec's batching across time (none by default)
   // One codec step per window width (speech_flow_options::codec_per_width; the worker's per_key batching), or one
   // step for the windows of every width (a CUDA graph's replay then pads every row to the widest window).
   bool codec_per_width = true;
@@ -159,10 +151,8 @@ public:
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());
     wo.nodes[Spec::codec_node].batch = o.codec_per_width ? mstar::batching::per_key : mstar::batching::every_key;
-    const codec_wait_options wait =
-        o.codec_wait ? *o.codec_wait : codec_wait_default(!std::is_same_v<Backend, mstar::host_backend>, o.max_batch);
-    wo.nodes[Spec::codec_node].min_batch = wait.min_batch;
-    wo.nodes[Spec::codec_node].max_wait = wait.max_wait;
+    wo.nodes[Spec::codec_node].min_batch = o.codec_wait.min_batch;
+    wo.nodes[Spec::codec_node].max_wait = o.codec_wait.max_wait;
     wo.trace_events = o.trace_events;
     worker_.emplace(engine_, flow_, wo);
     fwd_->install(*worker_);

@@ -62,8 +62,8 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
   if (svc.on_cuda() && svc.options().codec_sms != defaults.codec_sms)
     row.system += "-codec" + std::to_string(svc.options().codec_sms) + "sm";
   if (!svc.options().codec_per_width) row.system += "-all";
-  if (const auto& w = svc.options().codec_wait)
-    row.system += "-cwait" + std::to_string(w->min_batch) + "x" + std::to_string(w->max_wait.count() / 1000) + "ms";
+  if (const auto& w = svc.options().codec_wait; w.min_batch > 1)
+    row.system += "-cwait" + std::to_string(w.min_batch) + "x" + std::to_string(w.max_wait.count() / 1000) + "ms";
   row.c = c;
   row.n = n;
   std::mutex lock;
@@ -149,8 +149,8 @@ int loadgen_main(int argc, char** argv) {
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
   add_cuda_flags(app, so);
-  codec_wait_flags codec_wait;
-  add_codec_wait_flags(app, so, codec_wait);
+  double codec_wait_ms = 0;
+  add_codec_wait_flags(app, so, codec_wait_ms);
   app.add_option("--window", window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   app.add_option("--seed", seed, "request i gets seed + i")->capture_default_str();
@@ -176,7 +176,7 @@ int loadgen_main(int argc, char** argv) {
     so.max_batch = max_batch ? std::min(max_batch, widest) : widest;
     so.device = device;
     so.ramp = window_ramp(window);
-    set_codec_wait(so, codec_wait);
+    set_codec_wait(so, codec_wait_ms);
     const int rate = codec.config().output_sample_rate;
     if (!trace_path.empty()) {
       if (lanes.size() != 1)

@@ -103,7 +103,7 @@ struct serve_options {
   std::string lane = "on", window = "1,2,4,8";
   pipeline::speech_service_options
       cuda; // add_cuda_flags' and add_codec_wait_flags' fields; service_options() starts from it
-  codec_wait_flags codec_wait;
+  double codec_wait_ms = 0;
 };
 
 // A 4xx/5xx answer: OpenAI's error object.
@@ -302,7 +302,7 @@ private:
     so.max_live = o_.max_live;
     so.max_batch = std::min(o_.max_batch, o_.max_live);
     so.ramp = window_ramp(o_.window);
-    set_codec_wait(so, o_.codec_wait);
+    set_codec_wait(so, o_.codec_wait_ms);
     if (o_.lane == "off")
       so.lane = mstar::lane_mode::off;
     else if (o_.lane == "auto")
@@ -677,7 +677,7 @@ int serve_main(int argc, char** argv) {
   app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
   add_cuda_flags(app, o.cuda);
-  add_codec_wait_flags(app, o.cuda, o.codec_wait);
+  add_codec_wait_flags(app, o.cuda, o.codec_wait_ms);
   CLI11_PARSE(app, argc, argv);
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a

@@ -43,39 +43,30 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
                "or on cuBLAS (--talker-no-gemv-tensor-cores)");
 }
 
-// --codec-min-batch and --codec-wait-ms: the codec's batching across time (speech_service_options::codec_wait),
-// on either backend, into `wait` until set_codec_wait; --codec-batching: one codec step per window width or one for
-// every width (codec_per_width). The worker refuses a minimum above --max-batch.
-struct codec_wait_flags {
-  int min_batch = -1;  // -1: not given
-  double wait_ms = -1; // -1: not given
-};
-
-inline void add_codec_wait_flags(CLI::App& app, pipeline::speech_service_options& so, codec_wait_flags& wait) {
+// --codec-batching: one codec step per window width or one for every width (speech_service_options::
+// codec_per_width); --codec-min-batch and --codec-wait-ms: the codec's batching across time (codec_wait), on either
+// backend, the wait in ms into wait_ms until set_codec_wait. The worker refuses a minimum above --max-batch.
+inline void add_codec_wait_flags(CLI::App& app, pipeline::speech_service_options& so, double& wait_ms) {
   app.add_option_function<std::string>(
          "--codec-batching", [&so](const std::string& v) { so.codec_per_width = v == "per-width"; },
          "per-width (one codec step per window width, the default) or all (one step for every width)")
       ->check(CLI::IsMember({"per-width", "all"}));
-  app.add_option("--codec-min-batch", wait.min_batch,
-                 "codec windows of one width a codec step waits for while the Talker has work (default: 8 on CUDA, "
-                 "none on the host; 0: never waits)")
-      ->check(CLI::Range(0, 4096));
-  app.add_option("--codec-wait-ms", wait.wait_ms,
-                 "the longest a ready codec window waits for --codec-min-batch (ms, up to 1000; default: 10)")
-      ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--codec-min-batch", so.codec_wait.min_batch,
+                 "codec windows of one width a codec step waits for while the Talker has work (0: it never waits)")
+      ->check(CLI::Range(0u, 4096u))
+      ->capture_default_str();
+  wait_ms = double(so.codec_wait.max_wait.count()) / 1000.0;
+  app.add_option("--codec-wait-ms", wait_ms, "the longest a ready codec window waits for --codec-min-batch (ms)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
 }
 
-// The flags given, into so.codec_wait (neither: the backend's default); a minimum with a wait of 0 is refused,
-// naming both flags.
-inline void set_codec_wait(pipeline::speech_service_options& so, const codec_wait_flags& f) {
-  if (f.min_batch < 0 && f.wait_ms < 0) return;
-  pipeline::codec_wait_options w;
-  w.min_batch = f.min_batch < 0 ? 8u : std::uint32_t(f.min_batch);
-  w.max_wait = std::chrono::microseconds(static_cast<std::int64_t>((f.wait_ms < 0 ? 10.0 : f.wait_ms) * 1000.0 + 0.5));
-  if (w.min_batch > 1 && w.max_wait.count() == 0)
-    throw std::invalid_argument("--codec-min-batch " + std::to_string(w.min_batch) +
+// --codec-wait-ms's wait into so.codec_wait; a minimum with a wait of 0 is refused, naming both flags.
+inline void set_codec_wait(pipeline::speech_service_options& so, double wait_ms) {
+  so.codec_wait.max_wait = std::chrono::microseconds(static_cast<std::int64_t>(wait_ms * 1000.0 + 0.5));
+  if (so.codec_wait.min_batch > 1 && so.codec_wait.max_wait.count() == 0)
+    throw std::invalid_argument("--codec-min-batch " + std::to_string(so.codec_wait.min_batch) +
                                 " needs --codec-wait-ms above 0 (how long a codec window may wait for the others)");
-  so.codec_wait = w;
 }
 
 // --window's widths ("1,2,4,8": frames, the last repeating) as the service's ramp.
