@@ -35,7 +35,7 @@ struct speech_run_options {
   std::uint32_t max_batch = 16;    // rows of a step
   std::uint32_t concurrency = 0;   // requests live at once (0: all of them)
   bool codec_graphs = false;       // speech_forward_options::codec_graphs (the CUDA codec's steps from graphs)
-  // The codec node's batching across time (speech_service_options::codec_min_batch, codec_max_wait).
+  // The codec node's batching across time (speech_service_options::codec_wait).
   std::uint32_t codec_min_batch = 0;
   std::chrono::microseconds codec_max_wait{0};
   // Cancel request id after it received this many audio chunks (0: before its first, at submit).

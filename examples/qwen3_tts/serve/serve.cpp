@@ -101,8 +101,8 @@ struct serve_options {
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
-  pipeline::speech_service_options
-      cuda; // add_cuda_flags' and add_codec_wait_flags' fields; service_options() starts from it
+  // add_cuda_flags' and add_codec_wait_flags' fields; service_options() starts from it
+  pipeline::speech_service_options cuda;
   double codec_wait_ms = 0;
 };
 

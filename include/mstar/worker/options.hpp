@@ -70,8 +70,8 @@ struct node_options {
   // by a refused step count as due. 0 or 1: no minimum (the default). A side node (a codec whose
   // step has a fixed cost of its own) waits the same way while the chain has work (a step in flight
   // or staged, a landing being routed, ready chain rows), and runs with what it has when the chain
-  // has none; a per_key node counts its ready rows of every key and forms its step from the first
-  // row's key.
+  // has none. A per_key node counts its ready rows key by key: a key with min_batch rows makes a step
+  // of that key, else the oldest row's wait makes one of the oldest row's key.
   std::uint32_t min_batch = 0;
   std::chrono::microseconds max_wait{0};
 };
