@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <set>
 #include <stdexcept>
@@ -187,6 +188,44 @@ TEST_CASE("ready_queues: a per_key node's step holds only its first row's key, t
   CHECK(indices_of(rec) == std::vector<std::uint32_t>{1, 3});
   REQUIRE(q.form(0, false, rec, env));
   CHECK(indices_of(rec) == std::vector<std::uint32_t>{2, 4});
+}
+
+TEST_CASE("ready_queues: a waiting per_key node counts its rows key by key: a key's min_batch rows make a step of "
+          "that key, the oldest row's wait one of the oldest row's key") {
+  std::array<mstar::node_options, nodes> o{};
+  for (auto& n : o) {
+    n.max_batch = 8;
+    n.batch = mstar::batching::per_key;
+    n.min_batch = 3;
+    n.max_wait = std::chrono::milliseconds(5);
+  }
+  queues q(o, 16, 8, 1000);
+  fake_env env;
+  // Rows 1 us apart: the node's mean gap falls below max_wait from its second row, so it waits.
+  mstar::metrics::nanos t = 1'000'000'000;
+  auto arrive = [&](std::uint32_t index, std::uint32_t key) {
+    mstar::metrics::nanos now = t;
+    q.arrive(row_of(index, 0, key), now);
+    t += 1000;
+  };
+  arrive(1, 1);
+  arrive(2, 8);
+  arrive(3, 8);
+  mstar::metrics::nanos now = t;
+  CHECK_FALSE(q.batch_due(0, now, env)); // three rows, but no key has three
+  CHECK(env.waits == 1);
+  arrive(4, 8);
+  now = t;
+  REQUIRE(q.batch_due(0, now, env));
+  auto rec = record();
+  REQUIRE(q.form(0, false, rec, env));
+  CHECK(indices_of(rec) == std::vector<std::uint32_t>{2, 3, 4}); // key 8's, though row 1 is older
+  now = t;
+  CHECK_FALSE(q.batch_due(0, now, env)); // row 1 alone, 3 us old
+  now = 1'000'000'000 + 5'000'000;       // row 1 has waited max_wait
+  REQUIRE(q.batch_due(0, now, env));
+  REQUIRE(q.form(0, false, rec, env));
+  CHECK(indices_of(rec) == std::vector<std::uint32_t>{1});
 }
 
 TEST_CASE("ready_queues: refused rows held come back in front of the queue, in their order, when released") {
