@@ -21,8 +21,12 @@ struct device_model {
   double prefill = 15.0;
   bool kinds = true; // feed the chain steps' kinds (false: every chain step of one kind)
   int decode_kinds = 1; // the decode chain steps take this many kinds in turn (1, 3, 4, ...)
+  // Side steps per chain step (with chain_per_side 1): a chain step overlaps the group of this many side steps
+  // before it, and is beside the lane when the last of them ran there; its slowdown is then the lane steps'
+  // together.
+  int sides_per_chain = 1;
   // What each arm costs the chain per side step.
-  double lane_cost() const { return chain_beside - chain_alone + host_lane; }
+  double lane_cost() const { return (chain_beside - chain_alone) / sides_per_chain + host_lane; }
   double chain_cost() const { return side_alone; }
   bool lane_better() const { return lane_cost() < chain_cost(); }
 };
@@ -45,6 +49,7 @@ double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, in
     const std::uint64_t turn = chain_steps++ % std::uint64_t(d.decode_kinds);
     return d.kinds ? (turn == 0 ? 1 : 2 + turn) : 0;
   };
+  double group_inline = 0; // sides_per_chain > 1: the group's side steps on the chain stream, ns
   for (int i = 0; i < decisions; ++i) {
     if (d.prefill_every != 0 && i % d.prefill_every == 0) {
       c.chain_step(d.prefill * 1e6, false, prefill_kind);
@@ -52,6 +57,22 @@ double simulate(mstar::lane_chooser& c, const device_model& d, int decisions, in
     }
     const bool lane = c.decide();
     if (i >= decisions - tail) lane_tail += lane;
+    if (d.sides_per_chain > 1) {
+      if (lane) {
+        c.side_host(d.host_lane * 1e6);
+        c.side_step(d.side_beside * 1e6);
+      } else {
+        c.side_step(d.side_alone * 1e6);
+        group_inline += d.side_alone * 1e6;
+      }
+      if (i % d.sides_per_chain == d.sides_per_chain - 1) {
+        const double t = (lane ? d.chain_beside : d.chain_alone) * 1e6;
+        c.chain_step(t, lane, decode_kind_next());
+        c.chain_gap(group_inline, t);
+        group_inline = 0;
+      }
+      continue;
+    }
     if (lane) {
       c.side_host(d.host_lane * 1e6);
       c.side_step(d.side_beside * 1e6);
@@ -132,6 +153,27 @@ TEST_CASE("LaneChooser.ends on the chain when the overlap costs more than the si
   REQUIRE_FALSE(gpu_bound.lane_better()); // 2.6 ms beside against 2.2 ms on the chain
   mstar::lane_chooser c;
   CHECK(simulate(c, gpu_bound, 3000, 1000) < 0.05);
+}
+
+TEST_CASE("LaneChooser.weighs a chain step's slowdown by the side steps it overlapped: with three codec steps a "
+          "decode step, the lane pays though one decode step slows by more than a codec step costs") {
+  // Costs of the real 0.6B model's order at c = 64 on an H100 (docs/benchmarks.md, "Where the end-to-end time went":
+  // a decode step 6.6 ms alone and 12.7 ms beside, a codec step 6.4 ms on the chain stream, 7.7 ms on the lane, and
+  // more codec steps than decode steps beside them), the slowdown made a little larger than a codec step's cost.
+  device_model real = costs(6.6, 13.2, 6.4, 7.7, 0.02, 1);
+  real.sides_per_chain = 3;
+  REQUIRE(real.lane_better()); // 6.6 / 3 + 0.02 ms against 6.4 ms a codec step
+  mstar::lane_chooser c;
+  CHECK(simulate(c, real, 3000, 1000) > 0.95);
+  CHECK(c.measurements().beside_per_side == doctest::Approx(1.0 / 3.0).epsilon(0.1));
+  // One codec step a decode step, the same costs: a decode step's slowdown is one codec step's alone, and the
+  // chain stream is the better arm.
+  device_model one = real;
+  one.sides_per_chain = 1;
+  REQUIRE_FALSE(one.lane_better()); // 6.62 ms against 6.4
+  mstar::lane_chooser d;
+  CHECK(simulate(d, one, 3000, 1000) < 0.05);
+  CHECK(d.measurements().beside_per_side == doctest::Approx(1.0).epsilon(0.1));
 }
 
 TEST_CASE("LaneChooser.moves to the lane when it becomes the better arm after a spell on the chain") {

@@ -12,6 +12,8 @@
 //                     over the whole span
 //   side_host_ns      host time the lane adds on the GPU thread per side step (its launch on the
 //                     lane: admit, plan, forward launch, commit; its landing poll is not timed)
+//   beside_per_side   chain steps that overlapped a lane step per side step run on the lane, over
+//                     about `window` chain steps (1 until both have been seen)
 //
 // Each side step's time goes to side_ns or side_lane_ns by where it ran: side_step(ns, on_lane), or
 // side_step(ns) for the side step of the last decide() (a worker has at most one side step in flight;
@@ -23,8 +25,9 @@
 //
 // The rule (beside_pays): on the chain stream, a side step delays the chain by the part of it that does
 // not fall into the chain's idle gaps, side_ns * (1 - gpu_idle_fraction). Beside it, it costs the chain
-// the slowdown it causes, chain_beside_ns - chain_alone_ns (the two compete for the device), plus the
-// host time the lane adds. The lane pays when the first exceeds the second by more than `margin` of
+// the slowdown it causes, (chain_beside_ns - chain_alone_ns) * beside_per_side (the two compete for the
+// device; a chain step's slowdown is shared by the side steps it overlapped, or one side step slows
+// several chain steps), plus the host time the lane adds. The lane pays when the first exceeds the second by more than `margin` of
 // side_ns. So a GPU-bound worker (no idle gaps, and a slowdown close to side_ns: nothing to overlap)
 // keeps the codec on the chain, and a worker with idle device time or a cheap overlap runs it beside.
 //
@@ -67,6 +70,7 @@ struct lane_measurements {
   std::uint64_t samples_side = 0;
   double side_lane_ns = 0;
   std::uint64_t samples_side_lane = 0;
+  double beside_per_side = 1.0;
 };
 
 struct lane_policy_options {
@@ -98,7 +102,7 @@ struct lane_policy_options {
 constexpr double beside_advantage(const lane_measurements& m) {
   const double idle = std::clamp(m.gpu_idle_fraction, 0.0, 1.0);
   const double inline_cost = m.side_ns * (1.0 - idle);
-  const double slowdown = std::max(0.0, m.chain_beside_ns - m.chain_alone_ns);
+  const double slowdown = std::max(0.0, m.chain_beside_ns - m.chain_alone_ns) * m.beside_per_side;
   const double beside_cost = slowdown + m.side_host_ns;
   return inline_cost - beside_cost;
 }
@@ -121,6 +125,12 @@ public:
     const double keep = 1.0 - 1.0 / double(o_.window);
     for (std::size_t i = 0; i < n_kinds_; ++i) // flushed to 0 before it gets subnormal (slow arithmetic)
       kinds_[i].recent_beside = kinds_[i].recent_beside > 1e-300 ? kinds_[i].recent_beside * keep : 0.0;
+    // Chain steps beside a lane step and side steps on the lane, both decayed per chain step: their ratio.
+    recent_beside_chain_ = recent_beside_chain_ > 1e-300 ? recent_beside_chain_ * keep : 0.0;
+    recent_lane_sides_ = recent_lane_sides_ > 1e-300 ? recent_lane_sides_ * keep : 0.0;
+    if (beside) recent_beside_chain_ += 1.0;
+    if (recent_beside_chain_ > 0.0 && recent_lane_sides_ > 0.0)
+      m_.beside_per_side = recent_beside_chain_ / recent_lane_sides_;
     if (beside) {
       k.recent_beside += 1.0;
       add(k.beside_ns, k.samples_beside, device_ns, boost(k.last_beside));
@@ -143,6 +153,7 @@ public:
   }
   void side_step(double device_ns, bool on_lane) {
     if (on_lane) {
+      recent_lane_sides_ += 1.0;
       add(m_.side_lane_ns, m_.samples_side_lane, device_ns, boost(last_side_lane_));
     } else {
       add(m_.side_ns, m_.samples_side, device_ns, boost(last_side_));
@@ -283,6 +294,7 @@ private:
   std::uint64_t since_explore_ = 0, explored_ = 0;
   std::uint64_t last_side_ = 0, last_side_lane_ = 0; // decisions_ at the last sample (see boost())
   double inline_since_chain_ = 0; // side steps on the chain stream since the last chain step's gap
+  double recent_beside_chain_ = 0, recent_lane_sides_ = 0; // m_.beside_per_side's terms (chain_step)
 };
 
 } // namespace mstar
