@@ -418,6 +418,7 @@ std::string arm_json(const arm_report& a) {
     << ", \"chain_alone_ms\": " << jnum(r.lane.chain_alone_ns / 1e6) << ", \"chain_beside_ms\": "
     << jnum(r.lane.chain_beside_ns / 1e6) << ", \"side_ms\": " << jnum(r.lane.side_ns / 1e6)
     << ", \"side_lane_ms\": " << jnum(r.lane.side_lane_ns / 1e6)
+    << ", \"beside_per_side\": " << jnum(r.lane.beside_per_side)
     << ", \"gpu_idle_fraction\": " << jnum(r.lane.gpu_idle_fraction) << "}";
   o << ", \"device\": ";
   if (a.dev.valid) {
