@@ -278,6 +278,18 @@ find_qwen3tts() {
   build_gpu "$stage" "$d" examples/qwen3tts || return 1
 }
 
+# The random-weight checkpoint of size $3 (0.6b, 1.7b) in folder $4, written by peers.sh where it is not there yet;
+# $1 names the stage and $2 its log folder. Fails, with a summary line, when writing it does.
+ensure_checkpoint() {
+  local stage=$1 d=$2 size=$3 ck=$4
+  mkdir -p "$compare_dir"
+  [ -f "$ck/config.json" ] && return 0
+  SIZE=$size FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint && return 0
+  tail -30 "$d/checkpoint.log"
+  summary+=("$stage: writing the checkpoint failed ($stage/checkpoint.log)")
+  return 1
+}
+
 # `qwen3tts serve` ($1) on a free port in the background with its output in $2.out/.err and the other arguments;
 # sets server_pid, and url to its address once it listens (empty when it never did).
 start_server() {
@@ -299,12 +311,7 @@ stage_compare() {
   local widest=${compare_c##*,}
   mkdir -p "$d"
   find_qwen3tts compare "$d" || return
-  mkdir -p "$compare_dir"
-  if [ ! -f "$ck/config.json" ]; then
-    SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
-      { tail -30 "$d/checkpoint.log"; summary+=("compare: writing the checkpoint failed (compare/checkpoint.log)")
-        return; }
-  fi
+  ensure_checkpoint compare "$d" 0.6b "$ck" || return
   local common=(--voice ryan --text "$compare_text")
   timeout 240 "$q" loadgen --model "$ck" --device cuda --language english "${common[@]}" -c "$compare_c" \
     --lane "${MSTAR_COMPARE_LANES:-off,on,auto}" --warmup 1 --json "$compare_dir/inproc.json" 2>&1 | tee "$d/inproc.log"
@@ -373,11 +380,7 @@ stage_large() {
   local d="$out/large" ck=$compare_dir/ckpt17
   mkdir -p "$d"
   find_qwen3tts large "$d" || return
-  if [ ! -f "$ck/config.json" ]; then
-    SIZE=1.7b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
-      { tail -30 "$d/checkpoint.log"; summary+=("large: writing the checkpoint failed (large/checkpoint.log)")
-        return; }
-  fi
+  ensure_checkpoint large "$d" 1.7b "$ck" || return
   timeout 200 "$q" loadgen --model "$ck" --device cuda --language english --voice ryan --text "$compare_text" \
     -c "${MSTAR_LARGE_C:-1,16,64}" --lane "${MSTAR_LARGE_LANES:-auto}" --warmup 1 --json "$d/inproc17.json" 2>&1 |
     tee "$d/inproc.log"
@@ -549,12 +552,7 @@ stage_codecwait() {
   local d="$out/codecwait" ck=$compare_dir/ckpt06 arm i=0
   mkdir -p "$d"
   find_qwen3tts codecwait "$d" || return
-  mkdir -p "$compare_dir"
-  if [ ! -f "$ck/config.json" ]; then
-    SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
-      { tail -30 "$d/checkpoint.log"; summary+=("codecwait: writing the checkpoint failed (codecwait/checkpoint.log)")
-        return; }
-  fi
+  ensure_checkpoint codecwait "$d" 0.6b "$ck" || return
   local spec=${MSTAR_CODECWAIT_ARMS:-"--lane on|--lane on --codec-min-batch 8|--lane auto|--lane auto --codec-min-batch 8|--lane on --codec-batching all --codec-min-batch 8|--lane on"}
   local arms=()
   IFS='|' read -r -a arms <<< "$spec"
@@ -583,12 +581,7 @@ stage_diagnose() {
       tee "$d/beside_$math.log"
     summarize "beside $math: " "$d/beside_$math.log"
   done
-  mkdir -p "$compare_dir"
-  if [ ! -f "$ck/config.json" ]; then
-    SIZE=0.6b FRAMES=$compare_frames CKPT=$ck OUT=$d bash bench/reference/peers.sh checkpoint ||
-      { tail -30 "$d/checkpoint.log"; summary+=("diagnose: writing the checkpoint failed (diagnose/checkpoint.log)")
-        return; }
-  fi
+  ensure_checkpoint diagnose "$d" 0.6b "$ck" || return
   local common=(--voice ryan --text "$compare_text") arm c lane extra
   for arm in ${MSTAR_DIAGNOSE_ARMS:-"1,on" "16,on" "64,on" "64,off" "64,on,tf32"}; do
     arm=${arm//,/ }
