@@ -50,6 +50,9 @@ constexpr float audio_tolerance = 1e-4f;
 constexpr float state_tolerance = 1e-4f; // relative to the segment's largest magnitude (at least 1)
 constexpr float cublas_split_tolerance = 1e-5f;
 constexpr int max_window = 24; // the fixtures' sequences have 7 and 23 frames
+// codec_cuda_limits::cutlass_min_tiles for the tiny fixtures: CUTLASS takes every convolution it can, however few
+// threadblocks it gives (by default a convolution needs one wave of the SMs, which no fixture's reaches).
+constexpr int every_shape = 0;
 constexpr codec_cuda_math maths[] = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
 
 // The same bits under double sums; within cublas_split_tolerance under cuBLAS (the bits' agreement printed).
@@ -308,7 +311,7 @@ void check_tensor_core_math(codec_cuda_math math, float bound) {
   const char* name = codec_math_label(math);
   for (const std::string fixture : {"tiny06", "tiny17"}) {
     const auto parts = load_parts(fixture);
-    codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+    codec_cuda gpu(parts.config, parts.weights, {1, max_window, 0, every_shape}, math);
     for (const std::string seq_name : {"short", "long"}) {
       const auto seq = load_sequence(fixture, seq_name);
       float scale = 1, worst = 0;
@@ -376,7 +379,7 @@ TEST_CASE("the CUDA codec streams every window ramp to the reference's whole-seq
     for (const std::string fixture : {"tiny06", "tiny17"}) {
       const auto parts = load_parts(fixture);
       const codec_decoder host(parts.config, parts.weights);
-      codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+      codec_cuda gpu(parts.config, parts.weights, {1, max_window, 0, every_shape}, math);
       for (const std::string name : {"short", "long"}) {
         const auto seq = load_sequence(fixture, name);
         REQUIRE(seq.audio.size() == std::size_t(seq.n) * gpu.samples_per_frame());
@@ -456,7 +459,7 @@ TEST_CASE("the CUDA codec in TF32 (and with CUTLASS's convolutions where built) 
   if (codec_cutlass_available()) tensor_maths.push_back(codec_cuda_math::cutlass_tf32);
   for (const auto math : tensor_maths) {
     CAPTURE(codec_math_label(math));
-    codec_cuda gpu(parts.config, parts.weights, {4, max_window}, math);
+    codec_cuda gpu(parts.config, parts.weights, {4, max_window, 0, every_shape}, math);
     for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph})
       for (const std::vector<int>& ramp : std::vector<std::vector<int>>{{1, 2, 4, 8}, {3, 5}}) {
         const auto audio = cuda_rows_together(gpu, seqs, ramp, launch);
@@ -534,7 +537,7 @@ TEST_CASE("on the CUDA codec every window split of a request gives the same bits
   const auto parts = load_parts("tiny06");
   const auto seq = load_sequence("tiny06", "long");
   for (const auto math : maths) {
-    codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+    codec_cuda gpu(parts.config, parts.weights, {1, max_window, 0, every_shape}, math);
     const auto whole = cuda_ramp(gpu, seq, std::vector<int>{seq.n});
     for (const auto& ramp : std::vector<std::vector<int>>{{1}, {1, 2, 4, 8}, {3, 5}, {4}, {5, 1}}) {
       CAPTURE(codec_math_label(math));
@@ -551,7 +554,7 @@ TEST_CASE("rows of one CUDA codec step with different widths each get the bits t
       CAPTURE(codec_math_label(math));
       CAPTURE(fixture);
       const auto parts = load_parts(fixture);
-      codec_cuda gpu(parts.config, parts.weights, {4, 8}, math);
+      codec_cuda gpu(parts.config, parts.weights, {4, 8, 0, every_shape}, math);
       const std::size_t spf = gpu.samples_per_frame(), state_floats = gpu.state_layout().total;
       // Three requests: the long sequence twice with different ramps, and the short one; per step each row
       // takes its next width, a finished row leaves the step.
@@ -596,7 +599,7 @@ TEST_CASE("the CUDA codec's state after each window is the host decoder's state 
     for (const std::string fixture : {"tiny06", "tiny17"}) {
       const auto parts = load_parts(fixture);
       const codec_decoder host(parts.config, parts.weights);
-      codec_cuda gpu(parts.config, parts.weights, {1, max_window}, math);
+      codec_cuda gpu(parts.config, parts.weights, {1, max_window, 0, every_shape}, math);
       REQUIRE(gpu.state_layout().total == host.state_layout().total);
       const auto seq = load_sequence(fixture, "long");
       const std::size_t spf = gpu.samples_per_frame();
@@ -687,7 +690,7 @@ TEST_CASE("a CUDA codec step replayed from its graph gives the bytes of audio an
       CAPTURE(fixture);
       const auto parts = load_parts(fixture);
       const auto seq = load_sequence(fixture, "long");
-      codec_cuda gpu(parts.config, parts.weights, {8, 8}, math);
+      codec_cuda gpu(parts.config, parts.weights, {8, 8, 0, every_shape}, math);
       std::set<std::pair<int, int>> keys; // (bucket, width)
       for (const auto& widths : shapes) {
         CAPTURE(widths);
@@ -717,7 +720,7 @@ TEST_CASE("one CUDA codec graph serves rows whose slots change between replays, 
     CAPTURE(codec_math_label(math));
     const auto parts = load_parts("tiny06");
     const auto seq = load_sequence("tiny06", "long");
-    codec_cuda gpu(parts.config, parts.weights, {4, 2}, math);
+    codec_cuda gpu(parts.config, parts.weights, {4, 2, 0, every_shape}, math);
     check_moving_slots(gpu, seq, schedule, replayed_launch(math));
   }
 }
@@ -764,6 +767,31 @@ TEST_CASE("at the released size CUTLASS's TF32 convolutions keep the audio as cl
   }
 }
 
+TEST_CASE("at the released size CUTLASS's TF32 convolutions leave a convolution of less than a wave of threadblocks to "
+          "cuBLAS TF32 (its bytes at one row of one frame), and take it with cutlass_min_tiles 0" *
+          doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // One row of one frame: the widest convolution (the last block's, 96 channels over 1,920 positions) is 15 tiles of
+  // CUTLASS's 128 positions, under any GPU's wave, so by default every convolution takes the im2col and the bytes are
+  // cuBLAS TF32's. With cutlass_min_tiles 0 the same step runs CUTLASS's convolutions: other bytes, as close.
+  constexpr int width = 1;
+  const released_codec released(width);
+  codec_cuda tf32(released.config, released.weights, {1, width}, codec_cuda_math::cublas_tf32);
+  codec_cuda by_default(released.config, released.weights, {1, width}, codec_cuda_math::cutlass_tf32);
+  codec_cuda every(released.config, released.weights, {1, width, 0, every_shape}, codec_cuda_math::cutlass_tf32);
+  CHECK_THROWS_WITH_AS(codec_cuda(released.config, released.weights, {1, width, 0, -2}, codec_cuda_math::cutlass_tf32),
+                       doctest::Contains("cutlass_min_tiles -2"), std::invalid_argument);
+  for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+    CAPTURE(launch_name(launch));
+    const auto expected = released.decode(tf32, 1, launch);
+    CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
+    CHECK(same_bytes(released.decode(by_default, 1, launch), expected));
+    const auto forced = released.decode(every, 1, launch);
+    const float between = max_abs_error(forced, expected);
+    CHECK(between > 0.0f);
+    CHECK(between <= 1e-2f * std::max(peak(expected), 1e-3f));
+  }
+}
+
 TEST_CASE(
     "under CUTLASS's TF32 convolutions a step of rows of different widths takes cuBLAS TF32's path, to its bytes" *
     doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
@@ -773,7 +801,7 @@ TEST_CASE(
   for (const std::string fixture : {"tiny06", "tiny17"}) {
     const auto parts = load_parts(fixture);
     const auto seq = load_sequence(fixture, "long");
-    codec_cuda conv(parts.config, parts.weights, {8, 8}, codec_cuda_math::cutlass_tf32);
+    codec_cuda conv(parts.config, parts.weights, {8, 8, 0, every_shape}, codec_cuda_math::cutlass_tf32);
     codec_cuda tf32(parts.config, parts.weights, {8, 8}, codec_cuda_math::cublas_tf32);
     for (const auto& widths : shapes)
       for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
@@ -805,7 +833,7 @@ TEST_CASE("under CUTLASS's TF32 convolutions a graph replay gives the bytes of t
     CAPTURE(fixture);
     const auto parts = load_parts(fixture);
     const auto seq = load_sequence(fixture, "long");
-    codec_cuda gpu(parts.config, parts.weights, {8, 8}, codec_cuda_math::cutlass_tf32);
+    codec_cuda gpu(parts.config, parts.weights, {8, 8, 0, every_shape}, codec_cuda_math::cutlass_tf32);
     std::set<std::tuple<int, int, bool>> keys; // (bucket, width, one width)
     for (const auto& widths : shapes) {
       CAPTURE(widths);
@@ -821,7 +849,7 @@ TEST_CASE("under CUTLASS's TF32 convolutions a graph replay gives the bytes of t
       {{0, 2}, {1, 2}, {2, 2}}, {{2, 2}, {3, 2}, {0, 2}}, {{1, 2}, {0, 2}, {3, 2}}, {{3, 2}, {2, 2}, {1, 2}}};
   const auto parts = load_parts("tiny06");
   const auto seq = load_sequence("tiny06", "long");
-  codec_cuda gpu(parts.config, parts.weights, {4, 2}, codec_cuda_math::cutlass_tf32);
+  codec_cuda gpu(parts.config, parts.weights, {4, 2, 0, every_shape}, codec_cuda_math::cutlass_tf32);
   check_moving_slots(gpu, seq, schedule, codec_cuda_launch::bucketed);
 }
 

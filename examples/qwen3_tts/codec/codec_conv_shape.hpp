@@ -40,4 +40,17 @@ constexpr conv_tile tile_for(int out) {
   return pad64 < pad128 ? conv_tile::n64 : conv_tile::n128;
 }
 
+// The output positions a CUTLASS tile covers (its M: codec_cuda_conv.cu's threadblock shapes).
+inline constexpr int tile_positions = 128;
+
+// Threadblocks CUTLASS launches for the shape: its output positions over tile_positions, times its output channels
+// over the tile's (tile_for). The kernels do not split the sums over the inputs, so a shape of few tiles leaves most
+// SMs idle on long sums where cuBLAS's products would split them: cutlass_tf32 takes a convolution only from a
+// least tile count (codec_cuda_limits::cutlass_min_tiles).
+constexpr long long tiles(const conv_shape& s) {
+  const long long positions = static_cast<long long>(s.rows) * s.width;
+  const int n = tile_for(s.out) == conv_tile::n64 ? 64 : 128;
+  return (positions + tile_positions - 1) / tile_positions * ((s.out + n - 1) / n);
+}
+
 } // namespace qwen3_tts::implicit_conv

@@ -168,6 +168,7 @@ struct codec_cuda::state {
   // cublas_fp16: every product's weights also in fp16 (uploaded with the float32 ones), and its input rounded to
   // fp16 on the way through the im2col (col16, in place of col).
   bool fp16 = false;
+  long long cutlass_min_tiles = 0; // codec_cuda_limits::cutlass_min_tiles, -1 resolved to an SM count
   __half* col16 = nullptr;
   std::size_t col16_elements = 0;
   // Set to 1 by the fp16 conversion when a value it met was beyond fp16's range or not finite: host memory mapped
@@ -375,6 +376,9 @@ void check_limits(const codec_config& c, const codec_cuda_limits& l) {
   if (l.sm_count < 0)
     throw std::invalid_argument("qwen3_tts CUDA codec: sm_count " + std::to_string(l.sm_count) +
                                 " is negative; give 0 (the whole GPU) or the SMs its kernels may occupy");
+  if (l.cutlass_min_tiles < -1)
+    throw std::invalid_argument("qwen3_tts CUDA codec: cutlass_min_tiles " + std::to_string(l.cutlass_min_tiles) +
+                                " is below -1; give -1 (one wave of the codec's SMs), 0 (every shape) or a count");
   // The GEMMs put 64 output positions in a tile and the tiles of a step on gridDim.y (at most 65535).
   const std::size_t samples = std::size_t(l.max_rows) * std::size_t(l.max_window) * std::size_t(c.samples_per_frame());
   if (samples > std::size_t(65535) * 64)
@@ -526,7 +530,16 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
     CODEC_CHECK(cublasSetMathMode(st.blas, tf32_products(math) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    if (math == codec_cuda_math::cutlass_tf32) implicit_conv::prepare();
+    if (math == codec_cuda_math::cutlass_tf32) {
+      implicit_conv::prepare();
+      int sms = st.partition ? st.partition->sms() : 0;
+      if (sms == 0) {
+        int device = 0;
+        CODEC_CHECK(cudaGetDevice(&device));
+        CODEC_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      }
+      st.cutlass_min_tiles = limits.cutlass_min_tiles >= 0 ? limits.cutlass_min_tiles : sms;
+    }
     void* workspace = st.alloc<unsigned char>(cublas_workspace_bytes);
     CODEC_CHECK(cublasSetStream(st.blas, stream_)); // first: it resets the workspace
     CODEC_CHECK(cublasSetWorkspace(st.blas, workspace, cublas_workspace_bytes));
@@ -797,9 +810,9 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   };
 
   // cutlass_tf32: the convolution over the extended input w.ext as CUTLASS's implicit GEMM (codec_cuda_conv.hpp),
-  // where its epilogue is the bias alone, the step's rows are of one width and CUTLASS takes the shape; false, with
-  // nothing enqueued, otherwise (matmul's im2col then). refusal() is host arithmetic, the same at a graph's capture as
-  // at the eager step before it.
+  // where its epilogue is the bias alone, the step's rows are of one width, CUTLASS takes the shape and it gives at
+  // least cutlass_min_tiles threadblocks; false, with nothing enqueued, otherwise (matmul's im2col then). refusal()
+  // and tiles() are host arithmetic, the same at a graph's capture as at the eager step before it.
   auto cutlass_conv = [&](const dev_conv& cv, int level, float* y, const k::epilogue& ep) {
     if (math_ != codec_cuda_math::cutlass_tf32 || ep.bias == nullptr || ep.scale != nullptr || ep.accumulate)
       return false;
@@ -810,7 +823,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
                                           .out = cv.out,
                                           .taps = cv.taps,
                                           .dilation = cv.dilation};
-    if (implicit_conv::refusal(shape) != nullptr) return false;
+    if (implicit_conv::tiles(shape) < w.cutlass_min_tiles || implicit_conv::refusal(shape) != nullptr) return false;
     if (std::size_t(shape.rows) * shape.width != std::size_t(T) * level ||
         std::size_t(shape.rows) * (shape.context + shape.width) * cv.in > w.ext_floats)
       throw std::logic_error("qwen3_tts CUDA codec: a step of " + std::to_string(shape.rows) + " equal rows of " +

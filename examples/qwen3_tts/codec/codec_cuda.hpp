@@ -103,6 +103,11 @@ struct codec_cuda_limits {
   // this many SMs (a green context; sm_partition.hpp), so beside another stream its grids leave the other SMs
   // free. The same bits either way under double_sums.
   int sm_count = 0;
+  // Under codec_cuda_math::cutlass_tf32, the least threadblocks (implicit_conv::tiles) a convolution must give CUTLASS
+  // to run there rather than on the im2col and cuBLAS, whose products split long sums where CUTLASS's kernels do
+  // not: -1, the SMs the codec may occupy (one full wave: sm_count, else the device's); 0, every shape CUTLASS takes
+  // (the tests' tiny checkpoints, so that CUTLASS runs there).
+  int cutlass_min_tiles = -1;
 };
 
 class codec_cuda {

@@ -11,10 +11,12 @@
 // frames: there the graph's replay also computes the padding.
 //
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
-//                        [--math all|double,cublas,tf32,fp16,tf32-conv] [--profile]
+//                        [--math all|double,cublas,tf32,fp16,tf32-conv] [--cutlass-min-tiles N] [--profile]
 //
 // --math: the maths to time, a comma list of codec_math_named's names (default all five; tf32-conv only where the
-// build has CUTLASS, else it is left out with a line saying so; named, it fails there). --profile: for each
+// build has CUTLASS, else it is left out with a line saying so; named, it fails there). --cutlass-min-tiles N:
+// codec_cuda_limits::cutlass_min_tiles for tf32-conv (default -1, one wave of the SMs; 0, every shape CUTLASS takes),
+// named in its rows' math as "/tN". --profile: for each
 // case, one eager step between cudaProfilerStart and cudaProfilerStop (after one step outside it) and nothing
 // timed (the mixed widths left out), for a kernel profiler started with profiling off (ncu --profile-from-start off;
 // bench/gpu_session.sh stage codec_profile).
@@ -43,7 +45,7 @@ using bench::int_list;
 
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 5, 8, 32, 40, 64}, widths = {1, 8};
-  int iters = 5;
+  int iters = 5, cutlass_min_tiles = -1;
   bool profile = false;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
                                         codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16};
@@ -64,6 +66,8 @@ int main(int argc, char** argv) try {
       widths = int_list(argv[++i]);
     else if (a == "--iters")
       iters = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--cutlass-min-tiles")
+      cutlass_min_tiles = std::atoi(argv[++i]);
     else if (a == "--math") {
       const std::string m = argv[++i];
       if (m != "all") {
@@ -76,7 +80,8 @@ int main(int argc, char** argv) try {
         }
       }
     } else
-      throw std::invalid_argument("unknown option " + a + " (--rows, --widths, --iters, --math, --profile)");
+      throw std::invalid_argument("unknown option " + a +
+                                  " (--rows, --widths, --iters, --math, --cutlass-min-tiles, --profile)");
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -102,8 +107,12 @@ int main(int argc, char** argv) try {
   std::vector<int> cases = widths;
   if (!profile) cases.push_back(0);
   for (const auto math : maths) {
-    codec_cuda gpu(config, weights, {max_rows, max_window}, math);
-    const char* math_name = codec_math_label(math);
+    codec_cuda gpu(config, weights, {max_rows, max_window, 0, cutlass_min_tiles}, math);
+    const std::string math_label =
+        std::string(codec_math_label(math)) +
+        (math == codec_cuda_math::cutlass_tf32 && cutlass_min_tiles >= 0 ? "/t" + std::to_string(cutlass_min_tiles)
+                                                                         : "");
+    const char* math_name = math_label.c_str();
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,

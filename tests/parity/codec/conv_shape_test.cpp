@@ -94,3 +94,20 @@ TEST_CASE("CUTLASS's tile over the output channels is the one that pads the last
   CHECK(tile_for(24) == conv_tile::n64);
   CHECK(tile_for(8) == conv_tile::n64);
 }
+
+TEST_CASE("a convolution's CUTLASS threadblocks: its positions over 128 times its output channels over the tile's") {
+  using implicit_conv::tiles;
+  const codec_config c = released_codec_config();
+  const int last = c.block_out_dim(c.upsample_rates.size() - 1); // 96 channels: one tile of 128 (a tie keeps 128)
+  // One row of one frame at the last level: 1,920 positions, 15 tiles; the widest convolution at that step, under
+  // any GPU's wave of SMs (so the codec leaves every convolution of it to cuBLAS by default).
+  CHECK(tiles({1, c.samples_per_frame(), 6, last, last, 7, 1}) == 15);
+  // 8 rows of 4 frames: 61,440 positions, 480 tiles.
+  CHECK(tiles(step_of(last, last, 7, 1, c.samples_per_frame())) == 480);
+  // pre_conv at 8 rows of 4 frames: 32 positions (one tile of 128) x 1,024 channels (8 tiles of 128).
+  CHECK(tiles(step_of(c.codebook_dim, c.latent_dim, 3, 1, 1)) == 8);
+  // 192 channels take tiles of 64: three of them; 129 positions take two of 128.
+  CHECK(tiles({1, 129, 6, 192, 192, 7, 1}) == 6);
+  // Past 2^31 positions x tiles the count does not wrap.
+  CHECK(tiles({65535, 65535, 6, 1024, 1024, 7, 1}) == (65535LL * 65535 + 127) / 128 * 8);
+}
