@@ -37,7 +37,8 @@
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the defaults (the small-rows GEMV on
 #              the tensor cores from 2 to 16 rows), on the tensor cores up to 32 rows (--gemv-rows 32), with the
 #              CUDA-core GEMV up to 8 rows and with cuBLAS only (--gemv-tensor-cores 0, --gemv-rows 8 and 0), and at
-#              1 and 2 rows with the norms in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 4 minutes)
+#              1 and 2 rows with the norms in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 4 minutes);
+#              MSTAR_DECODE_SIZES, _ROWS and _ARMS (of default, tc32, cuda8, cublas; default all) pick fewer
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
 #              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
 #              those rows, each greedy and sampled, each with ordinary and programmatic dependent launches
@@ -504,12 +505,14 @@ stage_decode() {
   mkdir -p "$d"
   build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
   # The default (1 row on the CUDA-core small_gemv, 2-16 on the tensor cores, cuBLAS beyond), the tensor cores up to
-  # 32 rows, the CUDA-core kernel up to 8 rows, and cuBLAS everywhere.
+  # 32 rows, the CUDA-core kernel up to 8 rows, and cuBLAS everywhere; MSTAR_DECODE_ARMS names some of them
+  # ("default tc32").
   local arms=("default:" "tc32:--gemv-rows 32" "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0")
   local arm name
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
     for arm in "${arms[@]}"; do
       name=${arm%%:*}
+      [ -n "${MSTAR_DECODE_ARMS:-}" ] && [[ " $MSTAR_DECODE_ARMS " != *" $name "* ]] && continue
       # shellcheck disable=SC2086 # the arm's flags are words
       talker_bench "$d/bench_${size}_$name.log" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,2,4,8,16,32,64,128}" \
         --iters 50 ${arm#*:}
