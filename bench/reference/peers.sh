@@ -7,8 +7,8 @@
 #   wheels      here, with pip's registry: fills .whl/ (the pinned reference, as bench/gpu_session.sh does) and
 #               .whl/faster/ (faster-qwen3-tts and what it lacks on the GPU machine); carry .whl
 #   checkpoint  bench/reference/write_checkpoint.py into $CKPT (about 1 minute for 0.6B)
-#   reference   bench/reference/reference_load.py at c = 1, 4, 16, 64, REF_N requests each (default 4,8,32,128;
-#               about 3 minutes for 0.6B at 48 frames)
+#   reference   bench/reference/reference_load.py at c = 1, 4, 16, 64 (REF_C), REF_N requests each (default
+#               4,8,32,128; about 3 minutes for 0.6B at 48 frames)
 #   faster      bench/reference/faster_load.py at c = 1, not streaming and streaming (about 1 minute)
 #
 #   SIZE=0.6b FRAMES=48 CKPT=/tmp/ck06 bash bench/reference/peers.sh checkpoint reference faster
@@ -48,7 +48,7 @@ stage_checkpoint() {
 stage_reference() {
   install .whl /tmp/site || return 1
   env PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 500 python3 bench/reference/reference_load.py --model "$ckpt" \
-    -c 1,4,16,64 -n "${REF_N:-4,8,32,128}" --text "$text" --voice ryan --language english --frames "$frames" \
+    -c "${REF_C:-1,4,16,64}" -n "${REF_N:-4,8,32,128}" --text "$text" --voice ryan --language english --frames "$frames" \
     --json "$out/reference.json" 2>&1 | grep -v pad_token_id > "$out/reference.log"
   grep -E '^(c=|\||reference_load)' "$out/reference.log" || tail -20 "$out/reference.log"
 }
