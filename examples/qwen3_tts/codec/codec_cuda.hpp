@@ -49,8 +49,12 @@ struct row_table;
 // (codec_cutlass_available).
 enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16, cutlass_tf32 };
 
-// The codec math a command line or speech_service_options names: cublas, tf32, fp16, double or tf32-conv.
+bool codec_cutlass_available();
+
+// The codec math a command line or speech_service_options names: cublas, tf32, fp16, double, tf32-conv, or auto
+// (tf32-conv where this build has CUTLASS, else tf32).
 inline codec_cuda_math codec_math_named(const std::string& name) {
+  if (name == "auto") return codec_cutlass_available() ? codec_cuda_math::cutlass_tf32 : codec_cuda_math::cublas_tf32;
   if (name == "cublas") return codec_cuda_math::cublas_f32;
   if (name == "tf32") return codec_cuda_math::cublas_tf32;
   if (name == "fp16") return codec_cuda_math::cublas_fp16;
@@ -58,8 +62,8 @@ inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "tf32-conv") return codec_cuda_math::cutlass_tf32;
   throw std::invalid_argument("codec math \"" + name +
                               "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32), fp16 "
-                              "(cuBLAS over fp16 operands), double (double sums) or tf32-conv (tf32 with CUTLASS's "
-                              "TF32 convolutions)");
+                              "(cuBLAS over fp16 operands), double (double sums), tf32-conv (tf32 with CUTLASS's "
+                              "TF32 convolutions) or auto (tf32-conv where the build has CUTLASS, else tf32)");
 }
 
 // What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuBLAS fp16",

@@ -37,7 +37,7 @@
 namespace qwen3_tts::pipeline {
 
 // The codec maths a command line may name (codec_math_named in codec_cuda.hpp says what each is).
-inline const std::vector<std::string> codec_math_names = {"tf32", "cublas", "fp16", "double", "tf32-conv"};
+inline const std::vector<std::string> codec_math_names = {"auto", "tf32", "cublas", "fp16", "double", "tf32-conv"};
 
 // The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while the
 // chain has work, a codec window waits until min_batch windows of its width are ready or it has waited max_wait;
@@ -65,10 +65,11 @@ struct speech_service_options {
   std::string device = "auto";
   // The CUDA codec: its steps replayed from CUDA graphs (speech_forward_options::codec_graphs; a service batches
   // one window width a step, so a replay pads rows to their bucket only) and its sums in TF32 (cublas: float32,
-  // tf32, fp16, double, tf32-conv: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the fixtures).
-  // Both measured faster through the engine than eager float32 (docs/benchmarks.md); run_speech keeps float32 eager.
+  // tf32, fp16, double, tf32-conv: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the fixtures),
+  // with CUTLASS's convolutions where the build has CUTLASS (auto: tf32-conv, else tf32). Each measured faster
+  // through the engine than what it replaced (docs/benchmarks.md); run_speech keeps float32 eager.
   bool codec_graphs = true;
-  std::string codec_math = "tf32"; // one of codec_math_names
+  std::string codec_math = "auto"; // one of codec_math_names
   // The CUDA Talker's decode-step graphs for every row count captured when the service starts
   // (speech_forward_options::talker_graphs_at_start), not when a row count first comes to a step: measured
   // faster under load (docs/benchmarks.md), for a second or two more at start.
