@@ -864,3 +864,9 @@ TEST_CASE("a CUDA codec asked for CUTLASS's TF32 convolutions in a build without
                        doctest::Contains("CUTLASS, which was not found at build time: run scripts/setup.sh"),
                        std::invalid_argument);
 }
+
+TEST_CASE("codec math auto (the speech service's default) is tf32-conv where the build has CUTLASS, else tf32") {
+  CHECK(codec_math_named("auto") ==
+        (codec_cutlass_available() ? codec_cuda_math::cutlass_tf32 : codec_cuda_math::cublas_tf32));
+  CHECK_THROWS_WITH_AS(codec_math_named("tf64"), doctest::Contains("auto (tf32-conv where"), std::invalid_argument);
+}
