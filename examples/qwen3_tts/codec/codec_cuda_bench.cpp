@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -106,20 +107,30 @@ int main(int argc, char** argv) try {
   // width 0 stands for the mixed step: row r takes 1, 2, 4, 8 frames by r % 4.
   std::vector<int> cases = widths;
   if (!profile) cases.push_back(0);
+  // Every math's decoder first, then each case timed under each math in turn, so that the maths of a case are
+  // measured side by side (a math measured whole before the others ran 6-9 % faster at one row in one run, whichever
+  // it was: docs/benchmarks.md).
+  std::vector<std::unique_ptr<codec_cuda>> gpus;
+  std::vector<std::string> labels;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   for (const auto math : maths) {
-    codec_cuda gpu(config, weights, {max_rows, max_window, 0, cutlass_min_tiles}, math);
-    const std::string math_label =
-        std::string(codec_math_label(math)) +
-        (math == codec_cuda_math::cutlass_tf32 && cutlass_min_tiles >= 0 ? "/t" + std::to_string(cutlass_min_tiles)
-                                                                         : "");
-    const char* math_name = math_label.c_str();
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name, math_name,
-                double(gpu.weight_bytes()) / 1e6, double(gpu.scratch_bytes()) / 1e6,
+    gpus.push_back(std::make_unique<codec_cuda>(config, weights,
+                                                codec_cuda_limits{max_rows, max_window, 0, cutlass_min_tiles}, math));
+    labels.push_back(std::string(codec_math_label(math)) +
+                     (math == codec_cuda_math::cutlass_tf32 && cutlass_min_tiles >= 0
+                          ? "/t" + std::to_string(cutlass_min_tiles)
+                          : ""));
+    const codec_cuda& gpu = *gpus.back();
+    std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name,
+                labels.back().c_str(), double(gpu.weight_bytes()) / 1e6, double(gpu.scratch_bytes()) / 1e6,
                 double(gpu.state_layout().bytes()) / 1e6);
-    for (int rows : rows_list)
-      for (int width : cases) {
+  }
+  for (int rows : rows_list)
+    for (int width : cases)
+      for (std::size_t m = 0; m < gpus.size(); ++m) {
+        codec_cuda& gpu = *gpus[m];
+        const char* math_name = labels[m].c_str();
         check(cudaMemset(states, 0, std::size_t(rows) * state_floats * sizeof(float)), "cudaMemset states");
         std::vector<codec_cuda::row> step;
         std::size_t frames = 0;
@@ -169,7 +180,6 @@ int main(int argc, char** argv) try {
                     eager_ms / graph_ms, eager_ms / 1e3 / audio_s, graph_ms / 1e3 / audio_s, frames,
                     gpu.bucket_of(rows), widest, gpu.graphs() > graphs_before ? "with capture " : "", first_ms);
       }
-  }
   cudaFree(states);
   cudaFree(audio);
   return 0;
