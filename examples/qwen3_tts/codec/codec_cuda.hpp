@@ -49,6 +49,8 @@ struct row_table;
 // (codec_cutlass_available).
 enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16, cutlass_tf32 };
 
+// Whether this build has CUTLASS, which codec_cuda_math::cutlass_tf32 needs (scripts/cutlass.sh fetches it; without
+// it, a codec_cuda of that math refuses to be built).
 bool codec_cutlass_available();
 
 // The codec math a command line or speech_service_options names: cublas, tf32, fp16, double, tf32-conv, or auto
@@ -78,10 +80,6 @@ inline const char* codec_math_label(codec_cuda_math m) {
   }
   return "?";
 }
-
-// Whether this build has CUTLASS, which codec_cuda_math::cutlass_tf32 needs (scripts/cutlass.sh fetches it; without
-// it, a codec_cuda of that math refuses to be built).
-bool codec_cutlass_available();
 
 // How a step's launches reach the stream.
 //   eager     every launch enqueued for the step's own rows and frames.
