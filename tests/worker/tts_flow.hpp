@@ -273,6 +273,19 @@ struct tts_flow_predicting : tts_flow {
 static_assert(!mstar::predicts_continuation<tts_flow>);
 static_assert(mstar::predicts_continuation<tts_flow_predicting>);
 
+// The same flow with the optional urgent() hook: a request's first codec window never waits for the codec's
+// batch (the speech example's rule); `urgent_rows` counts the rows it called urgent (the GPU thread).
+struct tts_flow_urgent : tts_flow {
+  bool urgent(std::uint8_t node, const tts_payload& p) const {
+    const bool first = node == codec_node && p.first == 0;
+    if (first) urgent_rows.fetch_add(1, std::memory_order_relaxed);
+    return first;
+  }
+  mutable std::atomic<std::uint64_t> urgent_rows{0};
+};
+static_assert(!mstar::flow_urgent_hook<tts_flow>);
+static_assert(mstar::flow_urgent_hook<tts_flow_urgent>);
+
 // A flow whose batch_key (GPU thread, outside any step) throws once armed: a fatal error for the
 // worker (the codec must batch per_key for the hook to be read).
 struct throwing_key_flow : tts_flow {

@@ -22,6 +22,7 @@ using inbox = mstar::detail::client_inbox<std::string>;
 
 struct payload {
   std::uint32_t key = 0;
+  bool urgent = false;
 };
 constexpr std::size_t nodes = 2;
 using queues = mstar::detail::ready_queues<payload, nodes>;
@@ -36,6 +37,16 @@ struct fake_env {
   int waits = 0;
   bool cancelled(const mstar::row& r) const { return cancelled_indices.count(r.request.index) > 0; }
   void drop(const ready_row& rr) { dropped.push_back(rr.r.request.index); }
+  std::uint32_t batch_key(std::uint8_t, const payload& p) const { return p.key; }
+  bool urgent(std::uint8_t, const payload& p) const { return p.urgent; }
+  void batch_waited() { ++waits; }
+};
+
+// The same without urgent(): an environment whose flow has no urgent hook.
+struct env_without_urgent {
+  int waits = 0;
+  bool cancelled(const mstar::row&) const { return false; }
+  void drop(const ready_row&) {}
   std::uint32_t batch_key(std::uint8_t, const payload& p) const { return p.key; }
   void batch_waited() { ++waits; }
 };
@@ -226,6 +237,58 @@ TEST_CASE("ready_queues: a waiting per_key node counts its rows key by key: a ke
   REQUIRE(q.batch_due(0, now, env));
   REQUIRE(q.form(0, false, rec, env));
   CHECK(indices_of(rec) == std::vector<std::uint32_t>{1});
+}
+
+TEST_CASE("ready_queues: an urgent row makes its waiting node's step at once, of its key, which the key's other "
+          "rows join; an environment without urgent() waits as before") {
+  std::array<mstar::node_options, nodes> o{};
+  for (const auto batch : {mstar::batching::per_key, mstar::batching::every_key}) {
+    const bool keyed = batch == mstar::batching::per_key;
+    INFO(std::string(keyed ? "per_key" : "every_key"));
+    for (auto& n : o) {
+      n.max_batch = 8;
+      n.batch = batch;
+      n.min_batch = keyed ? 3 : 4; // the three rows below fill no batch: per key two and one, in all three
+      n.max_wait = std::chrono::milliseconds(5);
+    }
+    queues q(o, 16, 8, 1000), plain(o, 16, 8, 1000);
+    fake_env env;
+    env_without_urgent without;
+    // Rows 1 us apart (the node's mean gap falls below max_wait from its second row, so it waits): two of key 8,
+    // then one of key 1 that is urgent.
+    mstar::metrics::nanos t = 1'000'000'000;
+    auto arrive = [&](std::uint32_t index, std::uint32_t key, bool urgent) {
+      auto rr = row_of(index, 0, key);
+      rr.payload.urgent = urgent;
+      mstar::metrics::nanos now = t;
+      q.arrive(rr, now);
+      now = t;
+      plain.arrive(rr, now);
+      t += 1000;
+    };
+    arrive(1, 8, false);
+    arrive(2, 8, false);
+    mstar::metrics::nanos now = t;
+    CHECK_FALSE(q.batch_due(0, now, env)); // two rows of three, none urgent
+    arrive(3, 1, true);
+    now = t;
+    CHECK_FALSE(plain.batch_due(0, now, without)); // no urgent(): still two of key 8 and one of key 1
+    CHECK(without.waits == 1);
+    now = t;
+    REQUIRE(q.batch_due(0, now, env));
+    auto rec = record();
+    REQUIRE(q.form(0, false, rec, env));
+    // per_key: the urgent row's key alone (row 3), though rows 1 and 2 are older; every_key: all three.
+    CHECK(indices_of(rec) == (keyed ? std::vector<std::uint32_t>{3} : std::vector<std::uint32_t>{1, 2, 3}));
+    if (keyed) {
+      // An urgent row's key takes the key's other ready rows: row 4 (key 8, urgent) forms with rows 1 and 2.
+      arrive(4, 8, true);
+      now = t;
+      REQUIRE(q.batch_due(0, now, env));
+      REQUIRE(q.form(0, false, rec, env));
+      CHECK(indices_of(rec) == std::vector<std::uint32_t>{1, 2, 4});
+    }
+  }
 }
 
 TEST_CASE("ready_queues: refused rows held come back in front of the queue, in their order, when released") {

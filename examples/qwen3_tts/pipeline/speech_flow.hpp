@@ -232,6 +232,9 @@ public:
   std::uint32_t batch_key(std::uint8_t node, const speech_payload& p) const {
     return node == Spec::codec_node && o_.codec_per_width ? p.width : 0;
   }
+  // A request's first codec window never waits for the codec's batch (the codec's wait, speech_service_options::
+  // codec_wait): it is the request's first audio.
+  bool urgent(std::uint8_t node, const speech_payload& p) const { return node == Spec::codec_node && p.first == 0; }
 
   void set_samples_per_frame(std::size_t n) { samples_per_frame_ = n; }
   int groups() const { return talker_->config().code_groups; }

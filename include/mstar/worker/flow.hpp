@@ -24,7 +24,7 @@
 //   batch_key(node, payload)         GPU thread, const: rows of a node with different keys never share a
 //                                    step when the node batches per_key (one codec step per chunk width)
 //
-// One optional hook (mstar::predicts_continuation; a flow without it compiles and runs unchanged):
+// Two optional hooks (a flow without them compiles and runs unchanged):
 //
 //   continues(state, node, payload)  main thread, when a row of a chain node is handed to the GPU thread
 //                                    (right after ready() returned true for it, or when it is unparked):
@@ -34,7 +34,13 @@
 //                                    chain's next step from it while the current one runs (see
 //                                    threaded_worker.hpp); without the hook it predicts that every row
 //                                    continues. A wrong answer costs only a dropped pre-plan, never a
-//                                    wrong result.
+//                                    wrong result. (mstar::predicts_continuation)
+//   urgent(node, payload)            GPU thread, const: true when this row must not wait for its node's
+//                                    batch (node_options::min_batch, max_wait): a request's first output,
+//                                    whose latency a client sees. A waiting node with an urgent ready row
+//                                    forms its step at once (for a per_key node, one of the urgent row's
+//                                    key, which the key's other ready rows join). Without the hook no row
+//                                    is urgent. (mstar::flow_urgent_hook)
 //
 // The payload is per row, trivially copyable, and travels with the step: the forward reads it on the
 // GPU thread (and its stream work may read it until the step lands), so it carries the row's input and
@@ -122,6 +128,12 @@ template <class F>
 concept predicts_continuation = requires(F& f, const typename F::request_state& s, std::uint8_t node,
                                          const typename F::payload& p) {
   { f.continues(s, node, p) } -> std::convertible_to<bool>;
+};
+
+// The optional urgent() hook: the flow says which ready rows may not wait for their node's batch.
+template <class F>
+concept flow_urgent_hook = flow_types<F> && requires(const F& cf, std::uint8_t node, const typename F::payload& cp) {
+  { cf.urgent(node, cp) } -> std::convertible_to<bool>;
 };
 
 // What the worker hands a forward function: the engine's step_context plus the rows' payloads (one per

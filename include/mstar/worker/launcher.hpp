@@ -98,13 +98,19 @@ public:
   }
 
   // ready_queues' environment: a row's request cancelled, a dropped row back to the main thread, a
-  // row's batch key, a pass over a node waiting for its batch.
+  // row's batch key, whether a row may not wait for its node's batch (where the flow says), a pass over a
+  // node waiting for its batch.
   bool cancelled(const row& r) const { return sh_.cancelled(r); }
   void drop(const ready_row& rr) {
     sh_.counters.dropped_rows.fetch_add(1, std::memory_order_relaxed);
     sh_.done_ring.push_wait(typename shared_type::done_item{no_record, rr.node, rr.r});
   }
   std::uint32_t batch_key(std::uint8_t n, const payload_type& p) const { return sh_.flow->batch_key(n, p); }
+  bool urgent(std::uint8_t n, const payload_type& p) const
+    requires flow_urgent_hook<Flow>
+  {
+    return sh_.flow->urgent(n, p);
+  }
   void batch_waited() { sh_.counters.batch_waits.fetch_add(1, std::memory_order_relaxed); }
 
 private:

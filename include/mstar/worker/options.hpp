@@ -71,7 +71,8 @@ struct node_options {
   // step has a fixed cost of its own) waits the same way while the chain has work (a step in flight
   // or staged, a landing being routed, ready chain rows), and runs with what it has when the chain
   // has none. A per_key node counts its ready rows key by key: a key with min_batch rows makes a step
-  // of that key, else the oldest row's wait makes one of the oldest row's key.
+  // of that key, else the oldest row's wait makes one of the oldest row's key. A row the flow's optional
+  // urgent hook calls urgent (a request's first output) never waits: it makes a step of its key at once.
   std::uint32_t min_batch = 0;
   std::chrono::microseconds max_wait{0};
 };

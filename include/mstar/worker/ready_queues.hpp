@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -324,7 +325,8 @@ public:
   // waiting node's cancelled rows go back at once (their teardown frees what they hold), not when the
   // node next forms a step; a pass over a waiting node is told to env.batch_waited().
   // A per_key node counts the rows of each key: one key's min_batch rows make a step of that key (the
-  // next fill takes it), else the oldest row's wait makes one of its key.
+  // next fill takes it), else the oldest row's wait makes one of its key. An urgent ready row (Env::urgent,
+  // where the environment has it) makes a step of its key at once.
   template <class Env>
   bool batch_due(std::uint8_t n, metrics::nanos& now, Env& env) {
     if (!windows_[n].waits()) return true;
@@ -354,6 +356,19 @@ private:
     const auto& w = windows_[n];
     auto& q = ready_[n];
     has_form_key_[n] = false;
+    // A row the environment calls urgent (the flow's urgent hook) never waits: a step forms now, of its key.
+    if constexpr (requires(const Payload& p) {
+                    { env.urgent(n, p) } -> std::convertible_to<bool>;
+                  }) {
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        if (!env.urgent(n, q[i].payload)) continue;
+        if (keyed_[n]) {
+          form_key_[n] = env.batch_key(n, q[i].payload);
+          has_form_key_[n] = true;
+        }
+        return true;
+      }
+    }
     if (!keyed_[n]) return w.due(q.size(), q[0].since, now);
     std::array<std::uint32_t, max_waiting_keys> keys{};
     std::array<std::uint32_t, max_waiting_keys> counts{};
