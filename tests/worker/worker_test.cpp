@@ -1136,8 +1136,8 @@ TEST_CASE("Worker.a side node's wait passes over no urgent row: a request's firs
   decoding.install(s, [](std::size_t) {});
   s.worker.template forward<Codec>([&](const auto& ctx) {
     if (ctx.payloads.size() < 4 && decoding.any()) {
-      const bool first = std::any_of(ctx.payloads.begin(), ctx.payloads.end(),
-                                     [](const tts_payload& p) { return p.first == 0; });
+      const bool first =
+          std::any_of(ctx.payloads.begin(), ctx.payloads.end(), [](const tts_payload& p) { return p.first == 0; });
       ++(first ? small_with_first : small_without_first);
     }
     enqueue_codec(s.backend, ctx);

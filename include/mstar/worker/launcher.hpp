@@ -106,9 +106,7 @@ public:
     sh_.done_ring.push_wait(typename shared_type::done_item{no_record, rr.node, rr.r});
   }
   std::uint32_t batch_key(std::uint8_t n, const payload_type& p) const { return sh_.flow->batch_key(n, p); }
-  bool urgent(std::uint8_t n, const payload_type& p) const
-    requires flow_urgent_hook<Flow>
-  {
+  bool urgent(std::uint8_t n, const payload_type& p) const requires flow_urgent_hook<Flow> {
     return sh_.flow->urgent(n, p);
   }
   void batch_waited() { sh_.counters.batch_waits.fetch_add(1, std::memory_order_relaxed); }
