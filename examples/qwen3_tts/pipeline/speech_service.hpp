@@ -128,6 +128,7 @@ template <class Spec, class Backend>
 class service_runtime_on final : public service_runtime<Spec> {
   using Flow = speech_flow<Spec>;
   using Worker = mstar::threaded_worker<typename Spec::Model, Backend, Flow>;
+  static_assert(mstar::flow_urgent_hook<Flow>, "the worker must see the flow's urgent hook (first codec windows)");
 
 public:
   // make_forwards(backend, forward_options) gives the forward functions (a unique_ptr); `owned` is kept alive
