@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -67,6 +68,24 @@ struct speech_flow_options {
   bool keep_audio = false;      // keep every sample in the result (tests, the synth command)
   bool keep_results = true;     // keep each ended request's result in results(); a long-lived service that
                                 // reads them in on_end turns this off so the map does not grow forever
+};
+
+// The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while the
+// chain has work, a codec window waits until min_batch windows of its width are ready or it has waited max_wait;
+// with the chain idle it runs at once, and at a load whose windows come more than max_wait apart it never waits.
+// A request's first window never waits (speech_flow::urgent: it is the first audio). A CUDA codec step's cost is
+// mostly fixed at a few rows, so fewer, fuller steps leave the chain more time. min_batch 0 or 1 (the default): no
+// wait. Measured on an H100 before first windows were exempt (docs/benchmarks.md): 8 windows and 10 ms gave +7-16 %
+// audio throughput at c = 16 and 64 with lane auto, +1-6 % with lane on, for about 10 ms more first audio at c = 16.
+struct codec_wait_options {
+  std::uint32_t min_batch = 0;
+  std::chrono::microseconds max_wait{10000};
+
+  // Onto the codec node's options.
+  void apply(mstar::node_options& node) const {
+    node.min_batch = min_batch;
+    node.max_wait = max_wait;
+  }
 };
 
 namespace detail {

@@ -35,9 +35,7 @@ struct speech_run_options {
   std::uint32_t max_batch = 16;    // rows of a step
   std::uint32_t concurrency = 0;   // requests live at once (0: all of them)
   bool codec_graphs = false;       // speech_forward_options::codec_graphs (the CUDA codec's steps from graphs)
-  // The codec node's batching across time (speech_service_options::codec_wait).
-  std::uint32_t codec_min_batch = 0;
-  std::chrono::microseconds codec_max_wait{0};
+  codec_wait_options codec_wait{}; // the codec node's batching across time (none by default)
   // Cancel request id after it received this many audio chunks (0: before its first, at submit).
   std::map<mstar::request_id, std::uint32_t> cancel_after_chunks;
 };
@@ -78,8 +76,7 @@ speech_run_result run_speech_with(Backend& backend, const talker_host& talker, c
   wo.lane = o.lane;
   wo.nodes.resize(Spec::Model::descriptor.nodes.size());
   wo.nodes[Spec::codec_node].batch = mstar::batching::per_key; // the flow's batch_key: per width or all widths
-  wo.nodes[Spec::codec_node].min_batch = o.codec_min_batch;
-  wo.nodes[Spec::codec_node].max_wait = o.codec_max_wait;
+  o.codec_wait.apply(wo.nodes[Spec::codec_node]);
   wo.trace_events = 0;
   Worker worker(engine, flow, wo);
   fwd.install(worker);

@@ -39,18 +39,6 @@ namespace qwen3_tts::pipeline {
 // The codec maths a command line may name (codec_math_named in codec_cuda.hpp says what each is).
 inline const std::vector<std::string> codec_math_names = {"auto", "tf32", "cublas", "fp16", "double", "tf32-conv"};
 
-// The codec's batching across time (the worker's node_options::min_batch and max_wait on codec_chunk): while the
-// chain has work, a codec window waits until min_batch windows of its width are ready or it has waited max_wait;
-// with the chain idle it runs at once, and at a load whose windows come more than max_wait apart it never waits.
-// A CUDA codec step's cost is mostly fixed at a few rows, so fewer, fuller steps leave the chain more time; the
-// windows that wait come later, first windows included. min_batch 0 or 1 (the default): no wait. Measured on an
-// H100 (docs/benchmarks.md): 8 windows and 10 ms gave +7-16 % audio throughput at c = 16 and 64 with lane auto,
-// +1-6 % with lane on (the default), for about 10 ms more first audio at c = 16.
-struct codec_wait_options {
-  std::uint32_t min_batch = 0;
-  std::chrono::microseconds max_wait{10000};
-};
-
 struct speech_service_options {
   mstar::lane_mode lane = mstar::lane_mode::on;
   std::vector<std::uint32_t> ramp = {1, 2, 4, 8};
@@ -153,8 +141,7 @@ public:
     wo.lane = o.lane;
     wo.nodes.resize(Spec::Model::descriptor.nodes.size());
     wo.nodes[Spec::codec_node].batch = o.codec_per_width ? mstar::batching::per_key : mstar::batching::every_key;
-    wo.nodes[Spec::codec_node].min_batch = o.codec_wait.min_batch;
-    wo.nodes[Spec::codec_node].max_wait = o.codec_wait.max_wait;
+    o.codec_wait.apply(wo.nodes[Spec::codec_node]);
     wo.trace_events = o.trace_events;
     worker_.emplace(engine_, flow_, wo);
     fwd_->install(*worker_);

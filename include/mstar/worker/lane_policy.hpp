@@ -27,9 +27,10 @@
 // not fall into the chain's idle gaps, side_ns * (1 - gpu_idle_fraction). Beside it, it costs the chain
 // the slowdown it causes, (chain_beside_ns - chain_alone_ns) * beside_per_side (the two compete for the
 // device; a chain step's slowdown is shared by the side steps it overlapped, or one side step slows
-// several chain steps), plus the host time the lane adds. The lane pays when the first exceeds the second by more than `margin` of
-// side_ns. So a GPU-bound worker (no idle gaps, and a slowdown close to side_ns: nothing to overlap)
-// keeps the codec on the chain, and a worker with idle device time or a cheap overlap runs it beside.
+// several chain steps), plus the host time the lane adds. The lane pays when the first exceeds the
+// second by more than `margin` of side_ns. So a GPU-bound worker (no idle gaps, and a slowdown close to side_ns:
+// nothing to overlap) keeps the codec on the chain, and a worker with idle device time or a cheap overlap runs it
+// beside.
 //
 // Chain steps are compared within a kind (chain_step's third argument: the worker passes the node
 // and its padding bucket): chain_alone_ns and chain_beside_ns are the per-kind averages, weighted by

@@ -149,8 +149,7 @@ TEST_CASE("Pipeline.a request's codes and speech are byte-identical across lane 
     o.lane = a.lane;
     o.flow.codec_per_width = a.per_width;
     o.concurrency = a.concurrency;
-    o.codec_min_batch = a.codec_min_batch;
-    o.codec_max_wait = a.codec_min_batch > 1 ? std::chrono::milliseconds(50) : std::chrono::milliseconds(0);
+    o.codec_wait = {a.codec_min_batch, std::chrono::milliseconds(50)};
     const auto run = run_speech<host_speech>(c.talker, c.codec, requests, o);
     for (const auto& [id, r] : reference.results) {
       CAPTURE(id);
