@@ -13,12 +13,14 @@
 //
 // Graph replays (codec_cuda_launch::graph) are held to the bytes of the launch they replay: the eager step
 // under double sums, the bucketed (padded, uncaptured) step under cuBLAS, whose GEMM shapes they share.
-// The tensor-core maths (cuBLAS TF32, fp16, TF32 with CUTLASS's convolutions) are checked against the reference's
-// audio within a bf16-level bound (and, in an SM partition, against themselves on the whole GPU). CUTLASS's
-// convolutions (codec_cuda_math::cutlass_tf32, only where the build has CUTLASS) are checked besides for what they
-// change: as close to float32 as cuBLAS TF32 at the released size, cuBLAS TF32's bytes where a step's rows differ in
-// width (they fall back to its path), graph replays of steps padded with filler rows of their width. The fixtures'
-// convolutions take both paths: tiny17's last block has 6 channels (not a multiple of 4), decoder_out 1.
+// The tensor-core maths (cuBLAS TF32, fp16, TF32 and fp16 with CUTLASS's convolutions) are checked against the
+// reference's audio within a bf16-level bound (and, in an SM partition, against themselves on the whole GPU).
+// CUTLASS's convolutions (codec_cuda_math::cutlass_tf32 and cutlass_fp16, only where the build has CUTLASS) are
+// checked besides for what they change, each against the cuBLAS math of its operands (cublas_tf32, cublas_fp16): as
+// close to float32 at the released size, that math's bytes where a step's rows differ in width (they fall back to its
+// path) or a convolution gives fewer threadblocks than a wave, graph replays of steps padded with filler rows of their
+// width. The fixtures' convolutions take both paths: tiny17's last block has 6 channels (not a multiple of 4 or 8),
+// its block before 12 (a multiple of 4, not of 8), decoder_out 1.
 #include "gpu_test.hpp"
 
 #include "codec_cuda.hpp"
@@ -54,6 +56,13 @@ constexpr int max_window = 24; // the fixtures' sequences have 7 and 23 frames
 // threadblocks it gives (by default a convolution needs one wave of the SMs, which no fixture's reaches).
 constexpr int every_shape = 0;
 constexpr codec_cuda_math maths[] = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32};
+// The maths with CUTLASS's convolutions, each with the cuBLAS math of its operands (its path where CUTLASS does not
+// take a convolution); none in a build without CUTLASS.
+std::vector<std::pair<codec_cuda_math, codec_cuda_math>> cutlass_maths() {
+  if (!codec_cutlass_available()) return {};
+  return {{codec_cuda_math::cutlass_tf32, codec_cuda_math::cublas_tf32},
+          {codec_cuda_math::cutlass_fp16, codec_cuda_math::cublas_fp16}};
+}
 
 // The same bits under double sums; within cublas_split_tolerance under cuBLAS (the bits' agreement printed).
 bool agree(const std::vector<float>& a, const std::vector<float>& b, codec_cuda_math math, const char* what) {
@@ -305,8 +314,9 @@ float state_error(const codec_state_layout& layout, const std::vector<float>& a,
   return worst;
 }
 
-// A math on the tensor cores (cuBLAS TF32, fp16) against the reference's audio: ramps of both fixtures' sequences
-// within bound times the audio's largest magnitude (at least 1); the worst error printed for docs/benchmarks.md.
+// A math on the tensor cores (TF32, fp16; cuBLAS's or with CUTLASS's convolutions) against the reference's audio: ramps
+// of both fixtures' sequences within bound times the audio's largest magnitude (at least 1); the worst error printed
+// for docs/benchmarks.md.
 void check_tensor_core_math(codec_cuda_math math, float bound) {
   const char* name = codec_math_label(math);
   for (const std::string fixture : {"tiny06", "tiny17"}) {
@@ -426,10 +436,6 @@ TEST_CASE("the CUDA codec over fp16 operands says when a value left fp16's range
   const auto parts = load_parts("tiny06");
   const auto seq = load_sequence("tiny06", "short");
   const std::vector<int> whole = {seq.n};
-  codec_cuda fine(parts.config, parts.weights, {1, max_window}, codec_cuda_math::cublas_fp16);
-  CHECK_FALSE(fine.fp16_out_of_range());
-  cuda_ramp(fine, seq, whole);           // synchronizes
-  CHECK_FALSE(fine.fp16_out_of_range()); // the fixture's values fit
   // The semantic codebook scaled up: the codebooks stay float32 on the GPU, so the first value out of range is a
   // finite one (about 1e9), at the conversion of the semantic projection's input. (Scaling a product's weights
   // would overflow them to infinity at their own fp16 upload, so the flag would only ever see infinities.)
@@ -437,9 +443,18 @@ TEST_CASE("the CUDA codec over fp16 operands says when a value left fp16's range
   for (auto& book : loud.rvq_first.layers)
     for (float& v : book.embedding)
       v *= 1e9f;
-  codec_cuda over(parts.config, loud, {1, max_window}, codec_cuda_math::cublas_fp16);
-  cuda_ramp(over, seq, whole);
-  CHECK(over.fp16_out_of_range());
+  std::vector<codec_cuda_math> fp16_maths = {codec_cuda_math::cublas_fp16};
+  if (codec_cutlass_available()) fp16_maths.push_back(codec_cuda_math::cutlass_fp16);
+  for (const auto math : fp16_maths) {
+    CAPTURE(codec_math_label(math));
+    codec_cuda fine(parts.config, parts.weights, {1, max_window, 0, every_shape}, math);
+    CHECK_FALSE(fine.fp16_out_of_range());
+    cuda_ramp(fine, seq, whole);           // synchronizes
+    CHECK_FALSE(fine.fp16_out_of_range()); // the fixture's values fit
+    codec_cuda over(parts.config, loud, {1, max_window, 0, every_shape}, math);
+    cuda_ramp(over, seq, whole);
+    CHECK(over.fp16_out_of_range());
+  }
   // The other maths never convert to fp16: no flag whatever the values.
   codec_cuda tf32(parts.config, loud, {1, max_window}, codec_cuda_math::cublas_tf32);
   cuda_ramp(tf32, seq, whole);
@@ -456,7 +471,8 @@ TEST_CASE("the CUDA codec in TF32 (and with CUTLASS's convolutions where built) 
   const std::vector<sequence> seqs = {load_sequence("tiny17", "short"), load_sequence("tiny17", "long"),
                                       load_sequence("tiny17", "short")};
   std::vector<codec_cuda_math> tensor_maths = {codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16};
-  if (codec_cutlass_available()) tensor_maths.push_back(codec_cuda_math::cutlass_tf32);
+  for (const auto& [math, cublas] : cutlass_maths())
+    tensor_maths.push_back(math);
   for (const auto math : tensor_maths) {
     CAPTURE(codec_math_label(math));
     codec_cuda gpu(parts.config, parts.weights, {4, max_window, 0, every_shape}, math);
@@ -508,7 +524,8 @@ TEST_CASE("a CUDA codec confined to some of the SMs runs its library kernels at 
   REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
   std::vector<codec_cuda_math> tensor_maths = {codec_cuda_math::cublas_f32, codec_cuda_math::cublas_tf32,
                                                codec_cuda_math::cublas_fp16};
-  if (codec_cutlass_available()) tensor_maths.push_back(codec_cuda_math::cutlass_tf32);
+  for (const auto& [math, cublas] : cutlass_maths())
+    tensor_maths.push_back(math);
   for (const auto math : tensor_maths) {
     CAPTURE(codec_math_label(math));
     codec_cuda whole(released.config, released.weights, {rows, width}, math);
@@ -733,95 +750,116 @@ TEST_CASE("the CUDA codec with CUTLASS's TF32 convolutions streams every window 
   check_tensor_core_math(codec_cuda_math::cutlass_tf32, 1e-2f);
 }
 
-TEST_CASE("at the released size CUTLASS's TF32 convolutions keep the audio as close to float32's as cuBLAS TF32 does, "
-          "for steps of equal rows eager and replayed" *
+TEST_CASE("the CUDA codec with CUTLASS's fp16 convolutions streams every window ramp to the reference's whole-sequence "
+          "audio within bf16 tolerance (1e-2 of the audio's largest magnitude)" *
+          doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // cublas_fp16's operands (the extend rounds the extended input as the im2col would), summed by CUTLASS where the
+  // input channels are a multiple of 8: the same bound. The worst error is printed for docs/benchmarks.md.
+  check_tensor_core_math(codec_cuda_math::cutlass_fp16, 1e-2f);
+}
+
+TEST_CASE("at the released size CUTLASS's convolutions keep the audio as close to float32's as cuBLAS over the same "
+          "operands does, for steps of equal rows eager and replayed" *
           doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
   // The released channel counts (1024, 1536, 768 down to 96) reach CUTLASS's two tiles; 8 rows fill their bucket,
-  // 5 leave a replay three filler rows. Both TF32 maths round the same operands to 10 mantissa bits and sum in
-  // float32, in other orders (and cuBLAS may round otherwise): the CUTLASS math is held to at most twice cuBLAS TF32's
-  // distance from cuBLAS float32 (plus 1e-4 of the audio's largest magnitude), and to 1e-2 of it from cuBLAS TF32.
+  // 5 leave a replay three filler rows. Each CUTLASS math and the cuBLAS math of its operands (TF32, fp16) round the
+  // same operands to 10 mantissa bits and sum in float32, in other orders (and cuBLAS may round otherwise): the
+  // CUTLASS math is held to at most twice the cuBLAS math's distance from cuBLAS float32 (plus 1e-4 of the audio's
+  // largest magnitude), and to 1e-2 of it from the cuBLAS math.
   constexpr int width = 4;
   const released_codec released(width);
   codec_cuda f32(released.config, released.weights, {8, width}, codec_cuda_math::cublas_f32);
-  codec_cuda tf32(released.config, released.weights, {8, width}, codec_cuda_math::cublas_tf32);
-  codec_cuda conv(released.config, released.weights, {8, width}, codec_cuda_math::cutlass_tf32);
-  for (const int rows : {8, 5}) {
-    const auto expected = released.decode(f32, rows, codec_cuda_launch::eager);
-    CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
-    const float scale = std::max(peak(expected), 1e-3f);
-    for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
-      CAPTURE(rows);
-      CAPTURE(launch_name(launch));
-      const auto by_cublas = released.decode(tf32, rows, launch), by_cutlass = released.decode(conv, rows, launch);
-      const float cublas_err = max_abs_error(by_cublas, expected), cutlass_err = max_abs_error(by_cutlass, expected),
-                  between = max_abs_error(by_cutlass, by_cublas);
-      std::printf("codec cuda at the released size, %d rows x %d frames, %s: max |TF32 - f32| %.3g (cuBLAS), %.3g "
-                  "(CUTLASS conv); max |CUTLASS conv - cuBLAS TF32| %.3g (audio up to %.3g)\n",
-                  rows, width, launch_name(launch), double(cublas_err), double(cutlass_err), double(between),
-                  double(scale));
-      CHECK(cutlass_err <= 2 * cublas_err + 1e-4f * scale);
-      CHECK(between <= 1e-2f * scale);
-      // CUTLASS ran: a step that fell back to the im2col whole would give cuBLAS TF32's bytes (an H100 gave 1.6e-3).
-      CHECK(between > 0.0f);
+  for (const auto& [math, cublas_math] : cutlass_maths()) {
+    CAPTURE(codec_math_label(math));
+    codec_cuda cublas(released.config, released.weights, {8, width}, cublas_math);
+    codec_cuda conv(released.config, released.weights, {8, width}, math);
+    for (const int rows : {8, 5}) {
+      const auto expected = released.decode(f32, rows, codec_cuda_launch::eager);
+      CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
+      const float scale = std::max(peak(expected), 1e-3f);
+      for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+        CAPTURE(rows);
+        CAPTURE(launch_name(launch));
+        const auto by_cublas = released.decode(cublas, rows, launch), by_cutlass = released.decode(conv, rows, launch);
+        const float cublas_err = max_abs_error(by_cublas, expected), cutlass_err = max_abs_error(by_cutlass, expected),
+                    between = max_abs_error(by_cutlass, by_cublas);
+        std::printf("codec cuda at the released size, %d rows x %d frames, %s: max |%s - f32| %.3g, max |%s - f32| "
+                    "%.3g; max |%s - %s| %.3g (audio up to %.3g)\n",
+                    rows, width, launch_name(launch), codec_math_label(cublas_math), double(cublas_err),
+                    codec_math_label(math), double(cutlass_err), codec_math_label(math), codec_math_label(cublas_math),
+                    double(between), double(scale));
+        CHECK(cutlass_err <= 2 * cublas_err + 1e-4f * scale);
+        CHECK(between <= 1e-2f * scale);
+        // CUTLASS ran: a step that fell back to the im2col whole would give the cuBLAS math's bytes (an H100 gave
+        // 1.6e-3 for TF32).
+        CHECK(between > 0.0f);
+      }
     }
   }
 }
 
-TEST_CASE("at the released size CUTLASS's TF32 convolutions leave a convolution of less than a wave of threadblocks to "
-          "cuBLAS TF32 (its bytes at one row of one frame), and take it with cutlass_min_tiles 0" *
+TEST_CASE("at the released size CUTLASS's convolutions leave a convolution of less than a wave of threadblocks to "
+          "cuBLAS over the same operands (its bytes at one row of one frame), and take it with cutlass_min_tiles 0" *
           doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
   // One row of one frame: the widest convolution (the last block's, 96 channels over 1,920 positions) is 15 tiles of
   // CUTLASS's 128 positions, under any GPU's wave, so by default every convolution takes the im2col and the bytes are
-  // cuBLAS TF32's. With cutlass_min_tiles 0 the same step runs CUTLASS's convolutions: other bytes, as close.
+  // the cuBLAS math's (TF32 or fp16). With cutlass_min_tiles 0 the same step runs CUTLASS's convolutions: other
+  // bytes, as close.
   constexpr int width = 1;
   const released_codec released(width);
-  codec_cuda tf32(released.config, released.weights, {1, width}, codec_cuda_math::cublas_tf32);
-  codec_cuda by_default(released.config, released.weights, {1, width}, codec_cuda_math::cutlass_tf32);
-  codec_cuda every(released.config, released.weights, {1, width, 0, every_shape}, codec_cuda_math::cutlass_tf32);
-  CHECK_THROWS_WITH_AS(codec_cuda(released.config, released.weights, {1, width, 0, -2}, codec_cuda_math::cutlass_tf32),
-                       doctest::Contains("cutlass_min_tiles -2"), std::invalid_argument);
-  for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
-    CAPTURE(launch_name(launch));
-    const auto expected = released.decode(tf32, 1, launch);
-    CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
-    CHECK(same_bytes(released.decode(by_default, 1, launch), expected));
-    const auto forced = released.decode(every, 1, launch);
-    const float between = max_abs_error(forced, expected);
-    CHECK(between > 0.0f);
-    CHECK(between <= 1e-2f * std::max(peak(expected), 1e-3f));
+  for (const auto& [math, cublas_math] : cutlass_maths()) {
+    CAPTURE(codec_math_label(math));
+    codec_cuda cublas(released.config, released.weights, {1, width}, cublas_math);
+    codec_cuda by_default(released.config, released.weights, {1, width}, math);
+    codec_cuda every(released.config, released.weights, {1, width, 0, every_shape}, math);
+    CHECK_THROWS_WITH_AS(codec_cuda(released.config, released.weights, {1, width, 0, -2}, math),
+                         doctest::Contains("cutlass_min_tiles -2"), std::invalid_argument);
+    for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+      CAPTURE(launch_name(launch));
+      const auto expected = released.decode(cublas, 1, launch);
+      CHECK(peak(expected) > 1e-4f); // audio to compare, not silence
+      CHECK(same_bytes(released.decode(by_default, 1, launch), expected));
+      const auto forced = released.decode(every, 1, launch);
+      const float between = max_abs_error(forced, expected);
+      CHECK(between > 0.0f);
+      CHECK(between <= 1e-2f * std::max(peak(expected), 1e-3f));
+    }
   }
 }
 
-TEST_CASE(
-    "under CUTLASS's TF32 convolutions a step of rows of different widths takes cuBLAS TF32's path, to its bytes" *
-    doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
-  // Rows of several widths are no set of equal images: every convolution falls back to the im2col and cuBLAS TF32,
-  // so the audio and the state are cublas_tf32's bytes, eager and replayed (the padded steps' layout is the same too).
+TEST_CASE("under CUTLASS's convolutions a step of rows of different widths takes the cuBLAS path of the same "
+          "operands, to its bytes" *
+          doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
+  // Rows of several widths are no set of equal images: every convolution falls back to the im2col and the cuBLAS math
+  // of its operands (cublas_tf32, cublas_fp16), so the audio and the state are that math's bytes, eager and replayed
+  // (the padded steps' layout is the same too).
   const std::vector<std::vector<int>> shapes = {{1, 2, 4, 8, 3}, {5, 1, 7, 2, 8, 3, 6, 4}, {2, 1}};
-  for (const std::string fixture : {"tiny06", "tiny17"}) {
-    const auto parts = load_parts(fixture);
-    const auto seq = load_sequence(fixture, "long");
-    codec_cuda conv(parts.config, parts.weights, {8, 8, 0, every_shape}, codec_cuda_math::cutlass_tf32);
-    codec_cuda tf32(parts.config, parts.weights, {8, 8}, codec_cuda_math::cublas_tf32);
-    for (const auto& widths : shapes)
-      for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
-        CAPTURE(fixture);
-        CAPTURE(widths);
-        CAPTURE(launch_name(launch));
-        const widths_step step(widths);
-        slot_pool by_cutlass(conv, step.size(), step.slots, 24), by_cublas(tf32, step.size(), step.slots, 24);
-        for (int i = 0; i < 3; ++i) {
-          by_cutlass.step(conv, seq, step.rows, launch);
-          by_cublas.step(tf32, seq, step.rows, launch);
+  for (const auto& [math, cublas_math] : cutlass_maths())
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      const auto parts = load_parts(fixture);
+      const auto seq = load_sequence(fixture, "long");
+      codec_cuda conv(parts.config, parts.weights, {8, 8, 0, every_shape}, math);
+      codec_cuda cublas(parts.config, parts.weights, {8, 8}, cublas_math);
+      for (const auto& widths : shapes)
+        for (const auto launch : {codec_cuda_launch::eager, codec_cuda_launch::graph}) {
+          CAPTURE(codec_math_label(math));
+          CAPTURE(fixture);
+          CAPTURE(widths);
+          CAPTURE(launch_name(launch));
+          const widths_step step(widths);
+          slot_pool by_cutlass(conv, step.size(), step.slots, 24), by_cublas(cublas, step.size(), step.slots, 24);
+          for (int i = 0; i < 3; ++i) {
+            by_cutlass.step(conv, seq, step.rows, launch);
+            by_cublas.step(cublas, seq, step.rows, launch);
+          }
+          conv.synchronize();
+          cublas.synchronize();
+          CHECK(same_pools(by_cutlass, by_cublas));
         }
-        conv.synchronize();
-        tf32.synchronize();
-        CHECK(same_pools(by_cutlass, by_cublas));
-      }
-  }
+    }
 }
 
-TEST_CASE("under CUTLASS's TF32 convolutions a graph replay gives the bytes of the bucketed launch, steps of one width "
+TEST_CASE("under CUTLASS's convolutions a graph replay gives the bytes of the bucketed launch, steps of one width "
           "padded with filler rows of that width that write no caller's state or audio" *
           doctest::skip(!mstar::test::has_gpu() || !codec_cutlass_available())) {
   // Steps of one width take their own graph (bucket, width, one width), padded with filler rows of that width over
@@ -829,40 +867,46 @@ TEST_CASE("under CUTLASS's TF32 convolutions a graph replay gives the bytes of t
   // cuBLAS f32 test above does.
   const std::vector<std::vector<int>> shapes = {
       {1}, {3, 3}, {8, 8, 8}, {2, 2, 2, 2}, {1, 2, 4, 8, 3}, {4, 4, 4, 4, 4}, {8, 4, 8}, {8}};
-  for (const std::string fixture : {"tiny06", "tiny17"}) {
-    CAPTURE(fixture);
-    const auto parts = load_parts(fixture);
-    const auto seq = load_sequence(fixture, "long");
-    codec_cuda gpu(parts.config, parts.weights, {8, 8, 0, every_shape}, codec_cuda_math::cutlass_tf32);
-    std::set<std::tuple<int, int, bool>> keys; // (bucket, width, one width)
-    for (const auto& widths : shapes) {
-      CAPTURE(widths);
-      check_replays(gpu, seq, widths, codec_cuda_launch::bucketed);
-      const auto [narrowest, widest] = std::minmax_element(widths.begin(), widths.end());
-      keys.insert({gpu.bucket_of(int(widths.size())), *widest, *narrowest == *widest});
-      CHECK(gpu.graphs() == keys.size());
+  for (const auto& [math, cublas_math] : cutlass_maths()) {
+    CAPTURE(codec_math_label(math));
+    for (const std::string fixture : {"tiny06", "tiny17"}) {
+      CAPTURE(fixture);
+      const auto parts = load_parts(fixture);
+      const auto seq = load_sequence(fixture, "long");
+      codec_cuda gpu(parts.config, parts.weights, {8, 8, 0, every_shape}, math);
+      std::set<std::tuple<int, int, bool>> keys; // (bucket, width, one width)
+      for (const auto& widths : shapes) {
+        CAPTURE(widths);
+        check_replays(gpu, seq, widths, codec_cuda_launch::bucketed);
+        const auto [narrowest, widest] = std::minmax_element(widths.begin(), widths.end());
+        keys.insert({gpu.bucket_of(int(widths.size())), *widest, *narrowest == *widest});
+        CHECK(gpu.graphs() == keys.size());
+      }
     }
+    // Three of four requests a step in another order, all two frames wide: one graph (bucket 4, width 2, one width)
+    // whose filler row decodes into the decoder's own sinks.
+    const std::vector<std::vector<std::pair<int, int>>> schedule = {
+        {{0, 2}, {1, 2}, {2, 2}}, {{2, 2}, {3, 2}, {0, 2}}, {{1, 2}, {0, 2}, {3, 2}}, {{3, 2}, {2, 2}, {1, 2}}};
+    const auto parts = load_parts("tiny06");
+    const auto seq = load_sequence("tiny06", "long");
+    codec_cuda gpu(parts.config, parts.weights, {4, 2, 0, every_shape}, math);
+    check_moving_slots(gpu, seq, schedule, codec_cuda_launch::bucketed);
   }
-  // Three of four requests a step in another order, all two frames wide: one graph (bucket 4, width 2, one width)
-  // whose filler row decodes into the decoder's own sinks.
-  const std::vector<std::vector<std::pair<int, int>>> schedule = {
-      {{0, 2}, {1, 2}, {2, 2}}, {{2, 2}, {3, 2}, {0, 2}}, {{1, 2}, {0, 2}, {3, 2}}, {{3, 2}, {2, 2}, {1, 2}}};
-  const auto parts = load_parts("tiny06");
-  const auto seq = load_sequence("tiny06", "long");
-  codec_cuda gpu(parts.config, parts.weights, {4, 2, 0, every_shape}, codec_cuda_math::cutlass_tf32);
-  check_moving_slots(gpu, seq, schedule, codec_cuda_launch::bucketed);
 }
 
-TEST_CASE("a CUDA codec asked for CUTLASS's TF32 convolutions in a build without CUTLASS says how to get it, before "
+TEST_CASE("a CUDA codec asked for CUTLASS's convolutions in a build without CUTLASS says how to get it, before "
           "touching the device") {
   if (codec_cutlass_available()) {
     CHECK(codec_math_named("tf32-conv") == codec_cuda_math::cutlass_tf32);
-    return; // this build has it: the cases above run the math
+    CHECK(codec_math_named("fp16-conv") == codec_cuda_math::cutlass_fp16);
+    return; // this build has it: the cases above run the maths
   }
   const auto parts = load_parts("tiny06");
   CHECK_THROWS_WITH_AS(codec_cuda(parts.config, parts.weights, {1, max_window}, codec_cuda_math::cutlass_tf32),
                        doctest::Contains("CUTLASS, which was not found at build time: run scripts/setup.sh"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(codec_cuda(parts.config, parts.weights, {1, max_window}, codec_cuda_math::cutlass_fp16),
+                       doctest::Contains("fp16-conv (CUTLASS fp16 convolutions) needs CUTLASS"), std::invalid_argument);
 }
 
 TEST_CASE("codec math auto (the speech service's default) is tf32-conv where the build has CUTLASS, else tf32") {

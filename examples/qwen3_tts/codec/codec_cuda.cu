@@ -48,21 +48,21 @@ struct dev_linear {
   const float* w = nullptr; // [out][in]
   const float* bias = nullptr;
   int in = 0, out = 0;
-  const __half* w16 = nullptr; // w in fp16 (codec_cuda_math::cublas_fp16 only)
+  const __half* w16 = nullptr; // w in fp16 (codec_cuda_math::cublas_fp16 and cutlass_fp16 only)
 };
 struct dev_conv {           // causal, stride 1
   const float* w = nullptr; // [out][taps * in] (tap-major reduction); depthwise: [channels][taps]
   const float* bias = nullptr;
   int in = 0, out = 0, taps = 1, dilation = 1, context = 0;
   std::size_t state = 0;       // offset of its left context in the request's state (context > 0)
-  const __half* w16 = nullptr; // w in fp16 (cublas_fp16, not depthwise)
+  const __half* w16 = nullptr; // w in fp16 (the fp16 maths, not depthwise)
 };
 struct dev_trans_conv {     // transposed, trimmed on the right
   const float* w = nullptr; // [kernel * out][in]
   const float* bias = nullptr;
   int in = 0, out = 0, kernel = 1, stride = 1, context = 0;
   std::size_t state = 0;
-  const __half* w16 = nullptr; // w in fp16 (cublas_fp16)
+  const __half* w16 = nullptr; // w in fp16 (the fp16 maths)
 };
 struct dev_snake {
   const float* exp_alpha = nullptr;
@@ -165,9 +165,11 @@ struct codec_cuda::state {
   // cuBLAS only: the handle (its workspace set once, on the decoder's stream), a convolution's windows
   // written out, and a product before its epilogue (bias, layer scale, residual).
   cublasHandle_t blas = nullptr;
-  // cublas_fp16: every product's weights also in fp16 (uploaded with the float32 ones), and its input rounded to
-  // fp16 on the way through the im2col (col16, in place of col).
+  // cublas_fp16, cutlass_fp16: every product's weights also in fp16 (uploaded with the float32 ones), and its input
+  // rounded to fp16 on the way through the im2col (col16, in place of col); under cutlass_fp16 a CUTLASS
+  // convolution's extended input also in fp16 (ext16, written by the extend beside ext).
   bool fp16 = false;
+  __half* ext16 = nullptr;
   long long cutlass_min_tiles = 0; // codec_cuda_limits::cutlass_min_tiles, -1 resolved to an SM count
   __half* col16 = nullptr;
   std::size_t col16_elements = 0;
@@ -191,7 +193,7 @@ struct codec_cuda::state {
   // their audio to sink_audio.
   float *idle_state = nullptr, *filler_state = nullptr, *sink_audio = nullptr;
   std::size_t state_floats = 0;
-  // (bucket, width, one width: cutlass_tf32's padding of rows of one width, see upload) -> the padded step
+  // (bucket, width, one width: the CUTLASS maths' padding of rows of one width, see upload) -> the padded step
   std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs;
   // cuBLASLt's algorithm for each (kdim, n_out, m, accumulate) product with a bias, from its heuristic; a shape
   // it has none for maps to nullopt (cuBLAS and the epilogue kernel then).
@@ -227,7 +229,7 @@ struct codec_cuda::state {
     return {upload(l.weight), l.bias.empty() ? nullptr : upload(l.bias), l.in, l.out, upload_half(l.weight)};
   }
   // [out][in][taps] as stored -> [out][taps * in]; a depthwise convolution keeps [channels][taps]. [out][taps][in] is
-  // also CUTLASS's KRSC filter layout (R = 1), so cutlass_tf32 reads these weights as they are.
+  // also CUTLASS's KRSC filter layout (R = 1), so the CUTLASS maths read these weights (or their fp16) as they are.
   dev_conv conv(const codec_conv& c, segment_cursor& cursor) {
     dev_conv d{nullptr, upload(c.bias), c.in, c.out, c.kernel, c.dilation, c.context()};
     if (c.groups == 1) {
@@ -265,7 +267,7 @@ using dev = codec_cuda::state;
 // where cuBLASLt has no algorithm for the shape.
 bool lt_product(const dev& w, codec_cuda_math math, int sms, const void* wt, const void* x, int kdim, int n_out, int m,
                 const float* bias, bool accumulate, float* y, cudaStream_t s) {
-  const cudaDataType_t in = math == codec_cuda_math::cublas_fp16 ? CUDA_R_16F : CUDA_R_32F;
+  const cudaDataType_t in = fp16_operands(math) ? CUDA_R_16F : CUDA_R_32F;
   struct descriptors {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -401,12 +403,15 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
     : config_(config), limits_(limits), math_(math), layout_(make_codec_state_layout(config)),
       s_(std::make_unique<state>()) {
   check_limits(config, limits);
-  if (math == codec_cuda_math::cutlass_tf32 && !implicit_conv::available())
+  if (cutlass_convolutions(math) && !implicit_conv::available())
     throw std::invalid_argument(
-        "qwen3_tts CUDA codec: codec math tf32-conv (CUTLASS TF32 convolutions) needs CUTLASS, "
-        "which was not found at build time: run scripts/setup.sh (or scripts/cutlass.sh: it "
-        "puts CUTLASS's headers in third_party/cutlass/include; meson -Dcutlass_include=DIR "
-        "names another folder), then reconfigure (meson setup --reconfigure) and rebuild; or use tf32");
+        std::string("qwen3_tts CUDA codec: codec math ") +
+        (math == codec_cuda_math::cutlass_tf32 ? "tf32-conv (CUTLASS TF32 convolutions)"
+                                               : "fp16-conv (CUTLASS fp16 convolutions)") +
+        " needs CUTLASS, which was not found at build time: run scripts/setup.sh (or scripts/cutlass.sh: it puts "
+        "CUTLASS's headers in third_party/cutlass/include; meson -Dcutlass_include=DIR names another folder), then "
+        "reconfigure (meson setup --reconfigure) and rebuild; or use " +
+        (math == codec_cuda_math::cutlass_tf32 ? "tf32" : "fp16"));
   const codec_config& c = config_;
   state& st = *s_;
   if (limits.sm_count > 0) {
@@ -417,7 +422,7 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   }
   stream_ = st.stream;
 
-  st.fp16 = math == codec_cuda_math::cublas_fp16;
+  st.fp16 = fp16_operands(math);
   segment_cursor cursor{layout_};
   // Split RVQ: the semantic codebook, then the acoustic ones, as one table.
   std::vector<float> tables;
@@ -530,7 +535,7 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
   if (math != codec_cuda_math::double_sums) {
     CODEC_CHECK(cublasCreate(&st.blas));
     CODEC_CHECK(cublasSetMathMode(st.blas, tf32_products(math) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    if (math == codec_cuda_math::cutlass_tf32) {
+    if (cutlass_convolutions(math)) {
       implicit_conv::prepare();
       int sms = st.partition ? st.partition->sms() : 0;
       if (sms == 0) {
@@ -557,6 +562,10 @@ codec_cuda::codec_cuda(const codec_config& config, const codec_weights& weights,
       st.col16_elements = std::max({need.col, need.act, need.tmp, need.ext});
       st.col16 = st.alloc<__half>(st.col16_elements);
       scratch_bytes_ += st.col16_elements * sizeof(__half);
+      if (math == codec_cuda_math::cutlass_fp16) {
+        st.ext16 = st.alloc<__half>(need.ext);
+        scratch_bytes_ += need.ext * sizeof(__half);
+      }
       CODEC_CHECK(cudaHostAlloc(&st.range_host, sizeof(unsigned), cudaHostAllocMapped));
       *st.range_host = 0;
       CODEC_CHECK(cudaHostGetDevicePointer(&st.range_dev, st.range_host, 0));
@@ -632,7 +641,7 @@ void codec_cuda::decode_step(std::span<const row> rows, codec_cuda_launch launch
   }
   const int bucket = bucket_of(int(rows.size()));
   // Rows of one width padded with rows of that width, for the CUTLASS convolutions (see upload).
-  const bool one_width = math_ == codec_cuda_math::cutlass_tf32 && min_width == max_width;
+  const bool one_width = cutlass_convolutions(math_) && min_width == max_width;
   const k::row_table rt = upload(rows, bucket, max_width, one_width);
   if (launch == codec_cuda_launch::bucketed)
     enqueue_padded(rt);
@@ -769,7 +778,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
   // y[m][n_out] = A[m][:] * w[n][:] with the epilogue: the double-sum kernel, or cuBLAS over A written out.
   auto matmul = [&](const k::gemm_input& a, const float* wt, const __half* wt16, int n_out, const k::epilogue& ep,
                     float* y, int m) {
-    if (a.exp_alpha != nullptr && math_ != codec_cuda_math::cublas_fp16)
+    if (a.exp_alpha != nullptr && !fp16_operands(math_))
       throw std::logic_error("qwen3_tts CUDA codec: only the fp16 conversion applies SnakeBeta to a product's input");
     if (math_ == codec_cuda_math::double_sums) {
       k::gemm(rt, a, wt, n_out, ep, y, n_out, m, s);
@@ -778,7 +787,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     const int kdim = a.taps * a.channels;
     // cuBLAS's operands: the weights and the input as they are, or the input's windows written out (im2col); under
     // fp16 both in fp16, the input always converted.
-    const bool fp16 = math_ == codec_cuda_math::cublas_fp16;
+    const bool fp16 = fp16_operands(math_);
     const void *x = a.data, *wv = wt;
     if (fp16) {
       if (wt16 == nullptr) throw std::logic_error("qwen3_tts CUDA codec: a product has no fp16 weights");
@@ -809,13 +818,17 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
   };
 
-  // cutlass_tf32: the convolution over the extended input w.ext as CUTLASS's implicit GEMM (codec_cuda_conv.hpp),
+  // The CUTLASS maths: the convolution's shape as CUTLASS's implicit GEMM over the extended input (codec_conv_shape.hpp)
   // where its epilogue is the bias alone, the step's rows are of one width, CUTLASS takes the shape and it gives at
-  // least cutlass_min_tiles threadblocks; false, with nothing enqueued, otherwise (matmul's im2col then). refusal()
-  // and tiles() are host arithmetic, the same at a graph's capture as at the eager step before it.
-  auto cutlass_conv = [&](const dev_conv& cv, int level, float* y, const k::epilogue& ep) {
-    if (math_ != codec_cuda_math::cutlass_tf32 || ep.bias == nullptr || ep.scale != nullptr || ep.accumulate)
-      return false;
+  // least cutlass_min_tiles threadblocks; nullopt otherwise (matmul's im2col then). refusal() and tiles() are host
+  // arithmetic, the same at a graph's capture as at the eager step before it, so the extend knows before it runs
+  // whether to write the fp16 copy.
+  const implicit_conv::conv_operands operands = math_ == codec_cuda_math::cutlass_fp16
+                                                    ? implicit_conv::conv_operands::fp16
+                                                    : implicit_conv::conv_operands::tf32;
+  auto cutlass_shape = [&](const dev_conv& cv, int level,
+                           const k::epilogue& ep) -> std::optional<implicit_conv::conv_shape> {
+    if (!cutlass_convolutions(math_) || ep.bias == nullptr || ep.scale != nullptr || ep.accumulate) return std::nullopt;
     const implicit_conv::conv_shape shape{.rows = rt.uniform_rows,
                                           .width = rt.max_width * level,
                                           .context = cv.context,
@@ -823,19 +836,21 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
                                           .out = cv.out,
                                           .taps = cv.taps,
                                           .dilation = cv.dilation};
-    if (implicit_conv::tiles(shape) < w.cutlass_min_tiles || implicit_conv::refusal(shape) != nullptr) return false;
+    if (implicit_conv::tiles(shape) < w.cutlass_min_tiles || implicit_conv::refusal(shape, operands) != nullptr)
+      return std::nullopt;
     if (std::size_t(shape.rows) * shape.width != std::size_t(T) * level ||
         std::size_t(shape.rows) * (shape.context + shape.width) * cv.in > w.ext_floats)
       throw std::logic_error("qwen3_tts CUDA codec: a step of " + std::to_string(shape.rows) + " equal rows of " +
                              std::to_string(shape.width) + " positions does not match its " + std::to_string(T) +
                              " frames or the extended input");
-    implicit_conv::run(shape, w.ext, cv.w, ep.bias, y, s);
-    return true;
+    if (operands == implicit_conv::conv_operands::fp16 && cv.w16 == nullptr)
+      throw std::logic_error("qwen3_tts CUDA codec: a convolution has no fp16 weights");
+    return shape;
   };
   // A causal convolution of x (len positions a row at `level`) into y, its left context from and back to
   // the state.
   // With `snake`, SnakeBeta first: on the way into the extended input where the convolution has a context, else
-  // (cublas_fp16 only) on the way into the product's fp16 input.
+  // (the fp16 maths only) on the way into the product's fp16 input.
   auto causal_conv = [&](const dev_conv& cv, const float* x, int level, float* y, const k::epilogue& ep,
                          const dev_snake* snake = nullptr) {
     const float* input = x;
@@ -844,15 +859,22 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
       a.exp_alpha = snake->exp_alpha;
       a.inv_exp_beta = snake->inv_exp_beta;
     }
+    const auto conv = cv.context > 0 ? cutlass_shape(cv, level, ep) : std::nullopt;
+    const bool half = conv && operands == implicit_conv::conv_operands::fp16;
     const std::size_t extended = std::size_t(T) * level + std::size_t(R) * cv.context;
     if (cv.context > 0) {
       need(extended * cv.in, w.ext_floats, "extended input");
       k::extend(rt, x, level, cv.in, cv.context, cv.state, w.ext, s, snake ? snake->exp_alpha : nullptr,
-                snake ? snake->inv_exp_beta : nullptr);
+                snake ? snake->inv_exp_beta : nullptr, half ? w.ext16 : nullptr, half ? w.range_dev : nullptr);
       input = w.ext;
     }
     a.data = input;
-    if (cv.context == 0 || !cutlass_conv(cv, level, y, ep)) matmul(a, cv.w, cv.w16, cv.out, ep, y, T * level);
+    if (!conv)
+      matmul(a, cv.w, cv.w16, cv.out, ep, y, T * level);
+    else if (half)
+      implicit_conv::run(*conv, w.ext16, cv.w16, ep.bias, y, s);
+    else
+      implicit_conv::run(*conv, w.ext, cv.w, ep.bias, y, s);
     if (cv.context > 0) k::carry(rt, w.ext, level, cv.in, cv.context, cv.state, s);
   };
   auto linear = [&](const dev_linear& l, const float* x, int positions, float* y, k::epilogue ep = {}) {
@@ -965,7 +987,7 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
         k::snake_beta(cur, u.act1.exp_alpha, u.act1.inv_exp_beta, positions, u.conv1.in, other, s);
         causal_conv(u.conv1, other, level, c1, {.bias = u.conv1.bias});
       }
-      if (math_ == codec_cuda_math::cublas_fp16 && u.conv2.context == 0) {
+      if (fp16_operands(math_) && u.conv2.context == 0) {
         causal_conv(u.conv2, c1, level, cur, {.bias = u.conv2.bias, .accumulate = true}, &u.act2); // in the fp16 pass
       } else {
         k::snake_beta(c1, u.act2.exp_alpha, u.act2.inv_exp_beta, positions, u.conv2.in, other, s);

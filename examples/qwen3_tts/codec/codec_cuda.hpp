@@ -46,15 +46,26 @@ struct row_table;
 // units' conv1) is a CUTLASS implicit-GEMM convolution in TF32 that reads each row's [left context | window] in place,
 // its window never written out (codec_cuda_conv.hpp), where every row of the step has the same width and both channel
 // counts are multiples of 4; the others stay on cublas_tf32's im2col. Needs CUTLASS at build time
-// (codec_cutlass_available).
-enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16, cutlass_tf32 };
+// (codec_cutlass_available). cutlass_fp16: cublas_fp16, with those convolutions as CUTLASS implicit-GEMM convolutions
+// over fp16 operands (the extend writes the extended input in fp16 beside the float32 one the state is carried from;
+// input channels a multiple of 8): cublas_fp16's operands, summed in another order. Its range is cublas_fp16's.
+enum class codec_cuda_math { double_sums, cublas_f32, cublas_tf32, cublas_fp16, cutlass_tf32, cutlass_fp16 };
 
-// Whether this build has CUTLASS, which codec_cuda_math::cutlass_tf32 needs (scripts/cutlass.sh fetches it; without
-// it, a codec_cuda of that math refuses to be built).
+// Whether a math stores its products' operands in fp16 (cublas_fp16, cutlass_fp16), and whether it runs CUTLASS's
+// convolutions (cutlass_tf32, cutlass_fp16).
+constexpr bool fp16_operands(codec_cuda_math m) {
+  return m == codec_cuda_math::cublas_fp16 || m == codec_cuda_math::cutlass_fp16;
+}
+constexpr bool cutlass_convolutions(codec_cuda_math m) {
+  return m == codec_cuda_math::cutlass_tf32 || m == codec_cuda_math::cutlass_fp16;
+}
+
+// Whether this build has CUTLASS, which codec_cuda_math::cutlass_tf32 and cutlass_fp16 need (scripts/cutlass.sh
+// fetches it; without it, a codec_cuda of those maths refuses to be built).
 bool codec_cutlass_available();
 
-// The codec math a command line or speech_service_options names: cublas, tf32, fp16, double, tf32-conv, or auto
-// (tf32-conv where this build has CUTLASS, else tf32).
+// The codec math a command line or speech_service_options names: cublas, tf32, fp16, double, tf32-conv, fp16-conv,
+// or auto (tf32-conv where this build has CUTLASS, else tf32).
 inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "auto") return codec_cutlass_available() ? codec_cuda_math::cutlass_tf32 : codec_cuda_math::cublas_tf32;
   if (name == "cublas") return codec_cuda_math::cublas_f32;
@@ -62,14 +73,16 @@ inline codec_cuda_math codec_math_named(const std::string& name) {
   if (name == "fp16") return codec_cuda_math::cublas_fp16;
   if (name == "double") return codec_cuda_math::double_sums;
   if (name == "tf32-conv") return codec_cuda_math::cutlass_tf32;
+  if (name == "fp16-conv") return codec_cuda_math::cutlass_fp16;
   throw std::invalid_argument("codec math \"" + name +
                               "\" is not cublas (cuBLAS float32), tf32 (cuBLAS on the tensor cores in TF32), fp16 "
                               "(cuBLAS over fp16 operands), double (double sums), tf32-conv (tf32 with CUTLASS's "
-                              "TF32 convolutions) or auto (tf32-conv where the build has CUTLASS, else tf32)");
+                              "TF32 convolutions), fp16-conv (fp16 with CUTLASS's fp16 convolutions) or auto "
+                              "(tf32-conv where the build has CUTLASS, else tf32)");
 }
 
 // What benches and tests print for a math: "double sums", "cuBLAS f32", "cuBLAS TF32", "cuBLAS fp16",
-// "CUTLASS TF32 conv".
+// "CUTLASS TF32 conv", "CUTLASS fp16 conv".
 inline const char* codec_math_label(codec_cuda_math m) {
   switch (m) {
   case codec_cuda_math::double_sums: return "double sums";
@@ -77,6 +90,7 @@ inline const char* codec_math_label(codec_cuda_math m) {
   case codec_cuda_math::cublas_tf32: return "cuBLAS TF32";
   case codec_cuda_math::cublas_fp16: return "cuBLAS fp16";
   case codec_cuda_math::cutlass_tf32: return "CUTLASS TF32 conv";
+  case codec_cuda_math::cutlass_fp16: return "CUTLASS fp16 conv";
   }
   return "?";
 }
@@ -105,10 +119,10 @@ struct codec_cuda_limits {
   // this many SMs (a green context; sm_partition.hpp), so beside another stream its grids leave the other SMs
   // free. The same bits either way under double_sums.
   int sm_count = 0;
-  // Under codec_cuda_math::cutlass_tf32, the least threadblocks (implicit_conv::tiles) a convolution must give CUTLASS
-  // to run there rather than on the im2col and cuBLAS, whose products split long sums where CUTLASS's kernels do
-  // not: -1, the SMs the codec may occupy (one full wave: sm_count, else the device's); 0, every shape CUTLASS takes
-  // (the tests' tiny checkpoints, so that CUTLASS runs there).
+  // Under codec_cuda_math::cutlass_tf32 and cutlass_fp16, the least threadblocks (implicit_conv::tiles) a convolution
+  // must give CUTLASS to run there rather than on the im2col and cuBLAS, whose products split long sums where CUTLASS's
+  // kernels do not: -1, the SMs the codec may occupy (one full wave: sm_count, else the device's); 0, every shape
+  // CUTLASS takes (the tests' tiny checkpoints, so that CUTLASS runs there).
   int cutlass_min_tiles = -1;
 };
 

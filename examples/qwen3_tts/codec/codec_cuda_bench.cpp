@@ -3,7 +3,7 @@
 // weights (no checkpoint needed), for several row counts, each step one window per row: every row the
 // same width (the lane's one-step-per-width batching), or widths 1, 2, 4, 8 mixed in one step (one step
 // for every width). Prints, for each codec_cuda_math (the double-sum GEMM kernel, cuBLAS float32, TF32 and fp16, and
-// TF32 with CUTLASS's implicit-GEMM convolutions where the build has CUTLASS),
+// TF32 and fp16 with CUTLASS's implicit-GEMM convolutions where the build has CUTLASS),
 // the step's GPU time launched eagerly and replayed from its CUDA graph (codec_cuda_launch: padded to the rows
 // bucket and to bucket x widest-window frames) side by side in the same run, the GPU time per second of audio
 // of each, and the host time of the graph's first step (that step eagerly, then the capture and
@@ -11,12 +11,12 @@
 // frames: there the graph's replay also computes the padding.
 //
 //   qwen3tts_codec_bench [--rows 1,5,8,32,40,64] [--widths 1,8] [--iters 5]
-//                        [--math all|double,cublas,tf32,fp16,tf32-conv] [--cutlass-min-tiles N] [--profile]
+//                        [--math all|double,cublas,tf32,fp16,tf32-conv,fp16-conv] [--cutlass-min-tiles N] [--profile]
 //
-// --math: the maths to time, a comma list of codec_math_named's names (default all five; tf32-conv only where the
-// build has CUTLASS, else it is left out with a line saying so; named, it fails there). --cutlass-min-tiles N:
-// codec_cuda_limits::cutlass_min_tiles for tf32-conv (default -1, one wave of the SMs; 0, every shape CUTLASS takes),
-// named in its rows' math as "/tN". --profile: for each
+// --math: the maths to time, a comma list of codec_math_named's names (default all six; tf32-conv and fp16-conv only
+// where the build has CUTLASS, else they are left out with a line saying so; named, they fail there).
+// --cutlass-min-tiles N: codec_cuda_limits::cutlass_min_tiles for tf32-conv and fp16-conv (default -1, one wave of
+// the SMs; 0, every shape CUTLASS takes), named in their rows' math as "/tN". --profile: for each
 // case, one eager step between cudaProfilerStart and cudaProfilerStop (after one step outside it) and nothing
 // timed (the mixed widths left out), for a kernel profiler started with profiling off (ncu --profile-from-start off;
 // bench/gpu_session.sh stage codec_profile).
@@ -50,10 +50,13 @@ int main(int argc, char** argv) try {
   bool profile = false;
   std::vector<codec_cuda_math> maths = {codec_cuda_math::double_sums, codec_cuda_math::cublas_f32,
                                         codec_cuda_math::cublas_tf32, codec_cuda_math::cublas_fp16};
-  if (codec_cutlass_available())
+  if (codec_cutlass_available()) {
     maths.push_back(codec_cuda_math::cutlass_tf32);
-  else
-    std::printf("CUTLASS TF32 conv left out: this build has no CUTLASS (bash scripts/cutlass.sh, then rebuild)\n");
+    maths.push_back(codec_cuda_math::cutlass_fp16);
+  } else {
+    std::printf("CUTLASS TF32 and fp16 conv left out: this build has no CUTLASS (bash scripts/cutlass.sh, then "
+                "rebuild)\n");
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--profile") {
@@ -117,10 +120,9 @@ int main(int argc, char** argv) try {
   for (const auto math : maths) {
     gpus.push_back(std::make_unique<codec_cuda>(config, weights,
                                                 codec_cuda_limits{max_rows, max_window, 0, cutlass_min_tiles}, math));
-    labels.push_back(std::string(codec_math_label(math)) +
-                     (math == codec_cuda_math::cutlass_tf32 && cutlass_min_tiles >= 0
-                          ? "/t" + std::to_string(cutlass_min_tiles)
-                          : ""));
+    labels.push_back(std::string(codec_math_label(math)) + (cutlass_convolutions(math) && cutlass_min_tiles >= 0
+                                                                ? "/t" + std::to_string(cutlass_min_tiles)
+                                                                : ""));
     const codec_cuda& gpu = *gpus.back();
     std::printf("device: %s; %s; weights %.1f MB, scratch %.1f MB, state %.2f MB a request\n", prop.name,
                 labels.back().c_str(), double(gpu.weight_bytes()) / 1e6, double(gpu.scratch_bytes()) / 1e6,

@@ -187,20 +187,25 @@ __global__ void epilogue_kernel(const float* g, epilogue ep, float* y, unsigned 
 // ------------------------------------------------------------------------------------ state contexts
 
 // One row's extended buffer a blockIdx.y; with ea (snake), the window's values through SnakeBeta on the way
-// (the context, carried from an earlier extended buffer, went through it then). A row holds at most
+// (the context, carried from an earlier extended buffer, went through it then); with ext16, the same values rounded
+// to fp16 there too (a value beyond fp16's range setting *out_of_range). A row holds at most
 // max_rows x max_window x samples_per_frame x channels floats (the constructor keeps that under
 // max_elementwise_floats), so the index within a row is 32-bit.
 template <bool snaked>
 __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, int context, std::size_t off,
-                              float* ext, const float* ea, const float* ib, bool vector) {
+                              float* ext, const float* ea, const float* ib, bool vector, __half* ext16,
+                              unsigned* out_of_range) {
   const int r = blockIdx.y;
   const unsigned n = unsigned(row_width(rt, r)) * unsigned(level), ctx = unsigned(context) * unsigned(ch);
   const unsigned len = n * unsigned(ch) + ctx;
   const float* c = rt.state[r] + off;
   const float* xr = x + std::size_t(rt.start[r]) * level * ch;
-  float* er = ext + (std::size_t(rt.start[r]) * level + std::size_t(r) * context) * ch;
-  // Four floats a thread where the launcher found the channels a multiple of 4 and x and ext 16-byte aligned, and
-  // the row's state is too (a pool's slots need not be); the position's channel then starts a group of four.
+  const std::size_t first = (std::size_t(rt.start[r]) * level + std::size_t(r) * context) * ch;
+  float* er = ext + first;
+  __half* hr = ext16 ? ext16 + first : nullptr;
+  // Four floats a thread where the launcher found the channels a multiple of 4 and x and ext (and ext16) 16-byte
+  // aligned, and the row's state is too (a pool's slots need not be); the position's channel then starts a group of
+  // four.
   if (vector && reinterpret_cast<std::uintptr_t>(c) % 16 == 0) {
     for (unsigned i = 4 * (blockIdx.x * blockDim.x + threadIdx.x); i < len; i += 4 * gridDim.x * blockDim.x) {
       float4 v = i < ctx ? *reinterpret_cast<const float4*>(c + i) : *reinterpret_cast<const float4*>(xr + (i - ctx));
@@ -211,17 +216,28 @@ __global__ void extend_kernel(row_table rt, const float* x, int level, int ch, i
         }
       }
       *reinterpret_cast<float4*>(er + i) = v;
+      if (hr) {
+        if (outside_fp16(v)) *out_of_range = 1u;
+        const __half2 h[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
+        *reinterpret_cast<uint2*>(hr + i) = *reinterpret_cast<const uint2*>(h);
+      }
     }
     return;
   }
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < len; i += gridDim.x * blockDim.x) {
+    float v;
     if (i < ctx) {
-      er[i] = c[i];
+      v = c[i];
     } else if constexpr (snaked) {
       const unsigned k = i % unsigned(ch);
-      er[i] = snake(xr[i - ctx], ea[k], ib[k]);
+      v = snake(xr[i - ctx], ea[k], ib[k]);
     } else {
-      er[i] = xr[i - ctx];
+      v = xr[i - ctx];
+    }
+    er[i] = v;
+    if (hr) {
+      if (outside_fp16(v)) *out_of_range = 1u;
+      hr[i] = __float2half_rn(v);
     }
   }
 }
@@ -510,16 +526,20 @@ void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, in
 }
 
 void extend(const row_table& rows, const float* x, int level, int channels, int context, std::size_t state_offset,
-            float* ext, cudaStream_t s, const float* exp_alpha, const float* inv_exp_beta) {
-  const bool vector = channels % 4 == 0 && state_offset % 4 == 0 && aligned16(x) && aligned16(ext);
+            float* ext, cudaStream_t s, const float* exp_alpha, const float* inv_exp_beta, __half* ext16,
+            unsigned* out_of_range) {
+  if (ext16 != nullptr && out_of_range == nullptr)
+    throw std::logic_error("qwen3_tts CUDA codec: extend's fp16 copy needs the out-of-range flag");
+  const bool vector =
+      channels % 4 == 0 && state_offset % 4 == 0 && aligned16(x) && aligned16(ext) && (!ext16 || aligned16(ext16));
   const std::size_t longest = (std::size_t(rows.max_width) * level + context) * channels;
   const dim3 grid(blocks_for(vector ? longest / 4 : longest, 1024), unsigned(rows.rows));
   if (exp_alpha)
     extend_kernel<true><<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, exp_alpha,
-                                                 inv_exp_beta, vector);
+                                                 inv_exp_beta, vector, ext16, out_of_range);
   else
-    extend_kernel<false>
-        <<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, nullptr, nullptr, vector);
+    extend_kernel<false><<<grid, threads, 0, s>>>(rows, x, level, channels, context, state_offset, ext, nullptr,
+                                                  nullptr, vector, ext16, out_of_range);
   check_launch("extend");
 }
 

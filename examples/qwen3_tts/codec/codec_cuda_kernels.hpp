@@ -81,9 +81,12 @@ void rvq_sums(const std::int32_t* codes, const float* tables, int quantizers, in
 
 // ext = [the row's context from its state at state_offset | x's row], per row (see the header's layout).
 // With exp_alpha and inv_exp_beta, x's row goes through SnakeBeta (snake_beta below) on the way: the context
-// is the earlier window's, already through it.
+// is the earlier window's, already through it. With ext16 (codec_cuda_math::cutlass_fp16's convolution input), the
+// same values also rounded to fp16 there, at the same offsets, as the fp16 im2col rounds them; a value beyond +-65504
+// or not finite sets *out_of_range to 1 (out_of_range is then required).
 void extend(const row_table& rows, const float* x, int level, int channels, int context, std::size_t state_offset,
-            float* ext, cudaStream_t s, const float* exp_alpha = nullptr, const float* inv_exp_beta = nullptr);
+            float* ext, cudaStream_t s, const float* exp_alpha = nullptr, const float* inv_exp_beta = nullptr,
+            __half* ext16 = nullptr, unsigned* out_of_range = nullptr);
 // The row's next context: the last `context` positions of its extended buffer, back into its state.
 void carry(const row_table& rows, const float* ext, int level, int channels, int context, std::size_t state_offset,
            cudaStream_t s);

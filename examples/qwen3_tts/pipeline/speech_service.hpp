@@ -37,7 +37,8 @@
 namespace qwen3_tts::pipeline {
 
 // The codec maths a command line may name (codec_math_named in codec_cuda.hpp says what each is).
-inline const std::vector<std::string> codec_math_names = {"auto", "tf32", "cublas", "fp16", "double", "tf32-conv"};
+inline const std::vector<std::string> codec_math_names = {"auto",   "tf32",      "cublas",   "fp16",
+                                                          "double", "tf32-conv", "fp16-conv"};
 
 struct speech_service_options {
   mstar::lane_mode lane = mstar::lane_mode::on;
@@ -53,9 +54,9 @@ struct speech_service_options {
   std::string device = "auto";
   // The CUDA codec: its steps replayed from CUDA graphs (speech_forward_options::codec_graphs; a service batches
   // one window width a step, so a replay pads rows to their bucket only) and its sums in TF32 (cublas: float32,
-  // tf32, fp16, double, tf32-conv: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the fixtures),
-  // with CUTLASS's convolutions where the build has CUTLASS (auto: tf32-conv, else tf32). Each measured faster
-  // through the engine than what it replaced (docs/benchmarks.md); run_speech keeps float32 eager.
+  // tf32, fp16, double, tf32-conv, fp16-conv: codec_cuda_math; TF32 is within 0.006 of the reference's audio on the
+  // fixtures), with CUTLASS's convolutions where the build has CUTLASS (auto: tf32-conv, else tf32). Each measured
+  // faster through the engine than what it replaced (docs/benchmarks.md); run_speech keeps float32 eager.
   bool codec_graphs = true;
   std::string codec_math = "auto"; // one of codec_math_names
   // The CUDA Talker's decode-step graphs for every row count captured when the service starts

@@ -138,8 +138,8 @@ int synth_main(int argc, char** argv) {
                  "tf32 (cuBLAS on the tensor cores, bf16-level precision), fp16 (cuBLAS over fp16 operands: "
                  "TF32's precision in half the bytes, fp16's range), double "
                  "(double sums: a request's audio independent of its batch), tf32-conv (tf32 with CUTLASS's "
-                 "implicit-GEMM convolutions; builds with CUTLASS only) or auto (tf32-conv where the build has "
-                 "CUTLASS, else tf32)");
+                 "implicit-GEMM convolutions), fp16-conv (fp16 with CUTLASS's fp16 convolutions; the -conv maths in "
+                 "builds with CUTLASS only) or auto (tf32-conv where the build has CUTLASS, else tf32)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -25,8 +25,8 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
   app.add_option(
          "--codec-math", so.codec_math,
          "on CUDA, the codec's sums: auto (tf32-conv where the build has CUTLASS, else tf32), tf32, cublas "
-         "(float32), fp16 (fp16 operands), double or tf32-conv (tf32 with CUTLASS's convolutions; builds with CUTLASS "
-         "only)")
+         "(float32), fp16 (fp16 operands), double, tf32-conv (tf32 with CUTLASS's convolutions) or fp16-conv (fp16 "
+         "with CUTLASS's fp16 convolutions; the -conv maths in builds with CUTLASS only)")
       ->check(CLI::IsMember(pipeline::codec_math_names))
       ->capture_default_str();
   app.add_flag("--talker-graphs-at-start,!--talker-graphs-lazy", so.talker_graphs_at_start,

@@ -1,4 +1,5 @@
-// Which convolutions the CUDA codec's CUTLASS path takes under codec_cuda_math::cutlass_tf32 (codec_conv_shape.hpp):
+// Which convolutions the CUDA codec's CUTLASS path takes under codec_cuda_math::cutlass_tf32 and cutlass_fp16
+// (codec_conv_shape.hpp):
 // host rules, checked here without a GPU or CUTLASS, at the released size and against the refusals that keep a
 // convolution on the im2col path. CUTLASS's own can_implement comes after these (the GPU tests).
 #include <doctest/doctest.h>
@@ -81,6 +82,32 @@ TEST_CASE("a step of rows of different widths, one tap, a context other than (ta
   s = fine;
   s.out = 6;
   refused(s, "output channels");
+}
+
+TEST_CASE("over fp16 operands the CUTLASS path takes the released codec's multi-tap convolutions and wants the input "
+          "channels in eights") {
+  using implicit_conv::conv_operands;
+  const codec_config c = released_codec_config();
+  int level = 1;
+  for (int r : c.upsampling_ratios)
+    level *= r;
+  CHECK(shape_refusal(step_of(c.codebook_dim, c.latent_dim, 3, 1, 1), conv_operands::fp16) == nullptr);
+  CHECK(shape_refusal(step_of(c.latent_dim, c.decoder_dim, 7, 1, level), conv_operands::fp16) == nullptr);
+  for (std::size_t b = 0; b < c.upsample_rates.size(); ++b) {
+    level *= c.upsample_rates[b];
+    CAPTURE(b);
+    CHECK(shape_refusal(step_of(c.block_out_dim(b), c.block_out_dim(b), 7, 1, level), conv_operands::fp16) == nullptr);
+  }
+  // 12 input channels (tiny17's third block): four-float groups, not eight-half ones.
+  const conv_shape twelve = step_of(12, 12, 7, 1, 12);
+  CHECK(shape_refusal(twelve) == nullptr);
+  const char* said = shape_refusal(twelve, conv_operands::fp16);
+  REQUIRE(said != nullptr);
+  CHECK(std::string(said).find("multiple of 8 (fp16 operands)") != std::string::npos);
+  // The output is float32 under both: 12 output channels from 16 input channels are taken.
+  CHECK(shape_refusal(step_of(16, 12, 7, 1, 12), conv_operands::fp16) == nullptr);
+  CHECK(implicit_conv::channel_alignment(conv_operands::tf32) == 4);
+  CHECK(implicit_conv::channel_alignment(conv_operands::fp16) == 8);
 }
 
 TEST_CASE("CUTLASS's tile over the output channels is the one that pads the last block least, 128 on a tie") {
