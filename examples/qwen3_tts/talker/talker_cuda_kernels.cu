@@ -583,11 +583,20 @@ __global__ void __launch_bounds__(gemv_warps * 32)
 #pragma unroll
   for (int k = 0; k < O; ++k)
     wv[k] = reinterpret_cast<const uint4*>(w + std::size_t(live[k] ? wrow[k] : wrow[0]) * in);
-  // The weights are no kernel's output: the first pass's slices are asked into L2 while a programmatically
-  // launched kernel waits for the one before it (a hint; nothing waits for it).
-  if (live[0]) {
+  // The weights are no kernel's output: a programmatically launched kernel loads its first pass's slices while it
+  // waits for the kernel before it, and asks the second pass's into L2 (a hint; nothing waits for it).
+  uint4 wq[gemv_unroll][O];
+  auto load_pass = [&](int s0) {
 #pragma unroll
     for (int u = 0; u < gemv_unroll; ++u)
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+        wq[u][k] = s0 + 32 * u < slices ? __ldcs(wv[k] + s0 + 32 * u) : make_uint4(0, 0, 0, 0);
+  };
+  if (live[0]) {
+    load_pass(lane);
+#pragma unroll
+    for (int u = gemv_unroll; u < 2 * gemv_unroll; ++u)
 #pragma unroll
       for (int k = 0; k < O; ++k)
         if (lane + 32 * u < slices) asm volatile("prefetch.global.L2 [%0];" ::"l"(wv[k] + lane + 32 * u));
@@ -604,12 +613,7 @@ __global__ void __launch_bounds__(gemv_warps * 32)
 
   float acc[O][R] = {};
   for (int s0 = lane; s0 < slices; s0 += 32 * gemv_unroll) {
-    uint4 wq[gemv_unroll][O];
-#pragma unroll
-    for (int u = 0; u < gemv_unroll; ++u)
-#pragma unroll
-      for (int k = 0; k < O; ++k)
-        wq[u][k] = s0 + 32 * u < slices ? __ldcs(wv[k] + s0 + 32 * u) : make_uint4(0, 0, 0, 0);
+    if (s0 != lane) load_pass(s0); // the first pass's came before the wait
 #pragma unroll
     for (int u = 0; u < gemv_unroll; ++u) {
       const int sl = s0 + 32 * u;
@@ -716,10 +720,23 @@ __global__ void __launch_bounds__(mma_warps * 32)
       const int o = o0 + g + 8 * h < outs ? o0 + g + 8 * h : o0;
       wr[k][h] = reinterpret_cast<const uint4*>(w + std::size_t(o + k * outs) * in) + t;
     }
-  // The weights are no kernel's output: the first chunks are asked into L2 while a programmatically launched
-  // kernel waits for the one before it (a hint; nothing waits for it).
+  // The weights are no kernel's output: a programmatically launched kernel loads its first pass's chunks while it
+  // waits for the kernel before it, and asks the second pass's into L2 (a hint; nothing waits for it).
+  uint4 wq[mma_unroll][O][2];
+  auto load_pass = [&](int c0) {
 #pragma unroll
-  for (int u = 0; u < mma_unroll; ++u) {
+    for (int u = 0; u < mma_unroll; ++u) {
+      const int c = c0 + u * mma_warps;
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wq[u][k][h] = c < chunks ? __ldcs(wr[k][h] + 4 * c) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load_pass(warp);
+#pragma unroll
+  for (int u = mma_unroll; u < 2 * mma_unroll; ++u) {
     const int c = warp + u * mma_warps;
     if (c < chunks)
 #pragma unroll
@@ -740,16 +757,7 @@ __global__ void __launch_bounds__(mma_warps * 32)
 
   float acc[O][NT][4] = {};
   for (int c0 = warp; c0 < chunks; c0 += mma_warps * mma_unroll) {
-    uint4 wq[mma_unroll][O][2];
-#pragma unroll
-    for (int u = 0; u < mma_unroll; ++u) {
-      const int c = c0 + u * mma_warps;
-#pragma unroll
-      for (int k = 0; k < O; ++k)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wq[u][k][h] = c < chunks ? __ldcs(wr[k][h] + 4 * c) : make_uint4(0, 0, 0, 0);
-    }
+    if (c0 != warp) load_pass(c0); // the first pass's came before the wait
 #pragma unroll
     for (int u = 0; u < mma_unroll; ++u) {
       const int c = c0 + u * mma_warps;
