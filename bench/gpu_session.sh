@@ -56,6 +56,15 @@
 #              MSTAR_CODECWAIT_C choose others (about 3 minutes with the checkpoint)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
+#   ab         two (or more) builds of one program run in turn, MSTAR_AB_ROUNDS (default 2) rounds, so that a change
+#              is measured against its baseline in one call: MSTAR_AB_BINS names the binaries (built on the build
+#              machine at the two commits and carried, e.g. "build-carry/qwen3tts_talker_bench_old
+#              build-carry/qwen3tts_talker_bench"), MSTAR_AB_ARGS their arguments; each run's RESULT and "| mstar"
+#              lines are printed under its binary's name. Loadgen runs (qwen3tts) take the compare stage's
+#              checkpoint, written when missing (carry .whl): MSTAR_AB_ARGS may say CKPT for its folder
+#
+#   MSTAR_AB_BINS="build-carry/qwen3tts_talker_bench_old build-carry/qwen3tts_talker_bench" \
+#     MSTAR_AB_ARGS="--model 0.6b --rows 1,8,16 --iters 50" bash bench/gpu_session.sh ab
 #
 #   run(command="bash bench/gpu_session.sh reference talker", carry=[".whl"], kind="nvidia-h200", timeout_s=600)
 #   run(command="bash bench/gpu_session.sh speech", kind="nvidia-h200", timeout_s=600)  # same warm machine
@@ -611,10 +620,36 @@ stage_diagnose() {
   kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null
 }
 
+# Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
+stage_ab() {
+  local d="$out/ab" ck=$compare_dir/ckpt06 wheel_libs bin round=0 args name
+  mkdir -p "$d"
+  [ -n "${MSTAR_AB_BINS:-}" ] || { summary+=("ab: MSTAR_AB_BINS names no binary"); return; }
+  wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
+    2>/dev/null)
+  export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
+  args=${MSTAR_AB_ARGS:-}
+  if [[ " $args " == *" CKPT "* ]]; then
+    ensure_checkpoint ab "$d" 0.6b "$ck" || return
+    args=${args//CKPT/$ck}
+  fi
+  while [ "$round" -lt "${MSTAR_AB_ROUNDS:-2}" ]; do
+    round=$((round + 1))
+    for bin in $MSTAR_AB_BINS; do
+      name=$(basename "$bin")
+      # shellcheck disable=SC2086 # the arguments are words
+      timeout 200 "$bin" $args > "$d/$name.$round.log" 2>&1
+      echo "ab $name, round $round (rc $?):"
+      grep -E '^(RESULT|\| mstar)' "$d/$name.$round.log" | sed 's/^/  /'
+      summary+=("ab $name round $round: $(grep -cE '^(RESULT|\| mstar)' "$d/$name.$round.log") result lines")
+    done
+  done
+}
+
 for s in "$@"; do
   case "$s" in
     wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | codecwait | \
-      decode | prefill | large | persistent)
+      decode | prefill | large | persistent | ab)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;
