@@ -41,7 +41,7 @@ using fprop = cutlass::conv::device::ImplicitGemmConvolution<typename cutlass::c
     E, cutlass::layout::TensorNHWC,                                       // the weights, [out][1][taps][in]
     float, cutlass::layout::TensorNHWC,                                   // the output (and the bias, as C)
     float,                                                                // the accumulator
-    cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,                  // float operands: TF32 MMA
+    cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,                  // TF32 MMA for float, fp16 for half
     cutlass::gemm::GemmShape<128, N, 2 * instruction_k<E>>,               // the tile
     cutlass::gemm::GemmShape<64, WarpN, 2 * instruction_k<E>>,            // the warp's
     cutlass::gemm::GemmShape<16, 8, instruction_k<E>>,                    // the instruction's
