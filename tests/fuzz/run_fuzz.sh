@@ -130,6 +130,10 @@ put("truncated", b"\x05\x00\x00")
 put("header_past_end", struct.pack("<Q", 1 << 40) + b"{}")
 put("overlap", image({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
                       "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}, bytes(6)))
+# An overlap with an empty tensor sorted between the two (a finding of this fuzzer's, now refused).
+put("overlap_past_empty", image({"long": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
+                                 "empty": {"dtype": "U8", "shape": [0, 5], "data_offsets": [12, 12]},
+                                 "inner": {"dtype": "I32", "shape": [], "data_offsets": [12, 16]}}, bytes(32)))
 put("past_data", image({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(8)))
 put("unknown_dtype", image({"a": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}}, bytes(1)))
 put("shape_mismatch", image({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, bytes(8)))

@@ -322,17 +322,23 @@ void safetensors_file::validate() {
   std::sort(tensors_.begin(), tensors_.end(), [&](const tensor_view& a, const tensor_view& b) {
     return a.bytes.data() != b.bytes.data() ? a.bytes.data() < b.bytes.data() : a.bytes.size() < b.bytes.size();
   });
-  for (std::size_t i = 1; i < tensors_.size(); ++i) {
-    const auto& prev = tensors_[i - 1];
-    const auto& next = tensors_[i];
-    // Empty tensors occupy no bytes and overlap nothing.
-    if (!prev.bytes.empty() && !next.bytes.empty() && next.bytes.data() < prev.bytes.data() + prev.bytes.size()) {
+  // In that order each non-empty tensor is checked against the one before it that reaches furthest: a tensor that
+  // starts before that one's end overlaps it. (Only the one just before it would miss an overlap past an empty tensor
+  // sorted between the two, or a long tensor that holds two others.) Empty tensors occupy no bytes and overlap
+  // nothing.
+  const tensor_view* furthest = nullptr;
+  for (const auto& next : tensors_) {
+    if (next.bytes.empty()) continue;
+    if (furthest != nullptr && next.bytes.data() < furthest->bytes.data() + furthest->bytes.size()) {
       const auto at = [&](const tensor_view& t) {
         const auto b = static_cast<std::size_t>(t.bytes.data() - data.data());
         return "[" + std::to_string(b) + ", " + std::to_string(b + t.bytes.size()) + ")";
       };
-      fail(path_, next.name, "its bytes " + at(next) + " overlap those of tensor '" + prev.name + "' " + at(prev));
+      fail(path_, next.name,
+           "its bytes " + at(next) + " overlap those of tensor '" + furthest->name + "' " + at(*furthest));
     }
+    if (furthest == nullptr || next.bytes.data() + next.bytes.size() > furthest->bytes.data() + furthest->bytes.size())
+      furthest = &next;
   }
   for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
 }

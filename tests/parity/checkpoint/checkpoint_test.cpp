@@ -229,6 +229,34 @@ TEST_CASE("checkpoint.safetensors: overlapping tensors are refused naming both")
   expect_file_error(file, {file.string(), "tensor 'second'", "overlap", "'first'"});
 }
 
+TEST_CASE(
+    "checkpoint.safetensors: an overlap behind an empty tensor, or with a long tensor holding others, is refused") {
+  // Sorted by where they start, the empty tensor 'empty' sits between 'long' and 'inner', which overlap: comparing
+  // each tensor with its neighbour only, skipping empty ones, let this file through (a fuzzer's find). The second
+  // file: 'long' holds 'inner' and overlaps 'last' too.
+  temp_dir dir;
+  const auto past_empty = dir.path / "past_empty.safetensors";
+  write_file(past_empty, safetensors_bytes(R"({"long":{"dtype":"F32","shape":[8],"data_offsets":[0,32]},)"
+                                           R"("empty":{"dtype":"U8","shape":[0,5],"data_offsets":[12,12]},)"
+                                           R"("inner":{"dtype":"I32","shape":[],"data_offsets":[12,16]}})",
+                                           zeros(32)));
+  expect_file_error(past_empty, {past_empty.string(), "tensor 'inner'", "[12, 16)", "overlap", "'long' [0, 32)"});
+  const auto held = dir.path / "held.safetensors";
+  write_file(held, safetensors_bytes(R"({"long":{"dtype":"F32","shape":[8],"data_offsets":[0,32]},)"
+                                     R"("inner":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                                     R"("last":{"dtype":"F32","shape":[2],"data_offsets":[24,32]}})",
+                                     zeros(32)));
+  expect_file_error(held, {held.string(), "overlap", "'long' [0, 32)"});
+  // Tensors that only touch, with empty ones at their edges, are fine.
+  const auto touching = dir.path / "touching.safetensors";
+  write_file(touching, safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                         R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                                         zeros(16)));
+  const qwen3_tts::safetensors_file ok(touching);
+  CHECK(ok.tensors().size() == 3);
+}
+
 TEST_CASE("checkpoint.safetensors: a tensor named twice in the header is refused") {
   temp_dir dir;
   const auto file = dir.path / "twice.safetensors";
