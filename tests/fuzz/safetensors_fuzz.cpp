@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (std::uint64_t(n) * qwen3_tts::dtype_size(t.dtype) != t.bytes.size())
         broken("a view whose size disagrees with its shape");
       if (!t.bytes.empty() && prev_end && t.bytes.data() < prev_end) broken("overlapping views");
-      if (!t.bytes.empty()) prev_end = t.bytes.data() + t.bytes.size();
+      if (!t.bytes.empty() && (!prev_end || t.bytes.data() + t.bytes.size() > prev_end))
+        prev_end = t.bytes.data() + t.bytes.size(); // the furthest end so far: a view inside another is caught too
       for (const std::byte b : t.bytes)
         sum += unsigned(b); // ASan: every byte lies inside the input
       (void)qwen3_tts::shape_string(t.shape);
