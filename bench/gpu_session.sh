@@ -269,17 +269,23 @@ compare_frames=${MSTAR_COMPARE_FRAMES:-48}
 compare_c=${MSTAR_COMPARE_C:-1,4,16,64}
 compare_text="Hello there, this is a test of the speech server."
 
-# Sets q to a qwen3tts with the server in it: the one built on the build machine and carried (build-carry/: the
-# binary and the shared libraries a bare GPU machine lacks, cpp-httplib's among them) when it loads here; else one
-# built here, which has no server where cpp-httplib is missing. $1 names the stage, $2 its log folder.
-find_qwen3tts() {
-  local stage=$1 d=$2 b=build-talker-gpu wheel_libs
+# The library path a binary built on the build machine and carried needs here: build-carry/lib (the shared libraries
+# a bare GPU machine lacks, cpp-httplib's among them), then the CUDA libraries of the Python wheels (cuBLAS, ...).
+carried_library_path() {
+  local wheel_libs
   wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
     2>/dev/null)
-  if [ -x build-carry/qwen3tts ] &&
-     LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}" build-carry/qwen3tts --help \
-       > /dev/null 2>&1; then
-    export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
+  echo "$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
+}
+
+# Sets q to a qwen3tts with the server in it: the one built on the build machine and carried (build-carry/, see
+# carried_library_path) when it loads here; else one built here, which has no server where cpp-httplib is missing.
+# $1 names the stage, $2 its log folder.
+find_qwen3tts() {
+  local stage=$1 d=$2 b=build-talker-gpu carried
+  carried=$(carried_library_path)
+  if [ -x build-carry/qwen3tts ] && LD_LIBRARY_PATH="$carried" build-carry/qwen3tts --help > /dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$carried"
     q=build-carry/qwen3tts
     echo "$stage: the carried qwen3tts (built at $(cat build-carry/COMMIT 2>/dev/null))"
     return 0
@@ -622,12 +628,11 @@ stage_diagnose() {
 
 # Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
 stage_ab() {
-  local d="$out/ab" ck=$compare_dir/ckpt06 wheel_libs bin round=0 args name
+  local d="$out/ab" ck=$compare_dir/ckpt06 bin round=0 args name
   mkdir -p "$d"
   [ -n "${MSTAR_AB_BINS:-}" ] || { summary+=("ab: MSTAR_AB_BINS names no binary"); return; }
-  wheel_libs=$(python3 -c 'import glob, site; print(":".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' \
-    2>/dev/null)
-  export LD_LIBRARY_PATH="$root/build-carry/lib:$wheel_libs:${LD_LIBRARY_PATH:-}"
+  LD_LIBRARY_PATH=$(carried_library_path)
+  export LD_LIBRARY_PATH
   args=${MSTAR_AB_ARGS:-}
   if [[ " $args " == *" CKPT "* ]]; then
     ensure_checkpoint ab "$d" 0.6b "$ck" || return

@@ -8,9 +8,8 @@
 // stream confined to that many SMs (codec_cuda_limits::sm_count, a green context; 0: the whole GPU), the Talker's
 // on the whole GPU.
 //
-//   qwen3tts_beside_bench [--rows 1,8,32,64] [--width 4] [--iters 50] [--codec-math
-//   cublas|tf32|fp16|double|tf32-conv|fp16-conv]
-//                         [--codec-sms 0,32,64]
+//   qwen3tts_beside_bench [--rows 1,8,32,64] [--width 4] [--iters 50]
+//                         [--codec-math cublas|tf32|fp16|double|tf32-conv|fp16-conv] [--codec-sms 0,32,64]
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 #include "talker_cuda.hpp"

@@ -68,7 +68,8 @@ struct talker_cuda_limits {
   // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_mma_gemv_rows
   // (32, the tensor-core kernel's); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows
   // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS; at 24 and
-  // 32 rows it measured slower (docs/benchmarks.md).
+  // 32 rows it measured slower (docs/benchmarks.md), before its weights were loaded ahead of griddepcontrol.wait,
+  // which shortened its steps; 17 to 32 rows are not measured since.
   int gemv_rows = 16;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
