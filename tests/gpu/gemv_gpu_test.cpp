@@ -115,6 +115,33 @@ struct product {
 
 constexpr float sentinel = -12345.0f;
 
+// A gemv_split's workspace for products of up to `tiles` tiles of 16 outputs, each shared among `splits` blocks
+// (splits 1: no split, no workspace). tickets_clear() says whether every ticket is back to 0 after the launches.
+struct split_workspace {
+  int tiles, splits;
+  device_array<float> partial;
+  device_array<unsigned> tickets;
+  split_workspace(int tiles_, int splits_)
+      : tiles(tiles_), splits(splits_), partial(qwen3_tts::cuda::gemv_split_floats(tiles_, splits_)),
+        tickets(std::size_t(tiles_)) {
+    MSTAR_CUDA_REQUIRE(cudaMemset(tickets.p, 0, std::size_t(tiles) * sizeof(unsigned)));
+  }
+  qwen3_tts::cuda::gemv_split split() const {
+    if (splits == 1) return {};
+    return {partial.p, tickets.p, tiles, splits};
+  }
+  bool tickets_clear() const {
+    const auto t = tickets.download<unsigned>(std::size_t(tiles));
+    return std::all_of(t.begin(), t.end(), [](unsigned v) { return v == 0; });
+  }
+};
+int tiles_of(int outs) { return (outs + 15) / 16; }
+// The blocks a tile is shared among in each test of the tensor cores (1: none); the CUDA cores take 1 only.
+std::vector<int> splits_of(gemv_path path) {
+  if (path == gemv_path::cuda_cores) return {1};
+  return {1, 2, qwen3_tts::cuda::max_gemv_splits};
+}
+
 // A [most_rows][ld] output of which rows [0, rows) and columns [0, width) hold the product: error is the largest
 // of error_at(r, c, i) (i = r * ld + c) and big the largest |wanted value| there; clobbered counts the
 // entries outside that changed(i) says were written.
@@ -147,8 +174,9 @@ comparison compare(int rows, int width, int ld, ErrorAt error_at, Changed change
 // Runs the store or residual epilogue at every row count into y of ldy = out + 3 (columns past out, and
 // rows past `rows`, hold a sentinel that must survive) and compares each with cuBLAS's product (plus the
 // residual's starting values).
-void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx, gemv_path path) {
+void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx, gemv_path path, int splits) {
   const blas_handle blas;
+  const split_workspace ws(tiles_of(out), splits);
   const product p(out, in, ldx, std::uint64_t(out) * 7919u + std::uint64_t(in));
   const int ldy = out + 3;
   const std::size_t n = std::size_t(most_rows) * ldy;
@@ -157,7 +185,7 @@ void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx, gemv_pat
   device_array<float> y(n);
   for (int rows = 1; rows <= rows_of(path); ++rows) {
     y.upload(start);
-    small_gemv(e, p.w.p, out, in, p.x.p, ldx, y.p, nullptr, ldy, rows, nullptr, {}, path);
+    small_gemv(e, p.w.p, out, in, p.x.p, ldx, y.p, nullptr, ldy, rows, nullptr, {}, path, ws.split());
     const auto got = y.download<float>(n);
     const auto ref = p.reference(blas, rows);
     const comparison c = compare(
@@ -167,9 +195,10 @@ void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx, gemv_pat
           return std::pair{std::fabs(got[i] - (product + (residual ? start[i] : 0.0f))), product};
         },
         [&](std::size_t i) { return got[i] != start[i]; });
-    INFO(name_of(path), ", out ", out, ", in ", in, ", ldx ", ldx, ", rows ", rows, ": max|gemv - cublas| ", c.error,
-         ", max|cublas| ", c.big);
+    INFO(name_of(path), ", split ", splits, ", out ", out, ", in ", in, ", ldx ", ldx, ", rows ", rows,
+         ": max|gemv - cublas| ", c.error, ", max|cublas| ", c.big);
     c.check();
+    CHECK(ws.tickets_clear());
   }
 }
 
@@ -193,16 +222,18 @@ TEST_CASE("small_gemv's store epilogue writes cuBLAS's products at every row cou
           "its rows and outputs" *
           doctest::skip(!mstar::test::has_gpu())) {
   for (const gemv_path path : both_paths)
-    for (const shape& s : shapes)
-      if (takes(path, s)) check_store_or_residual(gemv_epilogue::store, s.out, s.in, s.ldx, path);
+    for (const int splits : splits_of(path))
+      for (const shape& s : shapes)
+        if (takes(path, s)) check_store_or_residual(gemv_epilogue::store, s.out, s.in, s.ldx, path, splits);
 }
 
 TEST_CASE("small_gemv's residual epilogue adds cuBLAS's products to a nonzero float32 residual at every row count of "
           "each kernel" *
           doctest::skip(!mstar::test::has_gpu())) {
   for (const gemv_path path : both_paths)
-    for (const shape& s : shapes)
-      if (takes(path, s)) check_store_or_residual(gemv_epilogue::residual, s.out, s.in, s.ldx, path);
+    for (const int splits : splits_of(path))
+      for (const shape& s : shapes)
+        if (takes(path, s)) check_store_or_residual(gemv_epilogue::residual, s.out, s.in, s.ldx, path, splits);
 }
 
 TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up products at every row count of each "
@@ -213,33 +244,37 @@ TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up pr
   // last with input and output rows wider than the product (ldx > in, ldy > inter: the columns past inter hold the
   // sentinel too).
   for (const gemv_path path : both_paths)
-    for (const auto& [inter, in, ldx, ldy] : {std::tuple{3072, 1024, 1024, 3072}, std::tuple{6144, 2048, 2048, 6144},
-                                              std::tuple{1000, 1000, 1000, 1000}, std::tuple{1000, 1056, 1064, 1003}}) {
-      if (!qwen3_tts::cuda::small_gemv_fits(1, in, ldx, path)) continue;
-      const product p(2 * inter, in, ldx, std::uint64_t(inter) + 5);
-      const std::size_t n = std::size_t(most_rows) * ldy;
-      device_array<bf16> act(n);
-      const std::vector<std::uint16_t> start(n, 0x7fc0); // NaN: must survive past `rows`
-      for (int rows = 1; rows <= rows_of(path); ++rows) {
-        act.upload(start);
-        small_gemv(gemv_epilogue::swiglu, p.w.p, 2 * inter, in, p.x.p, ldx, nullptr, act.p, ldy, rows, nullptr, {},
-                   path);
-        const auto got = act.download<std::uint16_t>(n);
-        const auto ref = p.reference(blas, rows);
-        const comparison c = compare(
-            rows, inter, ldy,
-            [&](int r, int o, std::size_t i) {
-              const float* gate_up = ref.data() + std::size_t(r) * 2 * inter;
-              const float want = silu(gate_up[o]) * gate_up[inter + o];
-              // The kernel rounds its value to bf16: up to half a bf16 step, 2^-8 of the value.
-              return std::pair{std::fabs(bf16_value(got[i]) - want) - std::ldexp(std::fabs(want), -8), want};
-            },
-            [&](std::size_t i) { return got[i] != start[i]; });
-        INFO(name_of(path), ", inter ", inter, ", in ", in, ", ldx ", ldx, ", ldy ", ldy, ", rows ", rows,
-             ": max error beyond bf16 rounding ", c.error, ", max|swiglu| ", c.big);
-        c.check();
+    for (const int splits : splits_of(path))
+      for (const auto& [inter, in, ldx, ldy] :
+           {std::tuple{3072, 1024, 1024, 3072}, std::tuple{6144, 2048, 2048, 6144}, std::tuple{1000, 1000, 1000, 1000},
+            std::tuple{1000, 1056, 1064, 1003}}) {
+        if (!qwen3_tts::cuda::small_gemv_fits(1, in, ldx, path)) continue;
+        const split_workspace ws(tiles_of(inter), splits);
+        const product p(2 * inter, in, ldx, std::uint64_t(inter) + 5);
+        const std::size_t n = std::size_t(most_rows) * ldy;
+        device_array<bf16> act(n);
+        const std::vector<std::uint16_t> start(n, 0x7fc0); // NaN: must survive past `rows`
+        for (int rows = 1; rows <= rows_of(path); ++rows) {
+          act.upload(start);
+          small_gemv(gemv_epilogue::swiglu, p.w.p, 2 * inter, in, p.x.p, ldx, nullptr, act.p, ldy, rows, nullptr, {},
+                     path, ws.split());
+          const auto got = act.download<std::uint16_t>(n);
+          const auto ref = p.reference(blas, rows);
+          const comparison c = compare(
+              rows, inter, ldy,
+              [&](int r, int o, std::size_t i) {
+                const float* gate_up = ref.data() + std::size_t(r) * 2 * inter;
+                const float want = silu(gate_up[o]) * gate_up[inter + o];
+                // The kernel rounds its value to bf16: up to half a bf16 step, 2^-8 of the value.
+                return std::pair{std::fabs(bf16_value(got[i]) - want) - std::ldexp(std::fabs(want), -8), want};
+              },
+              [&](std::size_t i) { return got[i] != start[i]; });
+          INFO(name_of(path), ", split ", splits, ", inter ", inter, ", in ", in, ", ldx ", ldx, ", ldy ", ldy,
+               ", rows ", rows, ": max error beyond bf16 rounding ", c.error, ", max|swiglu| ", c.big);
+          c.check();
+          CHECK(ws.tickets_clear());
+        }
       }
-    }
 }
 
 TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bits, store and swiglu, 1 to 8 rows" *
@@ -289,9 +324,12 @@ TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever row
           doctest::skip(!mstar::test::has_gpu())) {
   // A request's codes must not depend on its batch: each row's sums follow the weights and its own inputs only.
   // Row r of a most_rows-row call (four n-tiles) against the same input row alone (a 1-row call reading from row r) and
-  // in a call of r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up.
-  for (const auto& [out, in, e] :
-       {std::tuple{4096, 1024, gemv_epilogue::store}, std::tuple{2 * 3072, 1024, gemv_epilogue::swiglu}}) {
+  // in a call of r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up, and store with each tile shared among
+  // two blocks (split-K: the bits then follow the split count, not the rows).
+  for (const auto& [out, in, e, splits] :
+       {std::tuple{4096, 1024, gemv_epilogue::store, 1}, std::tuple{2 * 3072, 1024, gemv_epilogue::swiglu, 1},
+        std::tuple{1024, 3072, gemv_epilogue::store, 2}}) {
+    const split_workspace ws(tiles_of(e == gemv_epilogue::swiglu ? out / 2 : out), splits);
     const product p(out, in, in, std::uint64_t(out) * 3u + 1u);
     const bool swiglu = e == gemv_epilogue::swiglu;
     const int width = swiglu ? out / 2 : out;
@@ -299,7 +337,7 @@ TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever row
     device_array<bf16> act(std::size_t(most_rows) * width), act_some(std::size_t(most_rows) * width);
     auto run = [&](const bf16* x, int rows, float* y32, bf16* a) {
       small_gemv(e, p.w.p, out, in, x, in, swiglu ? nullptr : y32, swiglu ? a : nullptr, width, rows, nullptr, {},
-                 gemv_path::tensor_cores);
+                 gemv_path::tensor_cores, ws.split());
     };
     auto row_bits = [&](const float* y32, const bf16* a, int r) {
       std::vector<std::uint16_t> bits(std::size_t(width) * (swiglu ? 1 : 2));
@@ -315,10 +353,10 @@ TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever row
     run(p.x.p, most_rows, y.p, act.p);
     for (int r = 0; r < most_rows; ++r) {
       run(p.x.p + std::size_t(r) * in, 1, y_some.p, act_some.p);
-      INFO("out ", out, ", row ", r, " alone");
+      INFO("out ", out, ", split ", splits, ", row ", r, " alone");
       CHECK(row_bits(y_some.p, act_some.p, 0) == row_bits(y.p, act.p, r));
       run(p.x.p, r + 1, y_some.p, act_some.p);
-      INFO("out ", out, ", row ", r, " of ", r + 1);
+      INFO("out ", out, ", split ", splits, ", row ", r, " of ", r + 1);
       CHECK(row_bits(y_some.p, act_some.p, r) == row_bits(y.p, act.p, r));
     }
   }
@@ -407,5 +445,31 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
       why = err.what();
     }
     CHECK(why.find("CUDA cores only") != std::string::npos);
+  }
+  {
+    // A split among blocks: its count, the tensor cores only, its workspace and the workspace's room.
+    alignas(16) static const std::uint16_t none[8] = {};
+    const auto* w = reinterpret_cast<const bf16*>(none);
+    float y[64] = {};
+    unsigned tickets[4] = {};
+    auto refusal = [&](int out, gemv_path path, qwen3_tts::cuda::gemv_split split) -> std::string {
+      try {
+        small_gemv(gemv_epilogue::store, w, out, 32, w, 32, y, nullptr, out, 2, nullptr, {}, path, split);
+      } catch (const std::invalid_argument& err) {
+        return err.what();
+      }
+      return "(no refusal)";
+    };
+    const int over = qwen3_tts::cuda::max_gemv_splits + 1;
+    CHECK(refusal(16, gemv_path::tensor_cores, {y, tickets, 4, over}).find("not " + std::to_string(over)) !=
+          std::string::npos);
+    CHECK(refusal(16, gemv_path::tensor_cores, {y, tickets, 4, 0}).find("not 0") != std::string::npos);
+    CHECK(refusal(16, gemv_path::cuda_cores, {y, tickets, 4, 2}).find("tensor cores only") != std::string::npos);
+    CHECK(refusal(16, gemv_path::tensor_cores, {nullptr, tickets, 4, 2}).find("partial and tickets") !=
+          std::string::npos);
+    CHECK(refusal(16, gemv_path::tensor_cores, {y, nullptr, 4, 2}).find("partial and tickets") != std::string::npos);
+    const std::string room = refusal(64 + 16, gemv_path::tensor_cores, {y, tickets, 4, 2});
+    CHECK(room.find("room for 4 tiles") != std::string::npos);
+    CHECK(room.find("not 5") != std::string::npos);
   }
 }

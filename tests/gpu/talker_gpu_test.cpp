@@ -368,6 +368,31 @@ TEST_CASE("on the host Talker's path at twelve rows, the decode products on the 
   compare_runs(m, prompts, 8);
 }
 
+TEST_CASE("on the host Talker's path at twelve rows, the tensor-core products' tiles each shared among two blocks, "
+          "every CUDA Talker decision and logit agrees with the host float32 Talker" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // talker_cuda_limits::gemv_k_split: the tiny model's products have fewer tiles of 16 outputs than any GPU has SMs,
+  // so every tensor-core product of the decode step takes the split.
+  talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  l.gemv_k_split = 2;
+  rig m(tensor_core_config(), l);
+  std::vector<talker_prompt> prompts;
+  for (int r = 0; r < 12; ++r)
+    prompts.push_back(make_prompt(4 + r % 7, std::uint32_t(29 + r), r % 4 == 0));
+  compare_runs(m, prompts, 8);
+}
+
+TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits, before touching the device") {
+  for (const int k : {0, cuda::max_gemv_splits + 1}) {
+    talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, 16, true, true, 0, true};
+    l.gemv_k_split = k;
+    const std::string why =
+        "gemv_k_split " + std::to_string(k) + " outside [1, " + std::to_string(cuda::max_gemv_splits) + "]";
+    CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
+                         std::invalid_argument);
+  }
+}
+
 TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
   for (const bool tensor_cores : {true, false}) {
     const talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows + 1, true, true, 0, tensor_cores};

@@ -332,11 +332,25 @@ struct talker_cuda::state {
   bool gemv_fits(int m, int in, int ldx) const {
     return m <= gemv_rows && cuda::small_gemv_fits(m, in, ldx, gemv_path(m));
   }
+  // talker_cuda_limits::gemv_k_split: the tensor-core products of fewer tiles than the SMs share a tile's inputs
+  // among gemv_split.splits blocks (split_tiles = the SM count; partial and tickets sized for it).
+  cuda::gemv_split gemv_split;
+  // The split a small_gemv product of `out` outputs on `path` takes (by its shape only).
+  cuda::gemv_split split_for(cuda::gemv_epilogue e, int out, cuda::gemv_path path) const {
+    const int tiles = ((e == cuda::gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16;
+    if (gemv_split.splits == 1 || path != cuda::gemv_path::tensor_cores || tiles >= gemv_split.capacity) return {};
+    return gemv_split;
+  }
+  // small_gemv with the split its shape takes.
+  void product(cuda::gemv_epilogue e, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
+               int ldy, int m, cudaStream_t s, const cuda::gemv_norm& norm, cuda::gemv_path path) const {
+    cuda::small_gemv(e, w, out, in, x, ldx, y32, act, ldy, m, s, norm, path, split_for(e, out, path));
+  }
   // gemm's product, as small_gemv where `small` (a decode step's product) and the shape fits.
   void linear(cudaStream_t s, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m,
               bool small) const {
     if (small && gemv_fits(m, in, ldx))
-      cuda::small_gemv(cuda::gemv_epilogue::store, w, out, in, x, ldx, y, nullptr, ldy, m, s, {}, gemv_path(m));
+      product(cuda::gemv_epilogue::store, w, out, in, x, ldx, y, nullptr, ldy, m, s, {}, gemv_path(m));
     else
       gemm(s, w, out, in, x, ldx, y, ldy, m);
   }
@@ -391,8 +405,8 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
     if (norm_in_gemv) {
-      cuda::small_gemv(cuda::gemv_epilogue::store, lw.qkv, qkv_width(d), h, nullptr, h, st.qkv, nullptr, qkv_width(d),
-                       tokens, s, {x, h, lw.input_norm, d.rms_eps}, path);
+      st.product(cuda::gemv_epilogue::store, lw.qkv, qkv_width(d), h, nullptr, h, st.qkv, nullptr, qkv_width(d), tokens,
+                 s, {x, h, lw.input_norm, d.rms_eps}, path);
     } else {
       cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
       st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
@@ -406,17 +420,16 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
       cuda::paged_attention(st.q, w.kv[std::size_t(l)], view, st.attn, d.heads, d.kv_heads, d.head_dim, s);
     }
     if (gemv) {
-      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s, {}, path);
+      st.product(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s, {}, path);
       if (norm_in_gemv) {
-        cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, nullptr, h, nullptr, st.act, inter,
-                         tokens, s, {x, h, lw.post_norm, d.rms_eps}, path);
+        st.product(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, nullptr, h, nullptr, st.act, inter, tokens, s,
+                   {x, h, lw.post_norm, d.rms_eps}, path);
       } else {
         cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
-        cuda::small_gemv(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter,
-                         tokens, s, {}, path);
+        st.product(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter, tokens, s, {},
+                   path);
       }
-      cuda::small_gemv(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s, {},
-                       path);
+      st.product(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s, {}, path);
       continue;
     }
     st.gemm(s, lw.o, h, qw, st.attn, qw, st.out, h, tokens);
@@ -460,6 +473,9 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(l.gemv_rows >= 0 && l.gemv_rows <= cuda::max_mma_gemv_rows,
        "gemv_rows " + std::to_string(l.gemv_rows) + " outside [0, " + std::to_string(cuda::max_mma_gemv_rows) +
            "] (the most rows small_gemv takes, on the tensor cores; 0 keeps every product on cuBLAS)");
+  need(l.gemv_k_split >= 1 && l.gemv_k_split <= cuda::max_gemv_splits,
+       "gemv_k_split " + std::to_string(l.gemv_k_split) + " outside [1, " + std::to_string(cuda::max_gemv_splits) +
+           "] (blocks a tensor-core product's tile of 16 outputs is shared among; 1: one)");
   need(l.attention_chunk >= 0, "attention_chunk " + std::to_string(l.attention_chunk) +
                                    " is negative (0: equal shares; N: shares of at least N tokens)");
 }
@@ -486,6 +502,16 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.gemv_rows = limits.gemv_rows;
   st.gemv_norm = limits.gemv_norm;
   st.gemv_tensor_cores = limits.gemv_tensor_cores;
+  if (limits.gemv_k_split > 1) {
+    int device = 0, sms = 0;
+    TALKER_CHECK(cudaGetDevice(&device));
+    TALKER_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    st.gemv_split.splits = limits.gemv_k_split;
+    st.gemv_split.capacity = sms;
+    st.gemv_split.partial = device_alloc<float>(cuda::gemv_split_floats(sms, limits.gemv_k_split), own);
+    st.gemv_split.tickets = device_alloc<unsigned>(std::size_t(sms), own);
+    TALKER_CHECK(cudaMemset(st.gemv_split.tickets, 0, std::size_t(sms) * sizeof(unsigned)));
+  }
 
   const auto& T = dims.talker;
   const auto& P = dims.predictor;

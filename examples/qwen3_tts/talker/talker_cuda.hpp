@@ -91,6 +91,12 @@ struct talker_cuda_limits {
   // CUDA-core kernel from 2 rows, slower than it at 1 (docs/benchmarks.md). Off: the CUDA-core kernel for every
   // row count up to gemv_rows and 8, cuBLAS beyond.
   bool gemv_tensor_cores = true;
+  // On the tensor cores, a product of fewer tiles of 16 outputs than the GPU has SMs (the 0.6B's o and down
+  // projections: 64 tiles) has each tile's inputs shared among this many blocks (cuda::gemv_split: 1 to
+  // cuda::max_gemv_splits; 1, one block a tile). The split follows the product's shape and the SM count, never the
+  // step's rows, so a row's bits still follow its own inputs only. For the bench (qwen3tts_talker_bench
+  // --gemv-k-split N); not yet measured, so 1 stays the default.
+  int gemv_k_split = 1;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

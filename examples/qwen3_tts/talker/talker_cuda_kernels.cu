@@ -705,11 +705,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
 template <int NT, gemv_epilogue E>
 __global__ void __launch_bounds__(mma_warps * 32)
     mma_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
-                    bf16* act, int ldy, int rows) {
+                    bf16* act, int ldy, int rows, gemv_split split) {
   constexpr int O = E == gemv_epilogue::swiglu ? 2 : 1; // weight tiles: [gate; up] for swiglu
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int outs = E == gemv_epilogue::swiglu ? out / 2 : out; // outputs a row
-  const int o0 = blockIdx.x * 16, chunks = in / 32;
+  // Block (tile, part) of splits blocks a tile; its warp is warp part * mma_warps + warp of the tile's `stride`.
+  const int splits = split.splits, tiles = int(gridDim.x) / splits;
+  const int tile = int(blockIdx.x) % tiles, part = int(blockIdx.x) / tiles;
+  const int vw = part * mma_warps + warp, stride = mma_warps * splits;
+  const int o0 = tile * 16, chunks = in / 32;
   // The thread's weight rows g and g + 8 of each tile; a row past the outputs re-reads the tile's first and is
   // not written.
   const uint4* wr[O][2];
@@ -726,7 +730,7 @@ __global__ void __launch_bounds__(mma_warps * 32)
   auto load_pass = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < mma_unroll; ++u) {
-      const int c = c0 + u * mma_warps;
+      const int c = c0 + u * stride;
 #pragma unroll
       for (int k = 0; k < O; ++k)
 #pragma unroll
@@ -734,10 +738,10 @@ __global__ void __launch_bounds__(mma_warps * 32)
           wq[u][k][h] = c < chunks ? __ldcs(wr[k][h] + 4 * c) : make_uint4(0, 0, 0, 0);
     }
   };
-  load_pass(warp);
+  load_pass(vw);
 #pragma unroll
   for (int u = mma_unroll; u < 2 * mma_unroll; ++u) {
-    const int c = warp + u * mma_warps;
+    const int c = vw + u * stride;
     if (c < chunks)
 #pragma unroll
       for (int k = 0; k < O; ++k)
@@ -756,11 +760,11 @@ __global__ void __launch_bounds__(mma_warps * 32)
   }
 
   float acc[O][NT][4] = {};
-  for (int c0 = warp; c0 < chunks; c0 += mma_warps * mma_unroll) {
-    if (c0 != warp) load_pass(c0); // the first pass's came before the wait
+  for (int c0 = vw; c0 < chunks; c0 += stride * mma_unroll) {
+    if (c0 != vw) load_pass(c0); // the first pass's came before the wait
 #pragma unroll
     for (int u = 0; u < mma_unroll; ++u) {
-      const int c = c0 + u * mma_warps;
+      const int c = c0 + u * stride;
       if (c >= chunks) break;
       uint4 xq[NT];
 #pragma unroll
@@ -787,18 +791,54 @@ __global__ void __launch_bounds__(mma_warps * 32)
       for (int i = 0; i < 4; ++i)
         red[warp][(k * NT + j) * 4 + i][lane] = acc[k][j][i];
   __syncthreads();
-  for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-    // Element i of lane ln's fragment of n-tile j: output g + 8 (i >= 2), row 8 j + 2 t + (i odd).
+  constexpr int elems = NT * 4 * 32; // fragment elements of an n-tile's sums, all n-tiles
+  // Element i of lane ln's fragment of n-tile j: output g + 8 (i >= 2), row 8 j + 2 t + (i odd).
+  auto live_elem = [&](int e, int& o, int& r) {
     const int ln = e & 31, j = e >> 7, i = (e >> 5) & 3;
-    const int o = o0 + (ln >> 2) + (i >= 2 ? 8 : 0), r = j * 8 + 2 * (ln & 3) + (i & 1);
-    if (o >= outs || r >= rows) continue;
+    o = o0 + (ln >> 2) + (i >= 2 ? 8 : 0);
+    r = j * 8 + 2 * (ln & 3) + (i & 1);
+    return o < outs && r < rows;
+  };
+  auto warps_sum = [&](int e, int k) {
+    const int ln = e & 31, j = e >> 7, i = (e >> 5) & 3;
+    float v = 0.0f;
+#pragma unroll
+    for (int ww = 0; ww < mma_warps; ++ww)
+      v += red[ww][(k * NT + j) * 4 + i][ln];
+    return v;
+  };
+  if (splits > 1) {
+    // This block's sums to partial, then the tile's last block to arrive goes on with every split's.
+    float* mine = split.partial + std::size_t(blockIdx.x) * O * elems;
+    for (int e = threadIdx.x; e < elems; e += blockDim.x) {
+      int o, r;
+      if (!live_elem(e, o, r)) continue;
+#pragma unroll
+      for (int k = 0; k < O; ++k)
+        mine[k * elems + e] = warps_sum(e, k);
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned arrived;
+    if (threadIdx.x == 0) arrived = atomicAdd(split.tickets + tile, 1u);
+    __syncthreads();
+    if (arrived != unsigned(splits - 1)) return;
+    __threadfence();
+    if (threadIdx.x == 0) split.tickets[tile] = 0; // for the next launch, which waits for this one
+  }
+  for (int e = threadIdx.x; e < elems; e += blockDim.x) {
+    int o, r;
+    if (!live_elem(e, o, r)) continue;
     float v[O];
 #pragma unroll
     for (int k = 0; k < O; ++k) {
-      v[k] = 0.0f;
-#pragma unroll
-      for (int ww = 0; ww < mma_warps; ++ww)
-        v[k] += red[ww][(k * NT + j) * 4 + i][ln];
+      if (splits == 1) {
+        v[k] = warps_sum(e, k);
+      } else {
+        v[k] = 0.0f;
+        for (int p = 0; p < splits; ++p)
+          v[k] += __ldcg(split.partial + (std::size_t(p) * tiles + tile) * O * elems + k * elems + e);
+      }
     }
     if constexpr (E == gemv_epilogue::swiglu) {
       act[std::size_t(r) * ldy + o] = __float2bfloat16(silu(v[0]) * v[O - 1]);
@@ -809,23 +849,29 @@ __global__ void __launch_bounds__(mma_warps * 32)
   }
 }
 
+// Tiles of 16 outputs of a tensor-core product (for swiglu, of its out / 2 outputs).
+int mma_tiles(gemv_epilogue e, int out) { return ((e == gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16; }
+
 template <gemv_epilogue E>
 void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
-                     cudaStream_t s) {
-  const unsigned blocks = unsigned(((E == gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16);
+                     const gemv_split& split, cudaStream_t s) {
+  const unsigned blocks = unsigned(mma_tiles(E, out) * split.splits);
   if (rows <= 8)
-    launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
+    launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
+                  split);
   else if (rows <= 16)
-    launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
+    launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
+                  split);
   else
-    launch_kernel(&mma_gemv_kernel<4, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows);
+    launch_kernel(&mma_gemv_kernel<4, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
+                  split);
 }
 
 template <gemv_epilogue E>
 void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
-                       const gemv_norm& norm, gemv_path path, cudaStream_t s) {
+                       const gemv_norm& norm, gemv_path path, const gemv_split& split, cudaStream_t s) {
   if (path == gemv_path::tensor_cores) {
-    launch_mma_gemv<E>(w, out, in, x, ldx, y32, act, ldy, rows, s);
+    launch_mma_gemv<E>(w, out, in, x, ldx, y32, act, ldy, rows, split, s);
   } else if (norm.x32) {
     launch_small_gemv<E, true>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
   } else {
@@ -1315,7 +1361,7 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 }
 
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s, const gemv_norm& norm, gemv_path path) {
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm, gemv_path path, const gemv_split& split) {
   auto refuse = [](const std::string& what) {
     throw std::invalid_argument("qwen3_tts CUDA talker: small_gemv " + what);
   };
@@ -1354,15 +1400,26 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
     refuse("cannot add to the rows it normalises (other blocks still read them)");
   if (swiglu ? act == nullptr : y32 == nullptr)
     refuse(swiglu ? "has no output: the swiglu epilogue writes act" : "has no output: store and residual write y32");
+  if (split.splits < 1 || split.splits > max_gemv_splits)
+    refuse("shares a tile among 1.." + std::to_string(max_gemv_splits) + " blocks, not " +
+           std::to_string(split.splits));
+  if (split.splits > 1) {
+    if (!mma) refuse("splits the inputs among blocks on the tensor cores only (gemv_split.splits 1 on the CUDA cores)");
+    if (!split.partial || !split.tickets)
+      refuse("split among " + std::to_string(split.splits) + " blocks needs gemv_split's partial and tickets");
+    if (mma_tiles(epilogue, out) > split.capacity)
+      refuse("split among blocks has room for " + std::to_string(split.capacity) + " tiles of 16 outputs, not " +
+             std::to_string(mma_tiles(epilogue, out)) + " (a larger gemv_split, or splits 1)");
+  }
   switch (epilogue) {
   case gemv_epilogue::store:
-    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, s);
+    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, s);
     break;
   case gemv_epilogue::residual:
-    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, s);
+    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, s);
     break;
   case gemv_epilogue::swiglu:
-    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, s);
+    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, s);
     break;
   }
   check_launch("small_gemv");

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace qwen3_tts::cuda {
@@ -144,8 +145,29 @@ constexpr bool small_gemv_fits(int rows, int in, int ldx, gemv_path path = gemv_
   return rows >= 1 && rows <= (mma ? max_mma_gemv_rows : max_gemv_rows) && in > 0 && in % (mma ? 32 : 8) == 0 &&
          ldx >= in && ldx % 8 == 0;
 }
+// The tensor-core kernel's inputs shared among `splits` blocks a tile of 16 outputs (split-K), for products of few
+// tiles: a block a tile leaves SMs idle where the outputs are fewer than 16 x the SMs (the 0.6B's o and down
+// projections, 64 tiles), and each block's weights take longer to stream than those of many blocks. Block s of a
+// tile takes the chunks of 32 inputs that warps s * 8 .. s * 8 + 7 of a kernel of 8 x splits warps would, sums
+// its warps in warp order into `partial`, and the tile's last block to arrive (a ticket counted in `tickets`,
+// which it puts back to 0) adds the splits' sums in split order and writes the epilogue: the bits follow the
+// split count, the weights and the row's own inputs, never the arrival order or the other rows. partial holds
+// tiles x splits x 2 x 16 x max_mma_gemv_rows floats and tickets `tiles` zeroed counters (tiles at most
+// `capacity`); launches that share them must not overlap (one stream, as the decode step's). splits 1: no split.
+struct gemv_split {
+  float* partial = nullptr;
+  unsigned* tickets = nullptr;
+  int capacity = 0; // tiles partial and tickets have room for
+  int splits = 1;
+};
+constexpr int max_gemv_splits = 4;
+// Floats of gemv_split::partial for `tiles` tiles of `splits` blocks.
+constexpr std::size_t gemv_split_floats(int tiles, int splits) {
+  return std::size_t(tiles) * std::size_t(splits) * 2 * 16 * max_mma_gemv_rows;
+}
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s, const gemv_norm& norm = {}, gemv_path path = gemv_path::cuda_cores);
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm = {}, gemv_path path = gemv_path::cuda_cores,
+                const gemv_split& split = {});
 
 // y = silu(x + bias) as bf16, or (silu == false) y32 = x + bias as float32.
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s);
