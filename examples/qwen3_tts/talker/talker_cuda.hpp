@@ -67,9 +67,9 @@ struct talker_cuda_limits {
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
   // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_mma_gemv_rows
   // (32, the tensor-core kernel's); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows
-  // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS; at 24 and
-  // 32 rows it measured slower (docs/benchmarks.md), before its weights were loaded ahead of griddepcontrol.wait,
-  // which shortened its steps; 17 to 32 rows are not measured since.
+  // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS with the
+  // default gemv_k_split. At 17 to 32 rows the tensor cores without a split measured 0.93-0.94x of cuBLAS's step,
+  // with tiles shared among 2 blocks slower than without (docs/benchmarks.md); among 4, the default, unmeasured.
   int gemv_rows = 16;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
@@ -94,9 +94,10 @@ struct talker_cuda_limits {
   // On the tensor cores, a product of fewer tiles of 16 outputs than the GPU has SMs (the 0.6B's o and down
   // projections: 64 tiles) has each tile's inputs shared among this many blocks (cuda::gemv_split: 1 to
   // cuda::max_gemv_splits; 1, one block a tile). The split follows the product's shape and the SM count, never the
-  // step's rows, so a row's bits still follow its own inputs only. For the bench (qwen3tts_talker_bench
-  // --gemv-k-split N); not yet measured, so 1 stays the default.
-  int gemv_k_split = 1;
+  // step's rows, so a row's bits still follow its own inputs only (qwen3tts_talker_bench --gemv-k-split N). The
+  // default, 4: the 0.6B's decode step took 0.97-0.98x main's time at 2-8 rows and 0.92-0.93x at 12-16 rows
+  // (0.96x the same build's without a split; docs/benchmarks.md).
+  int gemv_k_split = 4;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
