@@ -333,7 +333,7 @@ struct talker_cuda::state {
     return m <= gemv_rows && cuda::small_gemv_fits(m, in, ldx, gemv_path(m));
   }
   // talker_cuda_limits::gemv_k_split: the tensor-core products of fewer tiles than the SMs share a tile's inputs
-  // among gemv_split.splits blocks (split_tiles = the SM count; partial and tickets sized for it).
+  // among gemv_split.splits blocks (gemv_split.capacity = the SM count; partial and tickets sized for it).
   cuda::gemv_split gemv_split;
   // The split a small_gemv product of `out` outputs on `path` takes (by its shape only).
   cuda::gemv_split split_for(cuda::gemv_epilogue e, int out, cuda::gemv_path path) const {
