@@ -135,7 +135,6 @@ struct split_workspace {
     return std::all_of(t.begin(), t.end(), [](unsigned v) { return v == 0; });
   }
 };
-int tiles_of(int outs) { return (outs + 15) / 16; }
 // The blocks a tile is shared among in each test of the tensor cores (1: none); the CUDA cores take 1 only.
 std::vector<int> splits_of(gemv_path path) {
   if (path == gemv_path::cuda_cores) return {1};
@@ -176,7 +175,7 @@ comparison compare(int rows, int width, int ld, ErrorAt error_at, Changed change
 // residual's starting values).
 void check_store_or_residual(gemv_epilogue e, int out, int in, int ldx, gemv_path path, int splits) {
   const blas_handle blas;
-  const split_workspace ws(tiles_of(out), splits);
+  const split_workspace ws(qwen3_tts::cuda::gemv_tiles(gemv_epilogue::store, out), splits);
   const product p(out, in, ldx, std::uint64_t(out) * 7919u + std::uint64_t(in));
   const int ldy = out + 3;
   const std::size_t n = std::size_t(most_rows) * ldy;
@@ -249,7 +248,7 @@ TEST_CASE("small_gemv's swiglu epilogue writes swiglu of cuBLAS's gate and up pr
            {std::tuple{3072, 1024, 1024, 3072}, std::tuple{6144, 2048, 2048, 6144}, std::tuple{1000, 1000, 1000, 1000},
             std::tuple{1000, 1056, 1064, 1003}}) {
         if (!qwen3_tts::cuda::small_gemv_fits(1, in, ldx, path)) continue;
-        const split_workspace ws(tiles_of(inter), splits);
+        const split_workspace ws(qwen3_tts::cuda::gemv_tiles(gemv_epilogue::swiglu, 2 * inter), splits);
         const product p(2 * inter, in, ldx, std::uint64_t(inter) + 5);
         const std::size_t n = std::size_t(most_rows) * ldy;
         device_array<bf16> act(n);
@@ -329,7 +328,7 @@ TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever row
   for (const auto& [out, in, e, splits] :
        {std::tuple{4096, 1024, gemv_epilogue::store, 1}, std::tuple{2 * 3072, 1024, gemv_epilogue::swiglu, 1},
         std::tuple{1024, 3072, gemv_epilogue::store, 2}}) {
-    const split_workspace ws(tiles_of(e == gemv_epilogue::swiglu ? out / 2 : out), splits);
+    const split_workspace ws(qwen3_tts::cuda::gemv_tiles(e, out), splits);
     const product p(out, in, in, std::uint64_t(out) * 3u + 1u);
     const bool swiglu = e == gemv_epilogue::swiglu;
     const int width = swiglu ? out / 2 : out;

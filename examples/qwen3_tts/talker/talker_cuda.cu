@@ -337,8 +337,9 @@ struct talker_cuda::state {
   cuda::gemv_split gemv_split;
   // The split a small_gemv product of `out` outputs on `path` takes (by its shape only).
   cuda::gemv_split split_for(cuda::gemv_epilogue e, int out, cuda::gemv_path path) const {
-    const int tiles = ((e == cuda::gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16;
-    if (gemv_split.splits == 1 || path != cuda::gemv_path::tensor_cores || tiles >= gemv_split.capacity) return {};
+    if (gemv_split.splits == 1 || path != cuda::gemv_path::tensor_cores ||
+        cuda::gemv_tiles(e, out) >= gemv_split.capacity)
+      return {};
     return gemv_split;
   }
   // small_gemv with the split its shape takes.

@@ -849,13 +849,10 @@ __global__ void __launch_bounds__(mma_warps * 32)
   }
 }
 
-// Tiles of 16 outputs of a tensor-core product (for swiglu, of its out / 2 outputs).
-int mma_tiles(gemv_epilogue e, int out) { return ((e == gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16; }
-
 template <gemv_epilogue E>
 void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
                      const gemv_split& split, cudaStream_t s) {
-  const unsigned blocks = unsigned(mma_tiles(E, out) * split.splits);
+  const unsigned blocks = unsigned(gemv_tiles(E, out) * split.splits);
   if (rows <= 8)
     launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
                   split);
@@ -1407,9 +1404,9 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
     if (!mma) refuse("splits the inputs among blocks on the tensor cores only (gemv_split.splits 1 on the CUDA cores)");
     if (!split.partial || !split.tickets)
       refuse("split among " + std::to_string(split.splits) + " blocks needs gemv_split's partial and tickets");
-    if (mma_tiles(epilogue, out) > split.capacity)
+    if (gemv_tiles(epilogue, out) > split.capacity)
       refuse("split among blocks has room for " + std::to_string(split.capacity) + " tiles of 16 outputs, not " +
-             std::to_string(mma_tiles(epilogue, out)) + " (a larger gemv_split, or splits 1)");
+             std::to_string(gemv_tiles(epilogue, out)) + " (a larger gemv_split, or splits 1)");
   }
   switch (epilogue) {
   case gemv_epilogue::store:

@@ -161,6 +161,8 @@ struct gemv_split {
   int splits = 1;
 };
 constexpr int max_gemv_splits = 4;
+// Tiles of 16 outputs of a tensor-core product of `out` weight rows (for swiglu, of its out / 2 outputs).
+constexpr int gemv_tiles(gemv_epilogue e, int out) { return ((e == gemv_epilogue::swiglu ? out / 2 : out) + 15) / 16; }
 // Floats of gemv_split::partial for `tiles` tiles of `splits` blocks.
 constexpr std::size_t gemv_split_floats(int tiles, int splits) {
   return std::size_t(tiles) * std::size_t(splits) * 2 * 16 * max_mma_gemv_rows;
