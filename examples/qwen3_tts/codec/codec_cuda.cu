@@ -818,11 +818,11 @@ void codec_cuda::enqueue(const codec_kernels::row_table& rt) {
     if (!plain) k::apply_epilogue(w.product, ep, y, n_out, m, s);
   };
 
-  // The CUTLASS maths: the convolution's shape as CUTLASS's implicit GEMM over the extended input (codec_conv_shape.hpp)
-  // where its epilogue is the bias alone, the step's rows are of one width, CUTLASS takes the shape and it gives at
-  // least cutlass_min_tiles threadblocks; nullopt otherwise (matmul's im2col then). refusal() and tiles() are host
-  // arithmetic, the same at a graph's capture as at the eager step before it, so the extend knows before it runs
-  // whether to write the fp16 copy.
+  // The CUTLASS maths: the convolution's shape as CUTLASS's implicit GEMM over the extended input
+  // (codec_conv_shape.hpp) where its epilogue is the bias alone, the step's rows are of one width, CUTLASS takes the
+  // shape and it gives at least cutlass_min_tiles threadblocks; nullopt otherwise (matmul's im2col then). refusal()
+  // and tiles() are host arithmetic, the same at a graph's capture as at the eager step before it, so the extend knows
+  // before it runs whether to write the fp16 copy.
   const implicit_conv::conv_operands operands = math_ == codec_cuda_math::cutlass_fp16
                                                     ? implicit_conv::conv_operands::fp16
                                                     : implicit_conv::conv_operands::tf32;

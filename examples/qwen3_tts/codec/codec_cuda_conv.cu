@@ -129,9 +129,9 @@ void launch(const conv_shape& s, const std::type_identity_t<E>* ext, const std::
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("qwen3_tts CUDA codec: the CUTLASS ") +
-                             (operands_of<E> == conv_operands::tf32 ? "TF32" : "fp16") + " convolution of " + std::to_string(s.in) +
-                             " to " + std::to_string(s.out) + " channels, " + std::to_string(s.taps) +
-                             " taps, failed to launch: " + cudaGetErrorString(e));
+                             (operands_of<E> == conv_operands::tf32 ? "TF32" : "fp16") + " convolution of " +
+                             std::to_string(s.in) + " to " + std::to_string(s.out) + " channels, " +
+                             std::to_string(s.taps) + " taps, failed to launch: " + cudaGetErrorString(e));
 }
 
 // Where the operands are aligned as the kernels read them: 16 bytes.
