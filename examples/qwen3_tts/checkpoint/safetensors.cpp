@@ -332,7 +332,13 @@ void safetensors_file::validate() {
     if (furthest != nullptr && next.bytes.data() < furthest->bytes.data() + furthest->bytes.size()) {
       const auto at = [&](const tensor_view& t) {
         const auto b = static_cast<std::size_t>(t.bytes.data() - data.data());
-        return "[" + std::to_string(b) + ", " + std::to_string(b + t.bytes.size()) + ")";
+        // Appended to one string: g++ 12's -Wrestrict misfires on "[" + std::string&& at -O2.
+        std::string range = "[";
+        range += std::to_string(b);
+        range += ", ";
+        range += std::to_string(b + t.bytes.size());
+        range += ")";
+        return range;
       };
       fail(path_, next.name,
            "its bytes " + at(next) + " overlap those of tensor '" + furthest->name + "' " + at(*furthest));

@@ -28,7 +28,7 @@ std::string name_set(const List& names) {
   std::sort(v.begin(), v.end());
   std::string out = "[";
   for (std::size_t i = 0; i < v.size(); ++i)
-    out += (i ? ", " : "") + std::string(v[i]);
+    out.append(i ? ", " : "").append(v[i]);
   return out + "]";
 }
 
@@ -36,7 +36,7 @@ inline std::string walks_text(const walk_flags& w) {
   std::string out;
   for (auto [on, name] : {std::pair{w.chain, "chain"}, {w.resident, "resident"}, {w.combined, "combined"},
                           {w.spans, "spans"}, {w.stop_checks, "stop_checks"}})
-    if (on) out += (out.empty() ? "" : "|") + std::string(name);
+    if (on) out.append(out.empty() ? "" : "|").append(name); // not "" + string: g++ 12's -Wrestrict misfires
   return out.empty() ? "none" : out;
 }
 
