@@ -233,12 +233,12 @@ int synth_main(int argc, char** argv) {
     const double run_s = std::chrono::duration<double>(t2 - t1).count();
     const double audio_s = double(r.audio.size()) / codec.config().output_sample_rate;
     std::fprintf(stderr,
-                 "qwen3tts synth: %u frames (%s), %.2f s of audio in %zu chunks -> %s; load %.2f s, synthesis %.2f s "
-                 "(%s, %llu prefill / %llu decode / %llu codec steps)\n",
-                 r.frames, r.ended_by_token ? "end token" : "frame limit", audio_s, std::size_t(r.chunks), out.c_str(),
-                 load_s, run_s, cuda ? "CUDA Talker, CUDA codec" : "host backend",
-                 (unsigned long long)run.prefill_steps, (unsigned long long)run.decode_steps,
-                 (unsigned long long)run.codec_steps);
+                 "qwen3tts synth: %u frames (%s), %zu samples (%.3g s of audio at %d Hz) in %zu chunks -> %s; load "
+                 "%.2f s, synthesis %.2f s (%s, %llu prefill / %llu decode / %llu codec steps)\n",
+                 r.frames, r.ended_by_token ? "end token" : "frame limit", r.audio.size(), audio_s,
+                 codec.config().output_sample_rate, std::size_t(r.chunks), out.c_str(), load_s, run_s,
+                 cuda ? "CUDA Talker, CUDA codec" : "host backend", (unsigned long long)run.prefill_steps,
+                 (unsigned long long)run.decode_steps, (unsigned long long)run.codec_steps);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "qwen3tts synth: " << e.what() << "\n";
