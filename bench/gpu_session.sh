@@ -56,6 +56,11 @@
 #              MSTAR_CODECWAIT_C choose others (about 3 minutes with the checkpoint)
 #   split      the split topology on one GPU (the lane study's table: colocated lane off/on/auto and split
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
+#   carried    the tests of a build made on the build machine (scripts/carry_build.sh; carry build-carry), run here
+#              without building: unpacked at its own path, its suites gpu, host and parity (MSTAR_CARRIED_SUITES)
+#              by scripts/run_built_tests.py, the GPU test programs beside the host ones; then the gemv and
+#              norm-after tests of mstar_talker_gpu_tests under memcheck; the build's programs stay at that path
+#              for later stages (MSTAR_DECODE_BENCH, MSTAR_AB_BINS; about 3 minutes)
 #   ab         two (or more) builds of one program run in turn, MSTAR_AB_ROUNDS (default 2) rounds, so that a change
 #              is measured against its baseline in one call: MSTAR_AB_BINS names the binaries (built on the build
 #              machine at the two commits and carried, e.g. "build-carry/qwen3tts_talker_bench_old
@@ -627,6 +632,47 @@ stage_diagnose() {
 }
 
 # Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
+# The tests of build-carry/build.tar.xz (see the list at the top): unpacked at the build directory's own path, the
+# source tree's path linked to this tree (the tests name both), every test of the suites run.
+stage_carried() {
+  local d="$out/carried" b src rc
+  mkdir -p "$d"
+  if [ ! -f build-carry/build.tar.xz ] || [ ! -f build-carry/BUILD ]; then
+    summary+=("carried: no build-carry/build.tar.xz (scripts/carry_build.sh BUILD_DIR on the build machine makes it)")
+    return
+  fi
+  read -r b src < build-carry/BUILD
+  mkdir -p "$b" && tar -C "$b" -xJf build-carry/build.tar.xz ||
+    { summary+=("carried: cannot unpack build-carry/build.tar.xz into $b"); return; }
+  if [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+  elif [ ! "$src" -ef "$root" ]; then
+    summary+=("carried: $src (the build's source tree) is another folder here; the tests would read it, so none ran")
+    return
+  fi
+  LD_LIBRARY_PATH=$(carried_library_path)
+  export LD_LIBRARY_PATH
+  echo "carried: the build of $(cat build-carry/COMMIT 2>/dev/null) at $b"
+  python3 scripts/run_built_tests.py "$b" "$d/tests" --suites "${MSTAR_CARRIED_SUITES:-gpu,host,parity}" \
+    --jobs "$(nproc)" | tee "$d/tests.txt"
+  grep -hE '^\[doctest\] test cases' "$d"/tests/*gpu_test*.log 2>/dev/null | sed 's/^/  /'
+  local gpu_cases
+  gpu_cases=$(grep -hE '^\[doctest\] test cases' "$d"/tests/*gpu_test*.log 2>/dev/null | awk -F'|' '{
+    for (i = 1; i <= NF; ++i) {
+      n = $i + 0
+      if ($i ~ /passed/) p += n; else if ($i ~ /failed/) f += n; else if ($i ~ /skipped/) s += n
+    }
+  } END { printf "%d passed, %d failed, %d skipped", p, f, s }')
+  summary+=("carried: $(tail -n1 "$d/tests.txt") (the GPU programs' cases: $gpu_cases)")
+  if command -v compute-sanitizer > /dev/null && [ -x "$b/tests/gpu/mstar_talker_gpu_tests" ]; then
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_talker_gpu_tests" --no-intro \
+      --test-case='small_gemv*,*norm after*,*norms after*,*norms done by the products*' > "$d/memcheck_talker.log" 2>&1
+    rc=$?
+    tail -3 "$d/memcheck_talker.log"
+    summary+=("carried: talker gemv and norm tests under memcheck rc $rc")
+  fi
+}
+
 stage_ab() {
   local d="$out/ab" ck=$compare_dir/ckpt06 bin round=0 args name
   mkdir -p "$d"
@@ -654,7 +700,7 @@ stage_ab() {
 for s in "$@"; do
   case "$s" in
     wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | codecwait | \
-      decode | prefill | large | persistent | ab)
+      decode | prefill | large | persistent | ab | carried)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;
