@@ -58,8 +58,8 @@
 #              at c = 8, 32, 128, the edge's host and copy time) and the edge's GPU test
 #   carried    the tests of a build made on the build machine (scripts/carry_build.sh; carry build-carry), run here
 #              without building: unpacked at its own path, its suites gpu, host and parity (MSTAR_CARRIED_SUITES)
-#              by scripts/run_built_tests.py, the GPU test programs beside the host ones; then the gemv and
-#              norm-after tests of mstar_talker_gpu_tests under memcheck; the build's programs stay at that path
+#              by scripts/run_built_tests.py, the GPU test programs beside the host ones; then the small_gemv and
+#              norm tests of mstar_talker_gpu_tests under memcheck; the build's programs stay at that path
 #              for later stages (MSTAR_DECODE_BENCH, MSTAR_AB_BINS; about 3 minutes)
 #   ab         two (or more) builds of one program run in turn, MSTAR_AB_ROUNDS (default 2) rounds, so that a change
 #              is measured against its baseline in one call: MSTAR_AB_BINS names the binaries (built on the build
@@ -631,7 +631,6 @@ stage_diagnose() {
   kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null
 }
 
-# Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
 # The tests of build-carry/build.tar.xz (see the list at the top): unpacked at the build directory's own path, the
 # source tree's path linked to this tree (the tests name both), every test of the suites run.
 stage_carried() {
@@ -673,6 +672,7 @@ stage_carried() {
   fi
 }
 
+# Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
 stage_ab() {
   local d="$out/ab" ck=$compare_dir/ckpt06 bin round=0 args name
   mkdir -p "$d"

@@ -3,7 +3,7 @@
 # programs and tests without building there (a full CUDA build takes minutes of a call's 10):
 #
 #   build-carry/build.tar.xz   the build directory's executables (stripped) and meson-info/ (its list of tests)
-#   build-carry/lib/           the shared libraries they load that are not glibc's, libstdc++'s or CUDA's
+#   build-carry/lib/           the shared libraries they load but glibc's, libstdc++'s, the sanitizers' and CUDA's
 #                              (yaml-cpp, fmt, cpp-httplib and what it loads); the GPU machine has none of them
 #   build-carry/BUILD          the build directory's and the source tree's absolute paths: the tests name both,
 #                              so the GPU machine unpacks the build at the same path and links the source path to
@@ -20,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 b=${1:?"usage: bash scripts/carry_build.sh BUILD_DIR (a meson build directory, built)"}
 b=$(cd "$b" && pwd)
+[[ "$b" != *[[:space:]]* ]] || { echo "carry_build.sh: $b: a path with spaces cannot be recorded in BUILD" >&2; exit 1; }
 [ -f "$b/meson-info/meson-info.json" ] && [ -f "$b/meson-info/intro-tests.json" ] ||
   { echo "carry_build.sh: $b is not a meson build directory (no meson-info/)" >&2; exit 1; }
 if ninja -C "$b" -n 2>/dev/null | grep -q '^\['; then
@@ -31,8 +32,8 @@ src=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["director
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # Everything but objects, static libraries, per-target folders and ninja's state; then the ELF files stripped.
-tar -C "$b" -cf - --exclude='*.p' --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' --exclude='meson-logs' \
-  --exclude='./bench/cutlass' . | tar -C "$stage" -xf -
+tar -C "$b" -cf - --exclude='*.p' --exclude='*.o' --exclude='*.a' --exclude='.ninja_*' --exclude='meson-logs' . |
+  tar -C "$stage" -xf -
 mapfile -t elves < <(find "$stage" -type f -exec sh -c 'head -c4 "$1" | grep -q "ELF" && echo "$1"' _ {} \;)
 [ "${#elves[@]}" -gt 0 ] || { echo "carry_build.sh: no executable in $b: build it first" >&2; exit 1; }
 strip "${elves[@]}" 2>/dev/null || true
