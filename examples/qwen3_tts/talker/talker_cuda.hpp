@@ -96,7 +96,7 @@ struct talker_cuda_limits {
   // cuda::max_gemv_splits; 1, one block a tile). The split follows the product's shape and the SM count, never the
   // step's rows, so a row's bits still follow its own inputs only (qwen3tts_talker_bench --gemv-k-split N). The
   // default, 4: the 0.6B's decode step took 0.97-0.98x main's time at 2-8 rows and 0.92-0.93x at 12-16 rows
-  // (0.96x the same build's without a split; docs/benchmarks.md).
+  // (0.96-0.98x the same build's without a split; docs/benchmarks.md).
   int gemv_k_split = 4;
 };
 
