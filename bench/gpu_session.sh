@@ -59,8 +59,7 @@
 #   carried    the tests of a build made on the build machine (scripts/carry_build.sh; carry build-carry), run here
 #              without building: unpacked at its own path, its suites gpu, host and parity (MSTAR_CARRIED_SUITES)
 #              by scripts/run_built_tests.py, the GPU test programs beside the host ones; then the small_gemv and
-#              norm tests of mstar_talker_gpu_tests under memcheck; the build's programs stay at that path
-#              for later stages (MSTAR_DECODE_BENCH, MSTAR_AB_BINS; about 3 minutes)
+#              norm tests of mstar_talker_gpu_tests under memcheck (about 3 minutes)
 #   ab         two (or more) builds of one program run in turn, MSTAR_AB_ROUNDS (default 2) rounds, so that a change
 #              is measured against its baseline in one call: MSTAR_AB_BINS names the binaries (built on the build
 #              machine at the two commits and carried, e.g. "build-carry/qwen3tts_talker_bench_old
@@ -76,6 +75,14 @@
 #   run(command="bash bench/gpu_session.sh suite", kind="nvidia-h200", timeout_s=600)   # same warm machine
 #   run(command="bash bench/gpu_session.sh codec", kind="nvidia-h200", timeout_s=600)   # alone, or before suite
 #
+# A carried build: where build-carry/build.tar.xz is there (scripts/carry_build.sh BUILD_DIR on the build machine,
+# then carry build-carry), every stage runs its programs instead of building here (a CUDA build takes minutes of a
+# call): it is unpacked once at the build directory's own path, build-talker-gpu becomes a link to it, and stage
+# suite runs its tests as stage carried does, every suite. MSTAR_CARRIED_BUILD=0 builds here instead; so does a
+# build-talker-gpu that is a folder of its own (a build made here is kept).
+#
+#   run(command="bash bench/gpu_session.sh carried codec split", carry=["build-carry"], timeout_s=600)
+#
 # .whl/ (ignored by git) is filled here, on a machine with pip's registry, by `bash bench/gpu_session.sh wheels`.
 # Each stage's logs are packed into $OUT/<stage>.tgz (the device tool brings back at most 8 files); a table
 # of what each stage printed last ends the output.
@@ -86,11 +93,55 @@ out=${OUT:-/tmp/gpu_session}
 mkdir -p "$out"
 summary=()
 
-# Configures build-talker-gpu (CUDA on, release) where it is not yet, then builds the given targets; $1 names the
-# stage and $2 its log folder, where setup.log and build.log go. Fails, with a summary line, when either step does.
+# A build made on the build machine and carried (build-carry/build.tar.xz, written by scripts/carry_build.sh) stands
+# in for build-talker-gpu, so that no stage builds here: unpacked once at the build directory's own path (its
+# programs and tests name it), the source tree's path linked to this tree, build-talker-gpu a link to it, and
+# LD_LIBRARY_PATH set for the shared libraries carried with it. Returns 0 when build-talker-gpu is the carried build;
+# 1 when there is none to use (no build-carry/build.tar.xz, MSTAR_CARRIED_BUILD=0, or build-talker-gpu is a build
+# made here, which is kept); 2, with a summary line naming stage $1, when it cannot be used.
+adopt_carried_build() {
+  local stage=$1 b src
+  [ "${MSTAR_CARRIED_BUILD:-1}" = 1 ] && [ -f build-carry/build.tar.xz ] && [ -f build-carry/BUILD ] || return 1
+  [ -e build-talker-gpu ] && [ ! -L build-talker-gpu ] && return 1
+  read -r b src < build-carry/BUILD
+  if [ ! -f "$b/.mstar-carried" ]; then
+    if [ -f "$b/build.ninja" ]; then
+      summary+=("$stage: $b (build-carry/BUILD) is a build directory of this machine's; the carried build was not unpacked over it")
+      return 2
+    fi
+    mkdir -p "$b" && tar -C "$b" -xJf build-carry/build.tar.xz ||
+      { summary+=("$stage: cannot unpack build-carry/build.tar.xz into $b"); return 2; }
+    touch "$b/.mstar-carried"
+    echo "the carried build of $(cat build-carry/COMMIT 2>/dev/null) unpacked at $b"
+  fi
+  if [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+  elif [ ! "$src" -ef "$root" ]; then
+    summary+=("$stage: $src (the carried build's source tree) is another folder here; its tests would read it")
+    return 2
+  fi
+  ln -sfn "$b" build-talker-gpu
+  LD_LIBRARY_PATH=$(carried_library_path)
+  export LD_LIBRARY_PATH
+}
+
+# Makes the given targets of build-talker-gpu; $1 names the stage and $2 its log folder, where setup.log and
+# build.log go. With a carried build (adopt_carried_build) the targets must be there already; otherwise
+# build-talker-gpu is configured (CUDA on, release) where it is not yet and the targets built. Fails, with a summary
+# line, when a target is missing or a step fails.
 build_gpu() {
-  local stage=$1 d=$2 b=build-talker-gpu
+  local stage=$1 d=$2 b=build-talker-gpu t rc
   shift 2
+  adopt_carried_build "$stage"
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    for t in "$@"; do
+      [ -x "$b/$t" ] ||
+        { summary+=("$stage: the carried build ($(cat build-carry/COMMIT 2>/dev/null)) has no $t"); return 1; }
+    done
+    return 0
+  fi
+  [ "$rc" -eq 1 ] || return 1
   if [ ! -f "$b/build.ninja" ]; then
     meson setup "$b" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
       { tail -30 "$d/setup.log"; summary+=("$stage: meson setup failed ($stage/setup.log)"); return 1; }
@@ -142,6 +193,8 @@ stage_reference() {
 }
 
 stage_talker() {
+  adopt_carried_build talker
+  [ $? -eq 2 ] && return
   OUT="$out/talker" bash examples/qwen3_tts/talker/run_gpu.sh
   summary+=("talker: run_gpu.sh exit $?")
 }
@@ -149,12 +202,7 @@ stage_talker() {
 stage_speech() {
   local d="$out/speech" build=build-talker-gpu fixture=tests/fixtures/qwen3tts/tiny06
   mkdir -p "$d"
-  if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dgpu=enabled --buildtype=release > "$d/setup.log" 2>&1 ||
-      { tail -20 "$d/setup.log"; summary+=("speech: meson setup failed (speech/setup.log)"); return; }
-  fi
-  ninja -C "$build" -j "$(nproc)" tests/gpu/mstar_speech_gpu_tests examples/qwen3tts > "$d/build.log" 2>&1 ||
-    { tail -40 "$d/build.log"; summary+=("speech: build failed (speech/build.log)"); return; }
+  build_gpu speech "$d" tests/gpu/mstar_speech_gpu_tests examples/qwen3tts || return
   timeout 240 "$build/tests/gpu/mstar_speech_gpu_tests" --no-intro > "$d/tests.log" 2>&1
   local rc=$?
   cat "$d/tests.log"
@@ -208,7 +256,15 @@ PY
   summary+=("speech: mstar_speech_gpu_tests rc $rc ($cases), memcheck rc $san; synth: $same")
 }
 
+# With a carried build, its tests of every suite through stage carried's runner (no meson here); else the whole
+# suite built and run here.
 stage_suite() {
+  adopt_carried_build suite
+  case $? in
+    0) MSTAR_CARRIED_SUITES=${MSTAR_CARRIED_SUITES:-all} stage_carried suite
+      return ;;
+    2) return ;;
+  esac
   OUT="$out/suite" MSTAR_BUILD_DIR=build-talker-gpu MSTAR_SKIP_SETUP=1 timeout 560 bash scripts/gpu_suite.sh
   summary+=("suite: $(tail -n1 "$out/suite/summary.txt" 2>/dev/null || echo 'no summary')")
 }
@@ -232,7 +288,7 @@ stage_codec() {
   timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" ${MSTAR_CODEC_MATHS:+--math "$MSTAR_CODEC_MATHS"} \
     2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]} math
-  ninja -C "$b" -j"$(nproc)" examples/qwen3_tts/pipeline/qwen3tts_beside_bench >> "$d/build.log" 2>&1 &&
+  build_gpu codec "$d" examples/qwen3_tts/pipeline/qwen3tts_beside_bench &&
     for math in $(echo "${MSTAR_CODEC_MATHS:-default}" | sed 's/^all$/cublas,tf32,fp16,double/' | tr ',' ' '); do
       timeout 240 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 \
         ${MSTAR_CODEC_SMS:+--codec-sms "$MSTAR_CODEC_SMS"} $([ "$math" != default ] && echo --codec-math "$math") 2>&1 |
@@ -633,25 +689,21 @@ stage_diagnose() {
 
 # The tests of build-carry/build.tar.xz (see the list at the top): unpacked at the build directory's own path, the
 # source tree's path linked to this tree (the tests name both), every test of the suites run.
+# $1: the stage's name, for its log folder and summary lines (default carried; stage suite passes its own).
 stage_carried() {
-  local d="$out/carried" b src rc
+  local name=${1:-carried} d b rc
+  d="$out/$name"
   mkdir -p "$d"
-  if [ ! -f build-carry/build.tar.xz ] || [ ! -f build-carry/BUILD ]; then
-    summary+=("carried: no build-carry/build.tar.xz (scripts/carry_build.sh BUILD_DIR on the build machine makes it)")
+  adopt_carried_build "$name"
+  rc=$?
+  if [ "$rc" -eq 1 ]; then
+    summary+=("$name: no carried build to run (no build-carry/build.tar.xz: scripts/carry_build.sh makes it; or
+    build-talker-gpu is a build made here, or MSTAR_CARRIED_BUILD=0)")
     return
   fi
-  read -r b src < build-carry/BUILD
-  mkdir -p "$b" && tar -C "$b" -xJf build-carry/build.tar.xz ||
-    { summary+=("carried: cannot unpack build-carry/build.tar.xz into $b"); return; }
-  if [ ! -e "$src" ]; then
-    mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
-  elif [ ! "$src" -ef "$root" ]; then
-    summary+=("carried: $src (the build's source tree) is another folder here; the tests would read it, so none ran")
-    return
-  fi
-  LD_LIBRARY_PATH=$(carried_library_path)
-  export LD_LIBRARY_PATH
-  echo "carried: the build of $(cat build-carry/COMMIT 2>/dev/null) at $b"
+  [ "$rc" -eq 0 ] || return
+  b=$(readlink -f build-talker-gpu)
+  echo "$name: the carried build of $(cat build-carry/COMMIT 2>/dev/null) at $b"
   python3 scripts/run_built_tests.py "$b" "$d/tests" --suites "${MSTAR_CARRIED_SUITES:-gpu,host,parity}" \
     --jobs "$(nproc)" | tee "$d/tests.txt"
   grep -hE '^\[doctest\] test cases' "$d"/tests/*gpu_test*.log 2>/dev/null | sed 's/^/  /'
@@ -662,13 +714,13 @@ stage_carried() {
       if ($i ~ /passed/) p += n; else if ($i ~ /failed/) f += n; else if ($i ~ /skipped/) s += n
     }
   } END { printf "%d passed, %d failed, %d skipped", p, f, s }')
-  summary+=("carried: $(tail -n1 "$d/tests.txt") (the GPU programs' cases: $gpu_cases)")
+  summary+=("$name: $(tail -n1 "$d/tests.txt") (the GPU programs' cases: $gpu_cases)")
   if command -v compute-sanitizer > /dev/null && [ -x "$b/tests/gpu/mstar_talker_gpu_tests" ]; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu/mstar_talker_gpu_tests" --no-intro \
       --test-case='small_gemv*,*norms done by the products*' > "$d/memcheck_talker.log" 2>&1
     rc=$?
     tail -3 "$d/memcheck_talker.log"
-    summary+=("carried: talker gemv and norm tests under memcheck rc $rc")
+    summary+=("$name: talker gemv and norm tests under memcheck rc $rc")
   fi
 }
 

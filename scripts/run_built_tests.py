@@ -4,7 +4,7 @@ would judge them: exit 0 passes, 77 skips, anything else (a timeout included) fa
 machine and carried to the GPU machine (scripts/carry_build.sh, bench/gpu_session.sh's stage `carried`), where
 building again would take minutes of the call and meson's own runner may be another version.
 
-    python3 scripts/run_built_tests.py BUILD_DIR LOG_DIR [--suites gpu,host,parity] [--jobs N]
+    python3 scripts/run_built_tests.py BUILD_DIR LOG_DIR [--suites gpu,host,parity | all] [--jobs N]
 
 Tests run in parallel (N at once, default half the cores) but those meson marks not parallel, which run alone
 afterwards; each test's output goes to LOG_DIR/<name>.log. A test whose interpreter (cmd[0]) was a python3 of the
@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("build")
     ap.add_argument("logs")
     ap.add_argument("--suites", default="gpu,host,parity",
-                    help="meson suites to run, comma separated (a test runs when one of its suites is listed)")
+                    help="meson suites to run, comma separated (a test runs when one of its suites is listed), or all")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     a = ap.parse_args()
     try:
@@ -37,6 +37,8 @@ def main() -> int:
         print("0 passed, 1 failed, 0 skipped")
         return 1
     wanted = {s.strip() for s in a.suites.split(",") if s.strip()}
+    if wanted == {"all"}:
+        wanted = {s.split(":")[-1] for t in every for s in t["suite"]}
     tests = [t for t in every if any(s.split(":")[-1] in wanted for s in t["suite"])]
     os.makedirs(a.logs, exist_ok=True)
     python = shutil.which("python3") or sys.executable

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/run_built_tests.py, which runs a carried build's tests on the GPU machine without meson, judged on a
 made-up build directory: exit 0 passes, 77 skips, anything else and a timeout fail; the suites chosen are the
-only ones run; a test's environment and working directory are meson's; a python3 of another machine becomes
+only ones run (all: every suite); a test's environment and working directory are meson's; a python3 of another machine becomes
 this one's; the tests meson marks not parallel run after the others; the summary line counts them all and the
 exit status says whether any failed.
 
@@ -62,6 +62,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check("left out" not in out and not os.path.exists(os.path.join(logs, "left out.log")),
           f"runs no test of a suite not asked for: {out}")
     check(os.path.exists(os.path.join(logs, "passes.log")), "writes each test's output to LOG_DIR/<name>.log")
+
+    rc, out = run(build, logs, "--suites", "all", "--jobs", "4")
+    check(rc == 1 and "6 passed, 3 failed, 1 skipped (suites compile_fail,gpu)" in out,
+          f"--suites all runs every suite's tests: {out}")
 
     with open(os.path.join(build, "meson-info", "intro-tests.json"), "w", encoding="utf-8") as f:
         json.dump([t for t in tests if t["name"] in ("passes", "skips")], f)
