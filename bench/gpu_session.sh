@@ -100,18 +100,20 @@ summary=()
 # 1 when there is none to use (no build-carry/build.tar.xz, MSTAR_CARRIED_BUILD=0, or build-talker-gpu is a build
 # made here, which is kept); 2, with a summary line naming stage $1, when it cannot be used.
 adopt_carried_build() {
-  local stage=$1 b src
+  local stage=$1 b src sum
   [ "${MSTAR_CARRIED_BUILD:-1}" = 1 ] && [ -f build-carry/build.tar.xz ] && [ -f build-carry/BUILD ] || return 1
   [ -e build-talker-gpu ] && [ ! -L build-talker-gpu ] && return 1
   read -r b src < build-carry/BUILD
-  if [ ! -f "$b/.mstar-carried" ]; then
+  sum=$(md5sum < build-carry/build.tar.xz | cut -d' ' -f1)
+  if [ "$(cat "$b/.mstar-carried" 2>/dev/null)" != "$sum" ]; then
     if [ -f "$b/build.ninja" ]; then
       summary+=("$stage: $b (build-carry/BUILD) is a build directory of this machine's; the carried build was not unpacked over it")
       return 2
     fi
+    # A warm machine may hold an older carried build there: unpacked over it (its compare/ checkpoints stay).
     mkdir -p "$b" && tar -C "$b" -xJf build-carry/build.tar.xz ||
       { summary+=("$stage: cannot unpack build-carry/build.tar.xz into $b"); return 2; }
-    touch "$b/.mstar-carried"
+    echo "$sum" > "$b/.mstar-carried"
     echo "the carried build of $(cat build-carry/COMMIT 2>/dev/null) unpacked at $b"
   fi
   if [ ! -e "$src" ]; then
