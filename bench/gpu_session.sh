@@ -699,8 +699,7 @@ stage_carried() {
   adopt_carried_build "$name"
   rc=$?
   if [ "$rc" -eq 1 ]; then
-    summary+=("$name: no carried build to run (no build-carry/build.tar.xz: scripts/carry_build.sh makes it; or
-    build-talker-gpu is a build made here, or MSTAR_CARRIED_BUILD=0)")
+    summary+=("$name: no carried build (build-carry/build.tar.xz, from scripts/carry_build.sh), or a build made here")
     return
   fi
   [ "$rc" -eq 0 ] || return

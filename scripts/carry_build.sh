@@ -14,13 +14,14 @@
 #   bash scripts/carry_build.sh /tmp/mstar-gpu
 #   then, on the GPU machine: bash bench/gpu_session.sh carried      (carry build-carry)
 #
-# Other files of build-carry/ (binaries of another commit carried for an A/B, say) are left alone. The device tool
-# carries at most 64 MiB in all; the script says how much build-carry/ holds.
+# Other files of build-carry/ but lib/ (binaries of another commit carried for an A/B, say) are left alone. The
+# device tool carries at most 64 MiB in all; the script says how much build-carry/ holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 b=${1:?"usage: bash scripts/carry_build.sh BUILD_DIR (a meson build directory, built)"}
 b=$(cd "$b" && pwd)
-[[ "$b" != *[[:space:]]* ]] || { echo "carry_build.sh: $b: a path with spaces cannot be recorded in BUILD" >&2; exit 1; }
+[[ "$b" != *[[:space:]]* ]] ||
+  { echo "carry_build.sh: $b: a path with spaces cannot be recorded in BUILD" >&2; exit 1; }
 [ -f "$b/meson-info/meson-info.json" ] && [ -f "$b/meson-info/intro-tests.json" ] ||
   { echo "carry_build.sh: $b is not a meson build directory (no meson-info/)" >&2; exit 1; }
 if ninja -C "$b" -n 2>/dev/null | grep -q '^\['; then
@@ -37,7 +38,8 @@ tar -C "$b" -cf - --exclude='*.p' --exclude='*.o' --exclude='*.a' --exclude='.ni
 mapfile -t elves < <(find "$stage" -type f -exec sh -c 'head -c4 "$1" | grep -q "ELF" && echo "$1"' _ {} \;)
 [ "${#elves[@]}" -gt 0 ] || { echo "carry_build.sh: no executable in $b: build it first" >&2; exit 1; }
 strip "${elves[@]}" 2>/dev/null || true
-mkdir -p build-carry/lib
+# lib/ is this build's alone: a library left from an earlier build could shadow the one the executables need.
+rm -rf build-carry/lib && mkdir -p build-carry/lib
 tar -C "$stage" -cJf build-carry/build.tar.xz .
 # The libraries the executables load, less the system's C and C++ runtimes, the sanitizers' (the compiler's) and
 # CUDA's: the GPU machine has those (CUDA's in its Python wheels, see bench/gpu_session.sh's carried_library_path).

@@ -15,7 +15,8 @@ start=$SECONDS
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$out/gpu.txt" 2>&1
 if [ -f "$build/.mstar-carried" ]; then
-  echo "the carried build of $(cat "$root/build-carry/COMMIT" 2>/dev/null) (bench/gpu_session.sh talker): not built here"
+  echo "the carried build of $(cat "$root/build-carry/COMMIT" 2>/dev/null) (bench/gpu_session.sh talker):" \
+    "not built here"
 else
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Dgpu=enabled --buildtype=release > "$out/setup.log" 2>&1 ||
@@ -23,8 +24,8 @@ else
   fi
   ninja -C "$build" -j "$(nproc)" tests/gpu/mstar_talker_gpu_tests examples/qwen3_tts/talker/qwen3tts_talker_bench \
     > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "build failed (log: $out/build.log)"; exit 2; }
+  echo "configured and built in $((SECONDS - start)) s"
 fi
-echo "configured and built in $((SECONDS - start)) s"
 
 timeout 80 "$build/tests/gpu/mstar_talker_gpu_tests" --no-intro > "$out/gpu_tests.log" 2>&1
 test_rc=$?
