@@ -224,6 +224,38 @@ TEST_CASE("a backoff spins for its spin time, then yields, and by default never 
   CHECK(by_default.rounds() == 0);
 }
 
+TEST_CASE("a backoff's sleeps grow with the wait, a sixteenth of it, from sleep_quantum to longest_sleep") {
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  mstar::detail::backoff_policy policy;
+  policy.sleep_quantum = microseconds(50);
+  policy.longest_sleep = milliseconds(1);
+  CHECK(mstar::detail::sleep_for_wait(policy, microseconds(0)) == microseconds(50));
+  CHECK(mstar::detail::sleep_for_wait(policy, microseconds(800)) == microseconds(50));
+  CHECK(mstar::detail::sleep_for_wait(policy, milliseconds(2)) == microseconds(125));
+  CHECK(mstar::detail::sleep_for_wait(policy, milliseconds(16)) == milliseconds(1));
+  CHECK(mstar::detail::sleep_for_wait(policy, std::chrono::seconds(30)) == milliseconds(1));
+  // A longest_sleep below sleep_quantum leaves every sleep at sleep_quantum.
+  policy.longest_sleep = microseconds(10);
+  CHECK(mstar::detail::sleep_for_wait(policy, std::chrono::seconds(30)) == microseconds(50));
+}
+
+TEST_CASE("a backoff idle for 40 ms sleeps far fewer times than at sleep_quantum each") {
+  // At 50 us a sleep, 40 ms past the threshold would be some 800 sleeps (fewer where the scheduler rounds a
+  // sleep up); with sleeps growing to a sixteenth of the wait, about 16 x ln(41/1) + 1 = 60.
+  mstar::detail::backoff_policy policy;
+  policy.spin_for = std::chrono::microseconds(1);
+  policy.idle_before_sleep = std::chrono::milliseconds(1);
+  policy.sleep_quantum = std::chrono::microseconds(50);
+  policy.longest_sleep = std::chrono::milliseconds(5);
+  mstar::detail::backoff b(policy);
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(41))
+    b.pause();
+  CHECK(b.sleeps() > 0);
+  CHECK(b.sleeps() < 150);
+}
+
 TEST_CASE("a backoff sleeps only once the caller's idle threshold has passed, in quanta the caller bounds") {
   mstar::detail::backoff_policy policy;
   policy.spin_for = std::chrono::microseconds(1);

@@ -56,7 +56,8 @@ inline void cpu_relax() noexcept {
 }
 
 // How a waiting thread backs off: spin with pause hints for spin_for, then yield, and sleep only
-// once idle_before_sleep (0: never) has passed, each sleep bounded by sleep_quantum.
+// once idle_before_sleep (0: never) has passed, each sleep a sixteenth of the wait so far, at least
+// sleep_quantum and at most longest_sleep (sleep_for_wait).
 //
 // The default suits threads that may share a core (CI has 2 cores and the worker more threads than
 // that): a 5 us spin covers a handoff whose other side is running (0.3-1 us), and when two threads
@@ -73,8 +74,13 @@ struct backoff_policy {
   std::uint32_t max_pauses_per_round = 4;
   // 0: never sleep (the per-step default). Otherwise: after this long waiting, sleep in quanta.
   std::chrono::nanoseconds idle_before_sleep{0};
-  // The most one sleep adds to the wake-up latency once the idle threshold is passed.
+  // The shortest sleep, once the idle threshold is passed: the most a sleep adds to the wake-up
+  // latency of a thread that has waited up to 16 x sleep_quantum.
   std::chrono::nanoseconds sleep_quantum{std::chrono::microseconds(50)};
+  // The longest sleep: the most a sleep adds to the wake-up latency however long the wait. Sleeps grow
+  // with the wait (a sixteenth of it), so a thread idle for seconds wakes 1,000 times a second rather
+  // than 20,000 (a worker's three idle threads took 21 % of a core at 50 us sleeps).
+  std::chrono::nanoseconds longest_sleep{std::chrono::milliseconds(1)};
   // A wait whose other side is known to be producing the item right now (pause_expecting(): the GPU
   // thread waiting for the plan thread's staged step, the plan thread while a chain step runs) spins
   // this long before yielding, and never sleeps. A yield costs a system call (~1 us) and, when another
@@ -87,6 +93,15 @@ struct backoff_policy {
     return p;
   }
 };
+
+// How long a wait that has lasted `waited` sleeps once past policy.idle_before_sleep: waited / 16,
+// within [sleep_quantum, max(sleep_quantum, longest_sleep)]. The latency a sleep adds is then at most a
+// sixteenth of the idle time before it (and at most longest_sleep), the wake-ups fall as the idle lasts.
+constexpr std::chrono::nanoseconds sleep_for_wait(const backoff_policy& policy,
+                                                  std::chrono::nanoseconds waited) noexcept {
+  const auto longest = std::max(policy.sleep_quantum, policy.longest_sleep);
+  return std::clamp(waited / 16, policy.sleep_quantum, longest);
+}
 
 // The state of one wait: construct it when the wait starts (free: no clock read), call pause() after
 // each failed check. The clock is first read in the first pause(), so a wait whose condition already
@@ -127,7 +142,8 @@ private:
     }
     if (may_sleep && policy_.idle_before_sleep.count() > 0 && waited >= policy_.idle_before_sleep) {
       ++sleeps_;
-      std::this_thread::sleep_for(policy_.sleep_quantum);
+      std::this_thread::sleep_for(
+          sleep_for_wait(policy_, std::chrono::duration_cast<std::chrono::nanoseconds>(waited)));
       return;
     }
     ++yields_;
