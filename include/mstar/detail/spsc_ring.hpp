@@ -79,7 +79,7 @@ struct backoff_policy {
   std::chrono::nanoseconds sleep_quantum{std::chrono::microseconds(50)};
   // The longest sleep: the most a sleep adds to the wake-up latency however long the wait. Sleeps grow
   // with the wait (a sixteenth of it), so a thread idle for seconds wakes 1,000 times a second rather
-  // than 20,000 (a worker's three idle threads took 21 % of a core at 50 us sleeps).
+  // than 20,000 (bench/idle_cpu.sh).
   std::chrono::nanoseconds longest_sleep{std::chrono::milliseconds(1)};
   // A wait whose other side is known to be producing the item right now (pause_expecting(): the GPU
   // thread waiting for the plan thread's staged step, the plan thread while a chain step runs) spins
