@@ -56,8 +56,9 @@ inline void cpu_relax() noexcept {
 }
 
 // How a waiting thread backs off: spin with pause hints for spin_for, then yield, and sleep only
-// once idle_before_sleep (0: never) has passed, each sleep a sixteenth of the wait so far, at least
-// sleep_quantum and at most longest_sleep (sleep_for_wait).
+// once idle_before_sleep (0: never) has passed, each sleep sleep_quantum, or, for a thread with
+// nothing in progress (backoff::pause_idle), a sixteenth of the wait so far, at least sleep_quantum
+// and at most longest_sleep (sleep_for_wait).
 //
 // The default suits threads that may share a core (CI has 2 cores and the worker more threads than
 // that): a 5 us spin covers a handoff whose other side is running (0.3-1 us), and when two threads
@@ -74,12 +75,13 @@ struct backoff_policy {
   std::uint32_t max_pauses_per_round = 4;
   // 0: never sleep (the per-step default). Otherwise: after this long waiting, sleep in quanta.
   std::chrono::nanoseconds idle_before_sleep{0};
-  // The shortest sleep, once the idle threshold is passed: the most a sleep adds to the wake-up
-  // latency of a thread that has waited up to 16 x sleep_quantum.
+  // Each sleep once the idle threshold is passed (pause()): the most a sleep adds to the wake-up
+  // latency of a thread waiting for work in progress (a step in flight, a request's next row).
   std::chrono::nanoseconds sleep_quantum{std::chrono::microseconds(50)};
-  // The longest sleep: the most a sleep adds to the wake-up latency however long the wait. Sleeps grow
-  // with the wait (a sixteenth of it), so a thread idle for seconds wakes 1,000 times a second rather
-  // than 20,000 (bench/idle_cpu.sh).
+  // The longest sleep of a thread with nothing in progress (pause_idle()): its sleeps grow with the
+  // wait (a sixteenth of it) up to this, so a worker idle for seconds wakes 1,000 times a second a
+  // thread rather than 20,000 (bench/idle_cpu.sh), and the first request after such an idle waits at
+  // most this long for each thread it passes through to wake.
   std::chrono::nanoseconds longest_sleep{std::chrono::milliseconds(1)};
   // A wait whose other side is known to be producing the item right now (pause_expecting(): the GPU
   // thread waiting for the plan thread's staged step, the plan thread while a chain step runs) spins
@@ -94,7 +96,8 @@ struct backoff_policy {
   }
 };
 
-// How long a wait that has lasted `waited` sleeps once past policy.idle_before_sleep: waited / 16,
+// How long an idle wait (backoff::pause_idle) that has lasted `waited` sleeps once past
+// policy.idle_before_sleep: waited / 16,
 // within [sleep_quantum, max(sleep_quantum, longest_sleep)]. The latency a sleep adds is then at most a
 // sixteenth of the idle time before it (and at most longest_sleep), the wake-ups fall as the idle lasts.
 constexpr std::chrono::nanoseconds sleep_for_wait(const backoff_policy& policy,
@@ -110,11 +113,15 @@ class backoff {
 public:
   explicit backoff(const backoff_policy& policy = {}) noexcept : policy_(policy) {}
 
-  void pause() noexcept { pause_for(policy_.spin_for, true); }
+  void pause() noexcept { pause_for(policy_.spin_for, true, false); }
+
+  // As pause(), for a thread with nothing in progress (no request live, nothing in flight): once
+  // sleeping, each sleep is sleep_for_wait(policy, the wait so far).
+  void pause_idle() noexcept { pause_for(policy_.spin_for, true, true); }
 
   // As pause(), for a wait whose item is on its way: spins for expect_spin_for (at least spin_for),
   // then yields; never sleeps.
-  void pause_expecting() noexcept { pause_for(std::max(policy_.spin_for, policy_.expect_spin_for), false); }
+  void pause_expecting() noexcept { pause_for(std::max(policy_.spin_for, policy_.expect_spin_for), false, false); }
 
   void reset() noexcept {
     rounds_ = 0;
@@ -128,7 +135,7 @@ public:
   std::uint32_t sleeps() const noexcept { return sleeps_; }
 
 private:
-  void pause_for(std::chrono::nanoseconds spin, bool may_sleep) noexcept {
+  void pause_for(std::chrono::nanoseconds spin, bool may_sleep, bool idle) noexcept {
     const auto now = std::chrono::steady_clock::now();
     if (rounds_ == 0) start_ = now;
     const std::uint32_t round = rounds_++;
@@ -143,7 +150,8 @@ private:
     if (may_sleep && policy_.idle_before_sleep.count() > 0 && waited >= policy_.idle_before_sleep) {
       ++sleeps_;
       std::this_thread::sleep_for(
-          sleep_for_wait(policy_, std::chrono::duration_cast<std::chrono::nanoseconds>(waited)));
+          idle ? sleep_for_wait(policy_, std::chrono::duration_cast<std::chrono::nanoseconds>(waited))
+               : policy_.sleep_quantum);
       return;
     }
     ++yields_;

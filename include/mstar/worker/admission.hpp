@@ -63,8 +63,13 @@ public:
         sh_.routing.store(false, std::memory_order_release);
         // A submit that came after this pass looked at the inbox is taken (and ended) first.
         if (inbox_.stopping() && live_ == 0 && backlog_.empty() && !inbox_.flag()) break;
+        // With no request live nor waiting, every thread may sleep longer (backoff::pause_idle).
+        const bool idle = live_ == 0 && backlog_.empty() && !inbox_.flag();
+        if (idle != sh_.idle.load(std::memory_order_relaxed)) sh_.idle.store(idle, std::memory_order_relaxed);
         if (did)
           wait.reset();
+        else if (idle)
+          wait.pause_idle();
         else
           wait.pause();
       }

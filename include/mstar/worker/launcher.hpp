@@ -155,7 +155,9 @@ private:
           wait.reset(); // the answer is in: the wait for the landing starts afresh
         else
           wait.pause_expecting();
-      } else
+      } else if (in_flight_.empty() && staged_ == no_record && sh_.idle.load(std::memory_order_relaxed))
+        wait.pause_idle(); // nothing in flight, no request live: a new one comes through the main thread
+      else
         wait.pause();
     }
     // A stage no chain step came to take (every request ended): drop it, so no resource keeps it.

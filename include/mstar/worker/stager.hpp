@@ -46,6 +46,8 @@ private:
         // While a chain step runs, the next one to stage arrives as soon as it lands or is formed.
         if (sh_.spin_for_stage && sh_.chain_busy.load(std::memory_order_relaxed))
           wait.pause_expecting();
+        else if (sh_.idle.load(std::memory_order_relaxed) && !sh_.chain_busy.load(std::memory_order_relaxed))
+          wait.pause_idle();
         else
           wait.pause();
         continue;

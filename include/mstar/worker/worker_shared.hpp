@@ -173,6 +173,7 @@ struct worker_shared {
   std::atomic<bool> gpu_exited{false};  // GPU: it launches nothing more (lane is final)
   std::atomic<bool> chain_busy{false};  // GPU: a chain step is in flight (a stage request may come)
   std::atomic<bool> routing{false};     // main: in a pass that may push ready rows
+  std::atomic<bool> idle{true};         // main: no request live nor waiting (the threads' long sleeps)
   std::atomic<std::uint64_t> routed{0}; // main: step records routed (their ready rows pushed)
   // The lane's stream: the GPU thread creates it at the first side step on the lane; the main thread
   // reads it once gpu_exited, a client after stop().
