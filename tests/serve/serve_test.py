@@ -432,6 +432,22 @@ def test_loadgen_http(srv):
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
 
 
+def test_second_server_same_port(srv):
+    """A second server on the port the first listens on fails to bind (cpp-httplib's default SO_REUSEPORT let it
+    bind, the kernel splitting the connections between the two)."""
+    second = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", str(srv.port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = second.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it listens: stop it
+        second.kill()
+        _, err = second.communicate()
+    check(second.returncode == 1 and "cannot bind 127.0.0.1:%d (in use" % srv.port in err,
+          "a second server on the same port exits 1 naming it: %r %r" % (second.returncode, err))
+    status, _, _ = srv.request("GET", "/health")
+    check(status == 200, "the first server still answers")
+
+
 def fixed_frames_copy(scratch, tokens):
     """A copy of MODEL in scratch whose generation_config.json sets min_new_tokens = max_new_tokens = tokens, so that
     every request makes tokens - 1 frames (or its max_frames); its path."""
@@ -608,7 +624,7 @@ def main():
                  "--max-body", "65536")
     try:
         for test in (test_health_and_metrics, test_listen_backlog, test_equal_to_synth, test_hang_ups, test_malformed, test_body_bounds,
-                     test_idle_connections, test_fuzz, test_loadgen_http):
+                     test_idle_connections, test_fuzz, test_loadgen_http, test_second_server_same_port):
             t = time.time()
             test(srv)
             print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

@@ -692,6 +692,13 @@ int serve_main(int argc, char** argv) {
     server srv(o);
     httplib::Server http;
     http.set_tcp_nodelay(true); // a streamed chunk goes out at once, not after the client's delayed ACK
+    // SO_REUSEADDR alone (a restart binds a port whose old connections linger in TIME_WAIT): cpp-httplib's default
+    // sets SO_REUSEPORT on Linux, which let a second server bind a port that one listens on, the kernel then
+    // splitting the connections between them.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     const std::size_t threads = std::size_t(o.max_live) + o.max_queued + 16; // a streaming client holds one
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     srv.install(http);
