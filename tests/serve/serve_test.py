@@ -160,6 +160,7 @@ def test_health_and_metrics(srv):
     check(status == 200 and ctype.startswith("application/json"), "GET /health answers 200 JSON")
     check(h.get("model") == MODEL and h.get("tts_model_type") == "custom_voice",
           "/health names the model folder and the checkpoint type: %r" % h)
+    check(h.get("voices") == ["dylan", "vivian"], "/health lists the checkpoint's voices: %r" % h)
     m = srv.metrics()
     for name in ["qwen3tts_live_requests", "qwen3tts_queued_requests", "qwen3tts_first_audio_seconds_count",
                  "qwen3tts_chunk_gap_seconds_count", "qwen3tts_audio_seconds_total", "qwen3tts_kv_free_blocks",
@@ -430,6 +431,16 @@ def test_loadgen_http(srv):
               float(cells[6]) > 0, "16 requests ok, none failed, audio produced, the server's lane named: %r" % cells)
     after = srv.metrics()
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
+    url = "http://%s:%d" % (srv.host, srv.port)
+    out = subprocess.run([QWEN3TTS, "loadgen-http", "--url", url, "-c", "1", "-n", "2", "--voice", "nobody"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 1 and "HTTP 400: " in out.stderr and
+          "this checkpoint's voices: dylan, vivian" in out.stderr,
+          "loadgen-http prints the server's refusal: %r" % out.stderr)
+    out = subprocess.run([QWEN3TTS, "loadgen-http", "--url", url, "-c", "1", "-n", "2", "--max-frames", "10"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0 and "voice: dylan" in out.stdout,
+          "loadgen-http without --voice takes the first voice /health lists: %r %r" % (out.stdout, out.stderr))
 
 
 def test_second_server_same_port(srv):
@@ -613,6 +624,8 @@ def test_full_and_voice_design():
               "VoiceDesign needs instructions")
         status, ctype, wav = srv.speech({"model": "m", "input": "Hi.", "instructions": "A calm voice."})
         check(status == 200 and ctype == "audio/wav" and wav[:4] == b"RIFF", "VoiceDesign speaks from instructions")
+        _, _, body = srv.request("GET", "/health")
+        check(json.loads(body).get("voices") == [], "a VoiceDesign checkpoint's /health lists no voices: %r" % body)
         srv.stop()
     finally:
         MODEL = keep

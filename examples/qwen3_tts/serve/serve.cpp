@@ -203,10 +203,15 @@ public:
                 if (auto body = read_body(q, r, read)) speech(q, *body, r);
               });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      auto voices = json::array(); // the values `voice` takes; a VoiceDesign checkpoint has none
+      if (!voice_design_)
+        for (const auto& [name, id] : talker_.config().spk_id)
+          voices.push_back(name);
       json j = {{"status", stopping_ ? "stopping" : "ok"},
                 {"model", o_.model_dir},
                 {"tts_model_type", talker_.config().tts_model_type},
                 {"tts_model_size", talker_.config().tts_model_size},
+                {"voices", std::move(voices)},
                 {"sample_rate", rate_},
                 {"lane", o_.lane},
                 {"device", svc_.on_cuda() ? "cuda" : "host"}};
