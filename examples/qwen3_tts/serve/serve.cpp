@@ -388,18 +388,8 @@ private:
       voice = j["voice"].get<std::string>();
       std::transform(voice.begin(), voice.end(), voice.begin(), [](unsigned char c) { return std::tolower(c); });
     }
-    const auto& spk = talker_.config().spk_id;
-    if (voice_design_) {
-      if (!voice.empty())
-        return bad("voice", "this checkpoint (VoiceDesign) designs the voice from instructions; leave voice out");
-      if (instructions.empty()) return bad("instructions", "this checkpoint (VoiceDesign) needs instructions");
-    } else if (voice.empty() || !spk.count(voice)) {
-      std::string names;
-      for (const auto& [n, id] : spk)
-        names += (names.empty() ? "" : ", ") + n;
-      return bad("voice", (voice.empty() ? std::string("voice is required") : "unknown voice \"" + voice + "\"") +
-                              "; this checkpoint's voices: " + names);
-    }
+    if (auto refusal = check_voice(talker_.config(), voice, !instructions.empty(), request_fields))
+      return bad(refusal->field, refusal->message);
     ask a;
     if (j.contains("response_format")) {
       if (!j["response_format"].is_string()) return bad("response_format", "response_format must be a string");
