@@ -83,11 +83,11 @@ class Server:
             return None
 
 
-def synth_wav(text, seed, frames):
+def synth_wav(text, seed, frames, *extra):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "a.wav")
         subprocess.run([QWEN3TTS, "synth", "--model", MODEL, "--speaker", VOICE, "--text", text, "--seed", str(seed),
-                        "--max-frames", str(frames), "--out", out], check=True, capture_output=True)
+                        "--max-frames", str(frames), "--out", out, *extra], check=True, capture_output=True)
         with open(out, "rb") as f:
             return f.read()
 
@@ -160,7 +160,8 @@ def test_health_and_metrics(srv):
     check(status == 200 and ctype.startswith("application/json"), "GET /health answers 200 JSON")
     check(h.get("model") == MODEL and h.get("tts_model_type") == "custom_voice",
           "/health names the model folder and the checkpoint type: %r" % h)
-    check(h.get("voices") == ["dylan", "vivian"], "/health lists the checkpoint's voices: %r" % h)
+    check(h.get("voices") == ["dylan", "vivian"] and h.get("language") == "auto",
+          "/health lists the checkpoint's voices and the language: %r" % h)
     m = srv.metrics()
     for name in ["qwen3tts_live_requests", "qwen3tts_queued_requests", "qwen3tts_first_audio_seconds_count",
                  "qwen3tts_chunk_gap_seconds_count", "qwen3tts_audio_seconds_total", "qwen3tts_kv_free_blocks",
@@ -631,6 +632,27 @@ def test_full_and_voice_design():
         MODEL = keep
 
 
+def test_language():
+    """--language sets every request's language: a request's samples equal synth's with the same --language. An
+    unknown one is refused at start with the checkpoint's languages."""
+    out = subprocess.run([QWEN3TTS, "serve", "--model", MODEL, "--port", "0", "--language", "klingon"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 2 and "--language \"klingon\" is not one of this checkpoint's languages: auto, "
+          "beijing_dialect, chinese, english, german" in out.stderr,
+          "serve refuses an unknown --language with the list: %r %r" % (out.returncode, out.stderr))
+    srv = Server("--language", "English")
+    try:
+        _, _, body = srv.request("GET", "/health")
+        check(json.loads(body).get("language") == "english", "/health names the language: %r" % body)
+        text, seed, frames = "Hello there.", 3, 12
+        ref = synth_wav(text, seed, frames, "--language", "english")
+        check(ref != synth_wav(text, seed, frames), "english and auto make different audio on tiny06")
+        status, _, wav = srv.speech({"model": "m", "input": text, "voice": VOICE, "seed": seed, "max_frames": frames})
+        check(status == 200 and wav == ref, "serve --language english answers what synth --language english writes")
+    finally:
+        srv.stop()
+
+
 def main():
     t0 = time.time()
     srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
@@ -644,7 +666,7 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
-    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process):
+    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process, test_language):
         t = time.time()
         test()
         print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

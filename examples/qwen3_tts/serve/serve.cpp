@@ -101,6 +101,7 @@ struct serve_options {
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
+  std::string language = "auto"; // every request's: OpenAI's request has no language field
   // add_cuda_flags' and add_codec_wait_flags' fields; service_options() starts from it
   pipeline::speech_service_options cuda;
   double codec_wait_ms = 0;
@@ -212,6 +213,7 @@ public:
                 {"tts_model_type", talker_.config().tts_model_type},
                 {"tts_model_size", talker_.config().tts_model_size},
                 {"voices", std::move(voices)},
+                {"language", o_.language},
                 {"sample_rate", rate_},
                 {"lane", o_.lane},
                 {"device", svc_.on_cuda() ? "cuda" : "host"}};
@@ -425,6 +427,7 @@ private:
     try {
       request_parts parts = pipeline::templated_parts(tok_, input, instructions);
       parts.speaker = voice;
+      parts.language = o_.language;
       a.req.prompt = make_prompt(o_.model_dir, talker_.config(), parts);
     } catch (const std::invalid_argument& e) {
       return bad("input", e.what());
@@ -671,9 +674,24 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
+  app.add_option("--language", o.language,
+                 "the language of every request: auto (the model tells) or one of the checkpoint's "
+                 "(config.json talker_config.codec_language_id)")
+      ->capture_default_str();
   add_cuda_flags(app, o.cuda);
   add_codec_wait_flags(app, o.cuda, o.codec_wait_ms);
   CLI11_PARSE(app, argc, argv);
+  try {
+    if (auto refusal = check_language(read_talker_config(o.model_dir), o.language, client_options)) {
+      std::cerr << "qwen3tts serve: " << refusal->message << "\n";
+      return 2;
+    }
+    std::transform(o.language.begin(), o.language.end(), o.language.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); }); // as /health shows it
+  } catch (const std::exception& e) {
+    std::cerr << "qwen3tts serve: " << e.what() << "\n";
+    return 1;
+  }
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a
   // client that went away fails with EPIPE instead of killing the process.
