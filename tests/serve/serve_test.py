@@ -9,7 +9,9 @@ Starts the server on a free port and checks: /health and /metrics; one streamed 
 every KV block and codec slot, and the others' audio equals a run without the hang-ups; every malformed
 request gets a 4xx JSON error and changes no outcome count but `rejected`; a seeded fuzz of the JSON body
 gets only 2xx/4xx answers and leaves the server up; `qwen3tts loadgen` (the same closed loop in process)
-prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames.
+prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames;
+a second server on the first one's port fails to bind; --language reaches the requests; every usage error of
+qwen3tts exits 2.
 """
 import gzip
 import http.client
@@ -653,6 +655,31 @@ def test_language():
         srv.stop()
 
 
+def test_usage_errors():
+    """Every usage error exits 2 with a message, whatever the subcommand (not CLI11's 106 or 109)."""
+    def run(*args):
+        return subprocess.run([QWEN3TTS, *args], capture_output=True, text=True, timeout=60)
+    for args in (["serve"], ["loadgen"], ["loadgen-http"], ["synth"], ["decode"], ["--bogus"],
+                 ["serve", "--model", MODEL, "--bogus"], ["loadgen-http", "--url", "http://x", "-c", "0"]):
+        out = run(*args)
+        check(out.returncode == 2 and out.stderr.strip(), "qwen3tts %s exits 2 with a message: %r %r" %
+              (" ".join(args), out.returncode, out.stderr))
+    out = run("nonsense")
+    check(out.returncode == 2 and '"nonsense" is not a subcommand' in out.stderr and "loadgen-http" in out.stderr,
+          "an unknown subcommand exits 2 naming the subcommands: %r %r" % (out.returncode, out.stderr))
+    out = run("serve", "--model", MODEL, "--max-batch", "32", "--max-live", "8")
+    check(out.returncode == 2 and "--max-batch 32 is above --max-live 8" in out.stderr,
+          "serve refuses --max-batch above --max-live: %r %r" % (out.returncode, out.stderr))
+    out = run("--help")
+    check(out.returncode == 0 and all(re.search(r"^\s+%s\s" % c, out.stdout, re.M)
+                                      for c in ("synth", "decode", "serve", "loadgen-http", "loadgen")),
+          "qwen3tts --help lists every subcommand: %r" % out.stdout)
+    for sub in ("synth", "decode", "serve", "loadgen", "loadgen-http"):
+        out = run(sub, "--help")
+        check(out.returncode == 0 and "qwen3tts %s [OPTIONS]" % sub in out.stdout,
+              "qwen3tts %s --help's usage line names the command: %r" % (sub, out.stdout[:200]))
+
+
 def main():
     t0 = time.time()
     srv = Server("--max-live", "16", "--max-queued", "128", "--max-frames", "400", "--max-text", "4096",
@@ -666,7 +693,8 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
-    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process, test_language):
+    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process, test_language,
+                 test_usage_errors):
         t = time.time()
         test()
         print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

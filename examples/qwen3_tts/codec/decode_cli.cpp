@@ -17,7 +17,7 @@
 namespace qwen3_tts {
 
 int decode_main(int argc, char** argv) {
-  CLI::App app{"Decode Qwen3-TTS 12 Hz codec frames to a WAV file (host, float32)"};
+  CLI::App app{"qwen3tts decode: decode Qwen3-TTS 12 Hz codec frames to a WAV file (host, float32)", "qwen3tts decode"};
   std::string model, codes_path, out;
   std::vector<int> ramp{1, 2, 4, 8};
   bool as_float = false;

@@ -99,7 +99,8 @@ bool use_cuda(const std::string& device) {
 
 int synth_main(int argc, char** argv) {
   CLI::App app{"qwen3tts synth: speak a text with a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) through "
-               "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder"};
+               "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder",
+               "qwen3tts synth"};
   std::string model_dir, text, text_ids, speaker, instruct, language = "auto", dump, out, window = "1,2,4,8",
                                                                          lane = "on", device = "auto",
                                                                          codec_math = "cublas";

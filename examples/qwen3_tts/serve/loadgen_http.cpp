@@ -127,7 +127,8 @@ load_row run_http_arm(const http_load& l, std::uint32_t c, std::uint32_t first, 
 
 int loadgen_http_main(int argc, char** argv) {
   CLI::App app{"qwen3tts loadgen-http: closed-loop streaming clients against `qwen3tts serve`; prints audio seconds "
-               "per second, first audio p50/p95 and the gap p95 between audio reads"};
+               "per second, first audio p50/p95 and the gap p95 between audio reads",
+               "qwen3tts loadgen-http"};
   http_load l;
   l.text = "Hello there, this is a test of the speech server.";
   std::vector<std::uint32_t> cs = {4};
@@ -151,7 +152,11 @@ int loadgen_http_main(int argc, char** argv) {
   app.add_option("--max-frames", l.max_frames, "frames at most per request (0: the server's bound)");
   app.add_option("--seed", l.seed, "request i gets seed + i")->capture_default_str();
   app.add_option("--json", json_path, "also write the rows as a JSON array here");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // CLI11's own codes (106 for a missing option, ...); --help is 0
+  }
 
   try {
     std::string lane = "-";

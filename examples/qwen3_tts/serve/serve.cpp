@@ -307,7 +307,7 @@ private:
     pipeline::speech_service_options so = o_.cuda; // add_cuda_flags' fields, the rest set here
     so.sampling = sampling_from(o_.model_dir);
     so.max_live = o_.max_live;
-    so.max_batch = std::min(o_.max_batch, o_.max_live);
+    so.max_batch = o_.max_batch; // at most max_live (serve_main)
     so.ramp = window_ramp(o_.window);
     set_codec_wait(so, o_.codec_wait_ms);
     if (o_.lane == "off")
@@ -649,7 +649,8 @@ void widen_listen_backlog(int port) {
 int serve_main(int argc, char** argv) {
   CLI::App app{"qwen3tts serve: an HTTP server for a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) with "
                "OpenAI's POST /v1/audio/speech (streamed or whole), GET /health and GET /metrics. The first line on "
-               "stdout is the address it listens on"};
+               "stdout is the address it listens on",
+               "qwen3tts serve"};
   serve_options o;
   app.add_option("--model", o.model_dir, "checkpoint folder in the official layout")->required();
   app.add_option("--host", o.host, "address to bind (loopback by default)")->capture_default_str();
@@ -661,7 +662,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--max-live", o.max_live, "requests computed at once")
       ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
       ->capture_default_str();
-  app.add_option("--max-batch", o.max_batch, "rows of a step at most (of the Talker's decode, of the codec's)")
+  app.add_option("--max-batch", o.max_batch,
+                 "rows of a step at most (of the Talker's decode, of the codec's); at most --max-live (default: 16, "
+                 "or --max-live when less)")
       ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
       ->capture_default_str();
   app.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more get 429")
@@ -680,7 +683,19 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   add_cuda_flags(app, o.cuda);
   add_codec_wait_flags(app, o.cuda, o.codec_wait_ms);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // CLI11's own codes (106 for a missing option, ...); --help is 0
+  }
+  // A step's rows are live requests, so a wider step could never fill; the default follows --max-live.
+  if (app.count("--max-batch") && o.max_batch > o.max_live) {
+    std::cerr << "qwen3tts serve: --max-batch " << o.max_batch << " is above --max-live " << o.max_live
+              << ": a step's rows are live requests, so give --max-batch at most " << o.max_live
+              << " (or raise --max-live)\n";
+    return 2;
+  }
+  o.max_batch = std::min(o.max_batch, o.max_live);
   try {
     if (auto refusal = check_language(read_talker_config(o.model_dir), o.language, client_options)) {
       std::cerr << "qwen3tts serve: " << refusal->message << "\n";
