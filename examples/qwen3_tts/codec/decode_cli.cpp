@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ int decode_main(int argc, char** argv) {
     const auto decoder = load_codec_decoder(model);
     const auto& cfg = decoder.config();
     const auto frames = read_codes_json(codes_path, cfg.num_quantizers, cfg.codebook_size);
+    if (frames.empty())
+      throw std::invalid_argument("no frames in " + codes_path +
+                                  ": nothing to decode (a request that ended at its first step dumps none)");
     const auto t0 = std::chrono::steady_clock::now();
     const auto audio = decode_ramp(decoder, frames, ramp);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

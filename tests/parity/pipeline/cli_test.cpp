@@ -136,6 +136,19 @@ TEST_CASE("CLI.synth names the checkpoint's type and its voices or languages whe
   CHECK_FALSE(fs::exists(out));
 }
 
+TEST_CASE("CLI.decode refuses a codes file without frames, naming it, and writes no audio") {
+  const auto codes = scratch("empty.json");
+  std::ofstream(codes) << R"({"frames": []})";
+  const auto out = scratch("e.wav");
+  const auto a = capture_stderr([&] {
+    return decode({"--model", tiny, "--codes", codes.string(), "--out", out.string()});
+  });
+  CHECK(a.rc == 1);
+  CHECK_MESSAGE(a.err.find("no frames in " + codes.string()) != std::string::npos, a.err);
+  CHECK_FALSE(fs::exists(out));
+  fs::remove(codes);
+}
+
 TEST_CASE("CLI.synth and decode exit 1 for an --out they cannot write") {
   const std::string o = (scratch("no-such-dir") / "a.wav").string();
   CHECK(synth({"--model", tiny, "--text-ids", "1,2", "--speaker", "vivian", "--max-frames", "2", "--out", o}) == 1);
