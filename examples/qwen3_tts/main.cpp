@@ -717,11 +717,34 @@ int main(int argc, char** argv) {
     return qwen3_tts::serve::loadgen_http_main(argc - 1, argv + 1);
   if (argc > 1 && std::string_view(argv[1]) == "loadgen") return qwen3_tts::serve::loadgen_main(argc - 1, argv + 1);
 #endif
+#ifdef QWEN3TTS_SERVE
+  const char *serve_names = ", serve, loadgen-http, loadgen",
+             *serve_lines = "  serve          an HTTP server with OpenAI's POST /v1/audio/speech (docs/serve.md)\n"
+                            "  loadgen-http   closed-loop streaming clients against a running server\n"
+                            "  loadgen        the same closed loop in process, no HTTP\n";
+#else
+  const char *serve_names = "", *serve_lines = "  (serve, loadgen-http and loadgen: left out of this build, which "
+                                               "found no cpp-httplib or no text tokenizer)\n";
+#endif
+  // Anything but an option first is a subcommand this program does not have (CLI11 would call it an
+  // unexpected argument, with its own exit code).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::fprintf(stderr,
+                 "qwen3tts: \"%s\" is not a subcommand; the subcommands are synth, decode%s, or none (the cost "
+                 "model); see qwen3tts --help\n",
+                 argv[1], serve_names);
+    return 2;
+  }
   cli_options cli;
   for (int i = 0; i < argc; ++i)
     cli.command += (i ? " " : "") + std::string(argv[i]);
-  CLI::App app{"The Qwen3-TTS-shaped cost model under the mstar worker: a closed-loop load generator. The real model: "
-               "'qwen3tts synth --help' (text -> speech) and 'qwen3tts decode --help' (codes -> speech)"};
+  CLI::App app{std::string("qwen3tts: the Qwen3-TTS example. Subcommands (qwen3tts SUBCOMMAND --help for each):\n"
+                           "  synth          text -> speech with a real checkpoint, through the worker\n"
+                           "  decode         codec frames (synth --dump-codes) -> speech, the codec alone\n") +
+                   serve_lines +
+                   "Without a subcommand (the options below): the Qwen3-TTS-shaped cost model under the mstar worker, "
+                   "a closed-loop load generator (docs/example.md)",
+               "qwen3tts"};
   app.add_option("--config", cli.config, "model config (configs/*.yaml), validated before use")->capture_default_str();
   app.add_option("--backend", cli.backend, "host, cuda, or auto (cuda when a device is present)")
       ->check(CLI::IsMember({"host", "cuda", "auto"}))
@@ -769,7 +792,11 @@ int main(int argc, char** argv) {
   app.add_flag("--settle", cli.settle,
                "run each concurrency's first arm once, unrecorded, before its measured runs (on the H200 a "
                "process's first arm ran its decode step in 0.91-0.92 of the later ones' time)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // CLI11's own codes (106, 109, ...) would read as crashes; --help is 0
+  }
 
   try {
     setup st;

@@ -9,7 +9,9 @@ Starts the server on a free port and checks: /health and /metrics; one streamed 
 every KV block and codec slot, and the others' audio equals a run without the hang-ups; every malformed
 request gets a 4xx JSON error and changes no outcome count but `rejected`; a seeded fuzz of the JSON body
 gets only 2xx/4xx answers and leaves the server up; `qwen3tts loadgen` (the same closed loop in process)
-prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames.
+prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames;
+a second server on the first one's port fails to bind; --language reaches the requests; every usage error of
+qwen3tts exits 2.
 """
 import gzip
 import http.client
@@ -83,11 +85,11 @@ class Server:
             return None
 
 
-def synth_wav(text, seed, frames):
+def synth_wav(text, seed, frames, *extra):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "a.wav")
         subprocess.run([QWEN3TTS, "synth", "--model", MODEL, "--speaker", VOICE, "--text", text, "--seed", str(seed),
-                        "--max-frames", str(frames), "--out", out], check=True, capture_output=True)
+                        "--max-frames", str(frames), "--out", out, *extra], check=True, capture_output=True)
         with open(out, "rb") as f:
             return f.read()
 
@@ -160,6 +162,8 @@ def test_health_and_metrics(srv):
     check(status == 200 and ctype.startswith("application/json"), "GET /health answers 200 JSON")
     check(h.get("model") == MODEL and h.get("tts_model_type") == "custom_voice",
           "/health names the model folder and the checkpoint type: %r" % h)
+    check(h.get("voices") == ["dylan", "vivian"] and h.get("language") == "auto",
+          "/health lists the checkpoint's voices and the language: %r" % h)
     m = srv.metrics()
     for name in ["qwen3tts_live_requests", "qwen3tts_queued_requests", "qwen3tts_first_audio_seconds_count",
                  "qwen3tts_chunk_gap_seconds_count", "qwen3tts_audio_seconds_total", "qwen3tts_kv_free_blocks",
@@ -430,6 +434,32 @@ def test_loadgen_http(srv):
               float(cells[6]) > 0, "16 requests ok, none failed, audio produced, the server's lane named: %r" % cells)
     after = srv.metrics()
     check(outcome(after, "completed") - outcome(before, "completed") == 16, "the server completed the 16 requests")
+    url = "http://%s:%d" % (srv.host, srv.port)
+    out = subprocess.run([QWEN3TTS, "loadgen-http", "--url", url, "-c", "1", "-n", "2", "--voice", "nobody"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 1 and "HTTP 400: " in out.stderr and
+          "this checkpoint's voices: dylan, vivian" in out.stderr,
+          "loadgen-http prints the server's refusal: %r" % out.stderr)
+    out = subprocess.run([QWEN3TTS, "loadgen-http", "--url", url, "-c", "1", "-n", "2", "--max-frames", "10"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0 and "voice: dylan" in out.stdout,
+          "loadgen-http without --voice takes the first voice /health lists: %r %r" % (out.stdout, out.stderr))
+
+
+def test_second_server_same_port(srv):
+    """A second server on the port the first listens on fails to bind (cpp-httplib's default SO_REUSEPORT let it
+    bind, the kernel splitting the connections between the two)."""
+    second = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", str(srv.port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = second.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it listens: stop it
+        second.kill()
+        _, err = second.communicate()
+    check(second.returncode == 1 and "cannot bind 127.0.0.1:%d (in use" % srv.port in err,
+          "a second server on the same port exits 1 naming it: %r %r" % (second.returncode, err))
+    status, _, _ = srv.request("GET", "/health")
+    check(status == 200, "the first server still answers")
 
 
 def fixed_frames_copy(scratch, tokens):
@@ -597,9 +627,57 @@ def test_full_and_voice_design():
               "VoiceDesign needs instructions")
         status, ctype, wav = srv.speech({"model": "m", "input": "Hi.", "instructions": "A calm voice."})
         check(status == 200 and ctype == "audio/wav" and wav[:4] == b"RIFF", "VoiceDesign speaks from instructions")
+        _, _, body = srv.request("GET", "/health")
+        check(json.loads(body).get("voices") == [], "a VoiceDesign checkpoint's /health lists no voices: %r" % body)
         srv.stop()
     finally:
         MODEL = keep
+
+
+def test_language():
+    """--language sets every request's language: a request's samples equal synth's with the same --language. An
+    unknown one is refused at start with the checkpoint's languages."""
+    out = subprocess.run([QWEN3TTS, "serve", "--model", MODEL, "--port", "0", "--language", "klingon"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 2 and "--language \"klingon\" is not one of this checkpoint's languages: auto, "
+          "beijing_dialect, chinese, english, german" in out.stderr,
+          "serve refuses an unknown --language with the list: %r %r" % (out.returncode, out.stderr))
+    srv = Server("--language", "English")
+    try:
+        _, _, body = srv.request("GET", "/health")
+        check(json.loads(body).get("language") == "english", "/health names the language: %r" % body)
+        text, seed, frames = "Hello there.", 3, 12
+        ref = synth_wav(text, seed, frames, "--language", "english")
+        check(ref != synth_wav(text, seed, frames), "english and auto make different audio on tiny06")
+        status, _, wav = srv.speech({"model": "m", "input": text, "voice": VOICE, "seed": seed, "max_frames": frames})
+        check(status == 200 and wav == ref, "serve --language english answers what synth --language english writes")
+    finally:
+        srv.stop()
+
+
+def test_usage_errors():
+    """Every usage error exits 2 with a message, whatever the subcommand (not CLI11's 106 or 109)."""
+    def run(*args):
+        return subprocess.run([QWEN3TTS, *args], capture_output=True, text=True, timeout=60)
+    for args in (["serve"], ["loadgen"], ["loadgen-http"], ["synth"], ["decode"], ["--bogus"],
+                 ["serve", "--model", MODEL, "--bogus"], ["loadgen-http", "--url", "http://x", "-c", "0"]):
+        out = run(*args)
+        check(out.returncode == 2 and out.stderr.strip(), "qwen3tts %s exits 2 with a message: %r %r" %
+              (" ".join(args), out.returncode, out.stderr))
+    out = run("nonsense")
+    check(out.returncode == 2 and '"nonsense" is not a subcommand' in out.stderr and "loadgen-http" in out.stderr,
+          "an unknown subcommand exits 2 naming the subcommands: %r %r" % (out.returncode, out.stderr))
+    out = run("serve", "--model", MODEL, "--max-batch", "32", "--max-live", "8")
+    check(out.returncode == 2 and "--max-batch 32 is above --max-live 8" in out.stderr,
+          "serve refuses --max-batch above --max-live: %r %r" % (out.returncode, out.stderr))
+    out = run("--help")
+    check(out.returncode == 0 and all(re.search(r"^\s+%s\s" % c, out.stdout, re.M)
+                                      for c in ("synth", "decode", "serve", "loadgen-http", "loadgen")),
+          "qwen3tts --help lists every subcommand: %r" % out.stdout)
+    for sub in ("synth", "decode", "serve", "loadgen", "loadgen-http"):
+        out = run(sub, "--help")
+        check(out.returncode == 0 and "qwen3tts %s [OPTIONS]" % sub in out.stdout,
+              "qwen3tts %s --help's usage line names the command: %r" % (sub, out.stdout[:200]))
 
 
 def main():
@@ -608,14 +686,15 @@ def main():
                  "--max-body", "65536")
     try:
         for test in (test_health_and_metrics, test_listen_backlog, test_equal_to_synth, test_hang_ups, test_malformed, test_body_bounds,
-                     test_idle_connections, test_fuzz, test_loadgen_http):
+                     test_idle_connections, test_fuzz, test_loadgen_http, test_second_server_same_port):
             t = time.time()
             test(srv)
             print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
-    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process):
+    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process, test_language,
+                 test_usage_errors):
         t = time.time()
         test()
         print("%s: %.1f s" % (test.__name__, time.time() - t), flush=True)

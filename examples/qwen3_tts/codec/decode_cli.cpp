@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@
 namespace qwen3_tts {
 
 int decode_main(int argc, char** argv) {
-  CLI::App app{"Decode Qwen3-TTS 12 Hz codec frames to a WAV file (host, float32)"};
+  CLI::App app{"qwen3tts decode: decode Qwen3-TTS 12 Hz codec frames to a WAV file (host, float32)", "qwen3tts decode"};
   std::string model, codes_path, out;
   std::vector<int> ramp{1, 2, 4, 8};
   bool as_float = false;
@@ -35,6 +36,9 @@ int decode_main(int argc, char** argv) {
     const auto decoder = load_codec_decoder(model);
     const auto& cfg = decoder.config();
     const auto frames = read_codes_json(codes_path, cfg.num_quantizers, cfg.codebook_size);
+    if (frames.empty())
+      throw std::invalid_argument("no frames in " + codes_path +
+                                  ": nothing to decode (a request that ended at its first step dumps none)");
     const auto t0 = std::chrono::steady_clock::now();
     const auto audio = decode_ramp(decoder, frames, ramp);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

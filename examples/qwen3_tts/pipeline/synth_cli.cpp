@@ -99,7 +99,8 @@ bool use_cuda(const std::string& device) {
 
 int synth_main(int argc, char** argv) {
   CLI::App app{"qwen3tts synth: speak a text with a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) through "
-               "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder"};
+               "mstar's worker, and write a 24 kHz WAV. Nothing is downloaded: --model is a local folder",
+               "qwen3tts synth"};
   std::string model_dir, text, text_ids, speaker, instruct, language = "auto", dump, out, window = "1,2,4,8",
                                                                          lane = "on", device = "auto",
                                                                          codec_math = "cublas";
@@ -114,9 +115,9 @@ int synth_main(int argc, char** argv) {
   auto* ids_opt = app.add_option("--text-ids", text_ids, "instead of --text: the text's token ids, comma-separated "
                                                          "(the chat template is added)");
   text_opt->excludes(ids_opt);
-  app.add_option("--speaker", speaker, "CustomVoice speaker name (config.json talker_config.spk_id)");
-  app.add_option("--instruct", instruct, "VoiceDesign instruction: text with --text, comma-separated ids with "
-                                         "--text-ids");
+  app.add_option("--speaker", speaker, "CustomVoice speaker name (config.json talker_config.spk_id); required there");
+  app.add_option("--instruct", instruct,
+                 "VoiceDesign instruction (required there): text with --text, comma-separated ids with --text-ids");
   app.add_option("--language", language, "auto or a language of talker_config.codec_language_id");
   app.add_flag("--greedy", greedy, "argmax decisions (the reference's logits processing still applies)");
   app.add_flag("--streaming", streaming,
@@ -158,6 +159,15 @@ int synth_main(int argc, char** argv) {
       throw std::invalid_argument("--codec-math: \"" + codec_math + "\" is not one of " + names);
     }
     bool cuda = use_cuda(device);
+    // The voice and the language against config.json before any weight is read; a mismatch is the command
+    // line's, so it exits 2 as one that does not parse.
+    const talker_config config = read_talker_config(model_dir);
+    for (const auto& refusal : {check_voice(config, speaker, !instruct.empty(), synth_options),
+                                check_language(config, language, synth_options)})
+      if (refusal) {
+        std::cerr << "qwen3tts synth: " << refusal->message << "\n";
+        return 2;
+      }
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);

@@ -116,7 +116,8 @@ load_row run_arm(service& svc, const pipeline::speech_request& base, std::uint64
 int loadgen_main(int argc, char** argv) {
   CLI::App app{"qwen3tts loadgen: closed-loop requests in process on a checkpoint (no HTTP); prints the columns of "
                "`qwen3tts loadgen-http`: audio seconds per second, first audio p50/p95, the gap p95 between audio "
-               "windows"};
+               "windows",
+               "qwen3tts loadgen"};
   std::string model_dir, text = "Hello there, this is a test of the speech server.", voice, instructions;
   std::string language = "auto", device = "auto", window = "1,2,4,8", json_path, trace_path;
   std::vector<std::uint32_t> cs = {1, 4, 16};
@@ -157,9 +158,22 @@ int loadgen_main(int argc, char** argv) {
   app.add_option("--json", json_path, "also write the rows as a JSON array here");
   app.add_option("--trace", trace_path, "write a Chrome trace of the worker (threads, streams, each step's GPU "
                                         "interval) here; one lane only (bench/reference/trace_summary.py reads it)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // CLI11's own codes (106 for a missing option, ...); --help is 0
+  }
 
   try {
+    // The voice and the language against config.json before any weight is read: a mismatch exits 2, as a
+    // command line that does not parse.
+    const talker_config config = read_talker_config(model_dir);
+    for (const auto& refusal : {check_voice(config, voice, !instructions.empty(), client_options),
+                                check_language(config, language, client_options)})
+      if (refusal) {
+        std::cerr << "qwen3tts loadgen: " << refusal->message << "\n";
+        return 2;
+      }
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);
     const text_tokenizer tok = text_tokenizer::from_folder(model_dir);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -24,6 +25,8 @@ namespace qwen3_tts::serve {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+constexpr std::size_t max_error_body = 4096; // bytes of a refusal's body kept for its message
 
 double seconds_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -68,6 +71,8 @@ load_row run_http_arm(const http_load& l, std::uint32_t c, std::uint32_t first, 
         std::vector<double> gaps;
         double first_audio = -1;
         std::uint64_t bytes = 0;
+        int status = 0;
+        std::string error_body; // a refusal's first bytes: the server's message, kept for the failure line
         httplib::Request req;
         req.method = "POST";
         req.path = "/v1/audio/speech";
@@ -75,7 +80,16 @@ load_row run_http_arm(const http_load& l, std::uint32_t c, std::uint32_t first, 
         req.body = body.dump();
         const auto sent = clock_type::now();
         auto last = sent;
-        req.content_receiver = [&](const char*, std::size_t len, std::uint64_t, std::uint64_t) {
+        req.response_handler = [&](const httplib::Response& r) {
+          status = r.status;
+          return true;
+        };
+        // The receiver takes the body (res->body stays empty): audio is timed, anything but a 200 is kept.
+        req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
+          if (status != 200) {
+            error_body.append(data, std::min(len, max_error_body - std::min(max_error_body, error_body.size())));
+            return true;
+          }
           const auto now = clock_type::now();
           if (first_audio < 0)
             first_audio = seconds_between(sent, now);
@@ -94,8 +108,10 @@ load_row run_http_arm(const http_load& l, std::uint32_t c, std::uint32_t first, 
           row.gaps.insert(row.gaps.end(), gaps.begin(), gaps.end());
         } else {
           ++row.failed;
+          while (!error_body.empty() && std::isspace(static_cast<unsigned char>(error_body.back())))
+            error_body.pop_back();
           if (first_error.empty())
-            first_error = res ? "HTTP " + std::to_string(res->status) + ": " + res->body
+            first_error = res ? "HTTP " + std::to_string(res->status) + ": " + error_body
                               : "no answer: " + httplib::to_string(res.error());
         }
       }
@@ -111,7 +127,8 @@ load_row run_http_arm(const http_load& l, std::uint32_t c, std::uint32_t first, 
 
 int loadgen_http_main(int argc, char** argv) {
   CLI::App app{"qwen3tts loadgen-http: closed-loop streaming clients against `qwen3tts serve`; prints audio seconds "
-               "per second, first audio p50/p95 and the gap p95 between audio reads"};
+               "per second, first audio p50/p95 and the gap p95 between audio reads",
+               "qwen3tts loadgen-http"};
   http_load l;
   l.text = "Hello there, this is a test of the speech server.";
   std::vector<std::uint32_t> cs = {4};
@@ -128,12 +145,18 @@ int loadgen_http_main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "waves of c requests sent first at each c, left out of the figures")
       ->capture_default_str();
   app.add_option("--text", l.text, "the input of every request")->capture_default_str();
-  app.add_option("--voice", l.voice, "voice (CustomVoice checkpoints)");
+  app.add_option("--voice", l.voice,
+                 "voice (CustomVoice checkpoints; default: the first of the voices the server's /health lists, "
+                 "unless --instructions is given)");
   app.add_option("--instructions", l.instructions, "instructions (VoiceDesign checkpoints)");
   app.add_option("--max-frames", l.max_frames, "frames at most per request (0: the server's bound)");
   app.add_option("--seed", l.seed, "request i gets seed + i")->capture_default_str();
   app.add_option("--json", json_path, "also write the rows as a JSON array here");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // CLI11's own codes (106 for a missing option, ...); --help is 0
+  }
 
   try {
     std::string lane = "-";
@@ -147,6 +170,11 @@ int loadgen_http_main(int argc, char** argv) {
       const auto j = nlohmann::json::parse(h->body);
       l.rate = j.value("sample_rate", l.rate);
       lane = j.value("lane", lane);
+      if (auto v = j.find("voices"); l.voice.empty() && l.instructions.empty() && v != j.end() && v->is_array() &&
+                                     !v->empty() && v->front().is_string()) {
+        l.voice = v->front().get<std::string>();
+        std::printf("voice: %s (the first the server lists; --voice chooses)\n", l.voice.c_str());
+      }
     }
     std::vector<load_row> rows;
     std::string first_error;

@@ -101,6 +101,7 @@ struct serve_options {
   std::size_t max_body = 64 * 1024;
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
+  std::string language = "auto"; // every request's: OpenAI's request has no language field
   // add_cuda_flags' and add_codec_wait_flags' fields; service_options() starts from it
   pipeline::speech_service_options cuda;
   double codec_wait_ms = 0;
@@ -203,10 +204,16 @@ public:
                 if (auto body = read_body(q, r, read)) speech(q, *body, r);
               });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+      auto voices = json::array(); // the values `voice` takes; a VoiceDesign checkpoint has none
+      if (!voice_design_)
+        for (const auto& [name, id] : talker_.config().spk_id)
+          voices.push_back(name);
       json j = {{"status", stopping_ ? "stopping" : "ok"},
                 {"model", o_.model_dir},
                 {"tts_model_type", talker_.config().tts_model_type},
                 {"tts_model_size", talker_.config().tts_model_size},
+                {"voices", std::move(voices)},
+                {"language", o_.language},
                 {"sample_rate", rate_},
                 {"lane", o_.lane},
                 {"device", svc_.on_cuda() ? "cuda" : "host"}};
@@ -300,7 +307,7 @@ private:
     pipeline::speech_service_options so = o_.cuda; // add_cuda_flags' fields, the rest set here
     so.sampling = sampling_from(o_.model_dir);
     so.max_live = o_.max_live;
-    so.max_batch = std::min(o_.max_batch, o_.max_live);
+    so.max_batch = o_.max_batch; // at most max_live (serve_main)
     so.ramp = window_ramp(o_.window);
     set_codec_wait(so, o_.codec_wait_ms);
     if (o_.lane == "off")
@@ -383,18 +390,8 @@ private:
       voice = j["voice"].get<std::string>();
       std::transform(voice.begin(), voice.end(), voice.begin(), [](unsigned char c) { return std::tolower(c); });
     }
-    const auto& spk = talker_.config().spk_id;
-    if (voice_design_) {
-      if (!voice.empty())
-        return bad("voice", "this checkpoint (VoiceDesign) designs the voice from instructions; leave voice out");
-      if (instructions.empty()) return bad("instructions", "this checkpoint (VoiceDesign) needs instructions");
-    } else if (voice.empty() || !spk.count(voice)) {
-      std::string names;
-      for (const auto& [n, id] : spk)
-        names += (names.empty() ? "" : ", ") + n;
-      return bad("voice", (voice.empty() ? std::string("voice is required") : "unknown voice \"" + voice + "\"") +
-                              "; this checkpoint's voices: " + names);
-    }
+    if (auto refusal = check_voice(talker_.config(), voice, !instructions.empty(), request_fields))
+      return bad(refusal->field, refusal->message);
     ask a;
     if (j.contains("response_format")) {
       if (!j["response_format"].is_string()) return bad("response_format", "response_format must be a string");
@@ -430,6 +427,7 @@ private:
     try {
       request_parts parts = pipeline::templated_parts(tok_, input, instructions);
       parts.speaker = voice;
+      parts.language = o_.language;
       a.req.prompt = make_prompt(o_.model_dir, talker_.config(), parts);
     } catch (const std::invalid_argument& e) {
       return bad("input", e.what());
@@ -651,7 +649,8 @@ void widen_listen_backlog(int port) {
 int serve_main(int argc, char** argv) {
   CLI::App app{"qwen3tts serve: an HTTP server for a Qwen3-TTS 12 Hz checkpoint (CustomVoice or VoiceDesign) with "
                "OpenAI's POST /v1/audio/speech (streamed or whole), GET /health and GET /metrics. The first line on "
-               "stdout is the address it listens on"};
+               "stdout is the address it listens on",
+               "qwen3tts serve"};
   serve_options o;
   app.add_option("--model", o.model_dir, "checkpoint folder in the official layout")->required();
   app.add_option("--host", o.host, "address to bind (loopback by default)")->capture_default_str();
@@ -663,7 +662,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--max-live", o.max_live, "requests computed at once")
       ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
       ->capture_default_str();
-  app.add_option("--max-batch", o.max_batch, "rows of a step at most (of the Talker's decode, of the codec's)")
+  app.add_option("--max-batch", o.max_batch,
+                 "rows of a step at most (of the Talker's decode, of the codec's); at most --max-live (default: 16, "
+                 "or --max-live when less)")
       ->check(CLI::Range(1u, pipeline::host_speech::codec_slots - 1))
       ->capture_default_str();
   app.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more get 429")
@@ -676,9 +677,36 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "the codec's window widths in frames, the last repeating")
       ->capture_default_str();
+  app.add_option("--language", o.language,
+                 "the language of every request: auto (the model tells) or one of the checkpoint's "
+                 "(config.json talker_config.codec_language_id)")
+      ->capture_default_str();
   add_cuda_flags(app, o.cuda);
   add_codec_wait_flags(app, o.cuda, o.codec_wait_ms);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // CLI11's own codes (106 for a missing option, ...); --help is 0
+  }
+  // A step's rows are live requests, so a wider step could never fill; the default follows --max-live.
+  if (app.count("--max-batch") && o.max_batch > o.max_live) {
+    std::cerr << "qwen3tts serve: --max-batch " << o.max_batch << " is above --max-live " << o.max_live
+              << ": a step's rows are live requests, so give --max-batch at most " << o.max_live
+              << " (or raise --max-live)\n";
+    return 2;
+  }
+  o.max_batch = std::min(o.max_batch, o.max_live);
+  try {
+    if (auto refusal = check_language(read_talker_config(o.model_dir), o.language, client_options)) {
+      std::cerr << "qwen3tts serve: " << refusal->message << "\n";
+      return 2;
+    }
+    std::transform(o.language.begin(), o.language.end(), o.language.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); }); // as /health shows it
+  } catch (const std::exception& e) {
+    std::cerr << "qwen3tts serve: " << e.what() << "\n";
+    return 1;
+  }
 
   // SIGINT/SIGTERM stop the server from a thread of their own (not in a signal handler); a write to a
   // client that went away fails with EPIPE instead of killing the process.
@@ -692,6 +720,13 @@ int serve_main(int argc, char** argv) {
     server srv(o);
     httplib::Server http;
     http.set_tcp_nodelay(true); // a streamed chunk goes out at once, not after the client's delayed ACK
+    // SO_REUSEADDR alone (a restart binds a port whose old connections linger in TIME_WAIT): cpp-httplib's default
+    // sets SO_REUSEPORT on Linux, which let a second server bind a port that one listens on, the kernel then
+    // splitting the connections between them.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     const std::size_t threads = std::size_t(o.max_live) + o.max_queued + 16; // a streaming client holds one
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     srv.install(http);

@@ -1,12 +1,14 @@
 // Loading the Talker through the checkpoint loader, and the chat template's ids from vocab.json.
 #include "talker_checkpoint.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "qwen3_tts/checkpoint/checkpoint.hpp"
+#include "qwen3_tts/checkpoint/json_file.hpp"
 #include "qwen3_tts/checkpoint/load_progress.hpp"
 
 namespace qwen3_tts {
@@ -25,6 +27,11 @@ talker_host load_talker(const std::string& model_dir) {
   auto weights = load_talker_weights(config, source);
   progress.finish();
   return talker_host(config, std::move(weights));
+}
+
+talker_config read_talker_config(const std::string& model_dir) {
+  const auto path = std::filesystem::path(model_dir) / "config.json";
+  return parse_talker_config(read_json_object(path), path.string());
 }
 
 chat_ids read_chat_ids(const std::string& model_dir, const talker_config& config) {

@@ -13,6 +13,9 @@ namespace qwen3_tts {
 
 talker_host load_talker(const std::string& model_dir);
 
+// config.json's Talker config alone (no weights read): what a command checks its options against before loading.
+talker_config read_talker_config(const std::string& model_dir);
+
 // "<|im_start|>assistant\n", "<|im_start|>user\n" and "<|im_end|>\n" as ids (im_start/im_end from config.json,
 // "assistant", "user" and the byte-level newline "Ċ" from vocab.json).
 struct chat_ids {

@@ -1,6 +1,9 @@
 #include "talker_request.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -82,6 +85,55 @@ talker_sampling sampling_from(const std::string& model_dir) {
   if (!(s.repetition_penalty > 0.0f))
     refuse("repetition_penalty", std::to_string(s.repetition_penalty), "the penalty divides logits: give a value > 0");
   return s;
+}
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return out;
+}
+
+// The keys of a name -> id map (std::map: sorted) as "a, b, c", after `first` when given.
+std::string names_of(const std::map<std::string, int>& ids, std::string first = "") {
+  for (const auto& [name, id] : ids)
+    first += (first.empty() ? "" : ", ") + name;
+  return first;
+}
+
+} // namespace
+
+std::optional<request_refusal> check_voice(const talker_config& c, std::string_view speaker, bool has_instruction,
+                                           const request_words& w) {
+  const std::string field(w.speaker);
+  if (c.tts_model_type == "voice_design") {
+    if (!speaker.empty())
+      return request_refusal{field, "this is a VoiceDesign checkpoint, which has no voices: leave " + field +
+                                        " out and describe the voice in " + std::string(w.instruction)};
+    if (!has_instruction)
+      return request_refusal{std::string(w.instruction), std::string(w.instruction) +
+                                                             " is required: this is a VoiceDesign checkpoint, which "
+                                                             "designs the voice from a description (\"A warm, slow "
+                                                             "voice.\")"};
+  } else if (c.tts_model_type == "custom_voice") {
+    if (speaker.empty())
+      return request_refusal{
+          field, field + " is required: this is a CustomVoice checkpoint; its voices: " + names_of(c.spk_id)};
+    if (!c.spk_id.count(lower(speaker)))
+      return request_refusal{field, field + " \"" + std::string(speaker) +
+                                        "\" is not one of this checkpoint's voices: " + names_of(c.spk_id)};
+  }
+  return std::nullopt;
+}
+
+std::optional<request_refusal> check_language(const talker_config& c, std::string_view language,
+                                              const request_words& w) {
+  const std::string l = lower(language);
+  if (l == "auto" || c.codec_language_id.count(l)) return std::nullopt;
+  return request_refusal{std::string(w.language),
+                         std::string(w.language) + " \"" + std::string(language) +
+                             "\" is not one of this checkpoint's languages: " + names_of(c.codec_language_id, "auto")};
 }
 
 talker_prompt make_prompt(const std::string& model_dir, const talker_config& c, const request_parts& parts,

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "talker.hpp"
@@ -29,6 +31,30 @@ struct request_parts {
   bool streaming = false;                 // one text row a decode step (model.generate's layout) instead of
                                           // all the text in the prompt (the wrapper's default)
 };
+
+// What a command calls a request's voice, instruction and language in its messages: `synth`'s options, those of
+// `loadgen` and `serve` (named after the request's fields), or the JSON fields of serve's requests (a refusal's
+// `field` is one of these, so that serve's error names its param).
+struct request_words {
+  std::string_view speaker, instruction, language;
+};
+inline constexpr request_words synth_options{"--speaker", "--instruct", "--language"};
+inline constexpr request_words client_options{"--voice", "--instructions", "--language"};
+inline constexpr request_words request_fields{"voice", "instructions", "language"};
+
+// Why a request's voice or language does not fit the checkpoint: the field at fault and the sentence.
+struct request_refusal {
+  std::string field, message;
+};
+
+// The voice against the checkpoint's type, before any work: a CustomVoice checkpoint needs one of its speakers
+// (any case), a VoiceDesign one an instruction and no speaker; the message names the type and lists the
+// speakers. Other types (Base) are left to make_prompt.
+std::optional<request_refusal> check_voice(const talker_config& config, std::string_view speaker, bool has_instruction,
+                                           const request_words& words);
+// The language: "auto" or a key of talker_config.codec_language_id (any case); the message lists them.
+std::optional<request_refusal> check_language(const talker_config& config, std::string_view language,
+                                              const request_words& words);
 
 // The prompt, chat-templated with the checkpoint's ids. Refuses a Base model, a request with neither speaker
 // nor instruction, an empty text. `note` receives what the reference would do silently (the dropped
