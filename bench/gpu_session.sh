@@ -374,7 +374,10 @@ ensure_checkpoint() {
 start_server() {
   local q=$1 log=$2
   shift 2
-  "$q" serve --port 0 --max-queued 256 "$@" > "$log.out" 2> "$log.err" &
+  # English, as the in-process loadgen runs, where the server takes --language (a build before it speaks "auto").
+  local language=()
+  "$q" serve --help 2>/dev/null | grep -q -- '--language' && language=(--language english)
+  "$q" serve --port 0 --max-queued 256 "${language[@]}" "$@" > "$log.out" 2> "$log.err" &
   server_pid=$!
   url=""
   for _ in $(seq 1 300); do
