@@ -202,6 +202,9 @@ def test_equal_to_synth(srv):
           "after two requests the worker's busy time is above 0: %r" % m.get("qwen3tts_gpu_busy_seconds_total"))
     check(0 < m.get("qwen3tts_gpu_busy_fraction", 0) <= 1,
           "the busy fraction is in (0, 1]: %r" % m.get("qwen3tts_gpu_busy_fraction"))
+    # OpenAI's speed 1 and stream_format "audio" change nothing: the same samples, streamed.
+    complete, pcm = stream(srv, dict(body, speed=1.0, stream_format="audio", response_format="pcm"))
+    check(complete and pcm == wav_data(ref), "speed 1 and stream_format audio stream synth's samples")
     status, ctype, whole = srv.speech(body)
     check(status == 200 and ctype == "audio/wav" and whole == ref,
           "the whole-file answer equals synth's WAV file byte for byte")
@@ -296,7 +299,11 @@ def test_malformed(srv):
         ("POST", "/v1/audio/speech", dict(good, max_frames=0), 400, "max_frames"),
         ("POST", "/v1/audio/speech", dict(good, max_frames=100000), 400, "max_frames"),
         ("POST", "/v1/audio/speech", dict(good, instructions=5), 400, "instructions"),
-        ("POST", "/v1/audio/speech", dict(good, speed=1.0), 400, "speed"),
+        ("POST", "/v1/audio/speech", dict(good, speed=1.5), 400, "speed"),
+        ("POST", "/v1/audio/speech", dict(good, speed="1"), 400, "speed"),
+        ("POST", "/v1/audio/speech", dict(good, stream_format="sse"), 400, "stream_format"),
+        ("POST", "/v1/audio/speech", dict(good, stream_format=1), 400, "stream_format"),
+        ("POST", "/v1/audio/speech", dict(good, speeds=1.0), 400, "speeds"),
         ("POST", "/v1/audio/speech", b"{\"input\": \"" + b"x" * 70000 + b"\"}", 413, None),
         ("GET", "/v1/audio/speech", None, 405, None),
         ("DELETE", "/health", None, 405, None),

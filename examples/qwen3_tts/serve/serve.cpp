@@ -362,13 +362,22 @@ private:
       return bad("", std::string("the body is not JSON: ") + e.what());
     }
     if (!j.is_object()) return bad("", "the body must be a JSON object");
-    static const std::array<std::string_view, 8> known = {"model",           "input",  "voice", "instructions",
-                                                          "response_format", "stream", "seed",  "max_frames"};
+    static const std::array<std::string_view, 10> known = {
+        "model",  "input",         "voice", "instructions", "response_format",
+        "stream", "stream_format", "speed", "seed",         "max_frames"};
     for (const auto& [k, v] : j.items())
       if (std::find(known.begin(), known.end(), k) == known.end())
         return bad(k, "unknown field \"" + k +
-                          "\" (known: model, input, voice, instructions, response_format, "
-                          "stream, seed, max_frames)");
+                          "\" (known: model, input, voice, instructions, response_format, stream, stream_format, "
+                          "speed, seed, max_frames)");
+    // OpenAI's speed and stream_format, taken where they ask for what this server does anyway, so that clients
+    // that always send them work: speed 1 (the model has no speed control), stream_format "audio" (raw audio bytes,
+    // streamed as they are made; "sse", audio in server-sent events, is not served).
+    if (j.contains("speed") && (!j["speed"].is_number() || j["speed"].get<double>() != 1.0))
+      return bad("speed", "speed must be 1 (the model has no speed control); leave it out");
+    if (j.contains("stream_format") && (!j["stream_format"].is_string() || j["stream_format"] != "audio"))
+      return bad("stream_format", "stream_format must be \"audio\" (raw audio bytes, streamed; server-sent events "
+                                  "are not served); or leave it out and give stream");
     if (!j.contains("model") || !j["model"].is_string()) return bad("model", "model is required and must be a string");
     if (!j.contains("input") || !j["input"].is_string()) return bad("input", "input is required and must be a string");
     const auto& input = j["input"].get_ref<const std::string&>();
@@ -403,6 +412,7 @@ private:
                                           std::to_string(rate_) + " Hz)");
       a.wav = f == "wav";
     }
+    a.stream = j.contains("stream_format"); // "audio": streamed, as OpenAI's answer is, unless stream says
     if (j.contains("stream")) {
       if (!j["stream"].is_boolean()) return bad("stream", "stream must be true or false");
       a.stream = j["stream"].get<bool>();
