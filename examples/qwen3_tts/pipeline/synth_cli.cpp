@@ -161,13 +161,11 @@ int synth_main(int argc, char** argv) {
     bool cuda = use_cuda(device);
     // The voice and the language against config.json before any weight is read; a mismatch is the command
     // line's, so it exits 2 as one that does not parse.
-    const talker_config config = read_talker_config(model_dir);
-    for (const auto& refusal : {check_voice(config, speaker, !instruct.empty(), synth_options),
-                                check_language(config, language, synth_options)})
-      if (refusal) {
-        std::cerr << "qwen3tts synth: " << refusal->message << "\n";
-        return 2;
-      }
+    if (const auto refusal = check_voice_and_language(read_talker_config(model_dir), speaker, !instruct.empty(),
+                                                      language, synth_options)) {
+      std::cerr << "qwen3tts synth: " << refusal->message << "\n";
+      return 2;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);

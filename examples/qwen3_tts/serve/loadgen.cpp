@@ -167,13 +167,11 @@ int loadgen_main(int argc, char** argv) {
   try {
     // The voice and the language against config.json before any weight is read: a mismatch exits 2, as a
     // command line that does not parse.
-    const talker_config config = read_talker_config(model_dir);
-    for (const auto& refusal : {check_voice(config, voice, !instructions.empty(), client_options),
-                                check_language(config, language, client_options)})
-      if (refusal) {
-        std::cerr << "qwen3tts loadgen: " << refusal->message << "\n";
-        return 2;
-      }
+    if (const auto refusal = check_voice_and_language(read_talker_config(model_dir), voice, !instructions.empty(),
+                                                      language, client_options)) {
+      std::cerr << "qwen3tts loadgen: " << refusal->message << "\n";
+      return 2;
+    }
     const talker_host talker = load_talker(model_dir);
     const codec_decoder codec = load_codec_decoder(model_dir);
     const text_tokenizer tok = text_tokenizer::from_folder(model_dir);

@@ -136,6 +136,13 @@ std::optional<request_refusal> check_language(const talker_config& c, std::strin
                              "\" is not one of this checkpoint's languages: " + names_of(c.codec_language_id, "auto")};
 }
 
+std::optional<request_refusal> check_voice_and_language(const talker_config& c, std::string_view speaker,
+                                                        bool has_instruction, std::string_view language,
+                                                        const request_words& w) {
+  if (auto refusal = check_voice(c, speaker, has_instruction, w)) return refusal;
+  return check_language(c, language, w);
+}
+
 talker_prompt make_prompt(const std::string& model_dir, const talker_config& c, const request_parts& parts,
                           std::string* note) {
   if (c.tts_model_type == "base")

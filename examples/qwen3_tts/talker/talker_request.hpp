@@ -55,6 +55,10 @@ std::optional<request_refusal> check_voice(const talker_config& config, std::str
 // The language: "auto" or a key of talker_config.codec_language_id (any case); the message lists them.
 std::optional<request_refusal> check_language(const talker_config& config, std::string_view language,
                                               const request_words& words);
+// check_voice's refusal, else check_language's.
+std::optional<request_refusal> check_voice_and_language(const talker_config& config, std::string_view speaker,
+                                                        bool has_instruction, std::string_view language,
+                                                        const request_words& words);
 
 // The prompt, chat-templated with the checkpoint's ids. Refuses a Base model, a request with neither speaker
 // nor instruction, an empty text. `note` receives what the reference would do silently (the dropped
