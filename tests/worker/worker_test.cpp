@@ -192,6 +192,33 @@ TEST_CASE("Worker.the codec batches one step per chunk width or one step for eve
   }
 }
 
+TEST_CASE("Worker.a request after a long idle is served at once, and stop() returns at once: the threads' long idle "
+          "sleeps end when rung") {
+  // Sleeps growing to a minute: after 6 s idle each thread sleeps about 375 ms between looks. Unrung, the request
+  // would wait for the main thread's and then the GPU thread's next look, and stop() for each thread's in turn.
+  auto o = with_lane(mstar::lane_mode::on);
+  for (auto* b : {&o.main_backoff, &o.gpu_backoff, &o.plan_backoff}) {
+    b->idle_before_sleep = std::chrono::milliseconds(1);
+    b->longest_sleep = std::chrono::seconds(60);
+  }
+  run_setup s(o);
+  const auto in = inputs(1, 3);
+  s.worker.start();
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  auto t0 = std::chrono::steady_clock::now();
+  s.worker.submit(0, in[0]);
+  s.worker.wait_idle();
+  const auto served = std::chrono::steady_clock::now() - t0;
+  std::this_thread::sleep_for(std::chrono::seconds(2)); // idle again: sleeps of about 125 ms
+  t0 = std::chrono::steady_clock::now();
+  s.worker.stop();
+  const auto stopped = std::chrono::steady_clock::now() - t0;
+  check_all_completed(s.flow, in);
+  CHECK(served < std::chrono::milliseconds(250));
+  CHECK(stopped < std::chrono::milliseconds(100));
+  CHECK(pools_full(s.engine));
+}
+
 TEST_CASE("Worker.a refused side step goes to the admit-failure handler and routes nothing") {
   for (auto action : {mstar::admit_action::push_back, mstar::admit_action::hold, mstar::admit_action::limit_batch}) {
     INFO("action " << int(action));

@@ -256,6 +256,30 @@ TEST_CASE("a backoff idle for 40 ms (pause_idle) sleeps far fewer times than at 
   CHECK(b.sleeps() < 100);
 }
 
+TEST_CASE("a doorbell ends a sleep when rung, and a sleep whose still_idle is false is not begun") {
+  using namespace std::chrono_literals;
+  mstar::detail::doorbell bell;
+  bell.ring(); // nobody asleep: dropped, so the next sleep is not cut short by it
+  std::atomic<bool> work{false};
+  auto start = std::chrono::steady_clock::now();
+  bell.sleep_for(50ms, [&] { return !work.load(); });
+  CHECK(std::chrono::steady_clock::now() - start >= 50ms);
+  // A ringer sets the work first, then rings: the sleeper wakes long before its 60 s.
+  std::thread ringer([&] {
+    std::this_thread::sleep_for(100ms);
+    work.store(true);
+    bell.ring();
+  });
+  start = std::chrono::steady_clock::now();
+  bell.sleep_for(60s, [&] { return !work.load(); });
+  CHECK(std::chrono::steady_clock::now() - start < 30s);
+  ringer.join();
+  // The work is there already: no sleep at all.
+  start = std::chrono::steady_clock::now();
+  bell.sleep_for(60s, [&] { return !work.load(); });
+  CHECK(std::chrono::steady_clock::now() - start < 30s);
+}
+
 TEST_CASE("a backoff sleeps only once the caller's idle threshold has passed, in quanta the caller bounds") {
   mstar::detail::backoff_policy policy;
   policy.spin_for = std::chrono::microseconds(1);

@@ -22,9 +22,11 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -79,10 +81,11 @@ struct backoff_policy {
   // latency of a thread waiting for work in progress (a step in flight, a request's next row).
   std::chrono::nanoseconds sleep_quantum{std::chrono::microseconds(50)};
   // The longest sleep of a thread with nothing in progress (pause_idle()): its sleeps grow with the
-  // wait (a sixteenth of it) up to this, so a worker idle for seconds wakes 1,000 times a second a
-  // thread rather than 20,000 (bench/idle_cpu.sh), and the first request after such an idle waits at
-  // most this long for each thread it passes through to wake.
-  std::chrono::nanoseconds longest_sleep{std::chrono::milliseconds(1)};
+  // wait (a sixteenth of it) up to this, so a worker idle for seconds wakes 100 times a second a thread
+  // rather than 20,000 (bench/idle_cpu.sh). With a doorbell the work that ends the idle rings the
+  // thread awake, so this bounds only what comes unrung; without one, it is the most a sleep adds to
+  // the wake-up latency.
+  std::chrono::nanoseconds longest_sleep{std::chrono::milliseconds(10)};
   // A wait whose other side is known to be producing the item right now (pause_expecting(): the GPU
   // thread waiting for the plan thread's staged step, the plan thread while a chain step runs) spins
   // this long before yielding, and never sleeps. A yield costs a system call (~1 us) and, when another
@@ -106,6 +109,40 @@ constexpr std::chrono::nanoseconds sleep_for_wait(const backoff_policy& policy,
   return std::clamp(waited / 16, policy.sleep_quantum, longest);
 }
 
+// A thread's doorbell: its idle sleeps (backoff::pause_idle) end as soon as another thread rings it,
+// so that sleeping long costs an idle thread nothing in wake-up latency. The ringer first makes the
+// work it brings visible (a flag, a ring's item), then rings; the sleeper, having said it sleeps,
+// looks once more for that work (still_idle) before sleeping, so one of the two always sees the other
+// (both sides are sequentially consistent). ring() costs a fence and one load while the thread is
+// awake; a ring that finds it awake is dropped.
+class doorbell {
+public:
+  void ring() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!asleep_.load(std::memory_order_seq_cst)) return;
+    {
+      std::lock_guard g(m_);
+      rung_ = true;
+    }
+    cv_.notify_one();
+  }
+  // Sleeps for `d` or until rung, unless still_idle() says work came meanwhile.
+  template <class StillIdle>
+  void sleep_for(std::chrono::nanoseconds d, StillIdle&& still_idle) {
+    std::unique_lock g(m_);
+    asleep_.store(true, std::memory_order_seq_cst);
+    if (still_idle()) cv_.wait_for(g, d, [&] { return rung_; });
+    rung_ = false;
+    asleep_.store(false, std::memory_order_relaxed);
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool rung_ = false; // under m_
+  std::atomic<bool> asleep_{false};
+};
+
 // The state of one wait: construct it when the wait starts (free: no clock read), call pause() after
 // each failed check. The clock is first read in the first pause(), so a wait whose condition already
 // holds costs nothing.
@@ -113,11 +150,20 @@ class backoff {
 public:
   explicit backoff(const backoff_policy& policy = {}) noexcept : policy_(policy) {}
 
-  void pause() noexcept { pause_for(policy_.spin_for, true, false); }
+  void pause() noexcept {
+    if (const auto d = pause_for(policy_.spin_for, true, false); d.count() > 0) std::this_thread::sleep_for(d);
+  }
 
   // As pause(), for a thread with nothing in progress (no request live, nothing in flight): once
-  // sleeping, each sleep is sleep_for_wait(policy, the wait so far).
-  void pause_idle() noexcept { pause_for(policy_.spin_for, true, true); }
+  // sleeping, each sleep is sleep_for_wait(policy, the wait so far). With a doorbell, a sleep ends when
+  // it is rung, and is not begun where still_idle() is false.
+  void pause_idle() noexcept {
+    if (const auto d = pause_for(policy_.spin_for, true, true); d.count() > 0) std::this_thread::sleep_for(d);
+  }
+  template <class StillIdle>
+  void pause_idle(doorbell& bell, StillIdle&& still_idle) {
+    if (const auto d = pause_for(policy_.spin_for, true, true); d.count() > 0) bell.sleep_for(d, still_idle);
+  }
 
   // As pause(), for a wait whose item is on its way: spins for expect_spin_for (at least spin_for),
   // then yields; never sleeps.
@@ -135,7 +181,8 @@ public:
   std::uint32_t sleeps() const noexcept { return sleeps_; }
 
 private:
-  void pause_for(std::chrono::nanoseconds spin, bool may_sleep, bool idle) noexcept {
+  // Spins or yields and returns 0, or returns how long to sleep (the caller sleeps).
+  std::chrono::nanoseconds pause_for(std::chrono::nanoseconds spin, bool may_sleep, bool idle) noexcept {
     const auto now = std::chrono::steady_clock::now();
     if (rounds_ == 0) start_ = now;
     const std::uint32_t round = rounds_++;
@@ -145,17 +192,16 @@ private:
           std::min<std::uint32_t>(std::uint32_t{1} << std::min<std::uint32_t>(round, 31), policy_.max_pauses_per_round);
       for (std::uint32_t i = 0; i < pauses; ++i)
         cpu_relax();
-      return;
+      return {};
     }
     if (may_sleep && policy_.idle_before_sleep.count() > 0 && waited >= policy_.idle_before_sleep) {
       ++sleeps_;
-      std::this_thread::sleep_for(
-          idle ? sleep_for_wait(policy_, std::chrono::duration_cast<std::chrono::nanoseconds>(waited))
-               : policy_.sleep_quantum);
-      return;
+      return idle ? sleep_for_wait(policy_, std::chrono::duration_cast<std::chrono::nanoseconds>(waited))
+                  : policy_.sleep_quantum;
     }
     ++yields_;
     std::this_thread::yield();
+    return {};
   }
 
   backoff_policy policy_;

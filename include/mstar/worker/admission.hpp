@@ -63,13 +63,20 @@ public:
         sh_.routing.store(false, std::memory_order_release);
         // A submit that came after this pass looked at the inbox is taken (and ended) first.
         if (inbox_.stopping() && live_ == 0 && backlog_.empty() && !inbox_.flag()) break;
-        // With no request live nor waiting, every thread may sleep longer (backoff::pause_idle).
+        // With no request live nor waiting, every thread may sleep longer (backoff::pause_idle); requests
+        // after such an idle ring the GPU and plan threads awake (their sleeps look at `idle` first).
         const bool idle = live_ == 0 && backlog_.empty() && !inbox_.flag();
-        if (idle != sh_.idle.load(std::memory_order_relaxed)) sh_.idle.store(idle, std::memory_order_relaxed);
+        if (idle != sh_.idle.load(std::memory_order_relaxed)) {
+          sh_.idle.store(idle, std::memory_order_seq_cst);
+          if (!idle) {
+            sh_.gpu_bell.ring();
+            sh_.plan_bell.ring();
+          }
+        }
         if (did)
           wait.reset();
         else if (idle)
-          wait.pause_idle();
+          wait.pause_idle(inbox_.bell(), [&] { return !inbox_.flag() && !inbox_.aborted(); });
         else
           wait.pause();
       }
@@ -78,6 +85,7 @@ public:
     }
     if (inbox_.aborted()) end_all_failed();
     sh_.gpu_stop.store(true, std::memory_order_release);
+    sh_.gpu_bell.ring();
   }
 
 private:

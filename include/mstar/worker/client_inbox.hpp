@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "mstar/detail/spsc_ring.hpp"
 #include "mstar/engine/step_runner.hpp"
 #include "mstar/resources/step_view.hpp"
 #include "mstar/worker/metrics.hpp"
@@ -68,26 +69,35 @@ public:
   // ---- the client (any thread) ----
   // False when `id` is already live (submitted and not ended).
   bool submit(request_id id, Input input) {
-    std::lock_guard g(lock_);
-    if (stopping_.load(std::memory_order_relaxed))
-      throw std::logic_error("mstar::threaded_worker::submit: the worker is stopping");
-    if (abort_.load(std::memory_order_relaxed))
-      throw std::runtime_error("mstar::threaded_worker::submit: " + fatal_why_ + "; stop() it and start a new one");
-    if (!insert_reusing(ids_, spare_ids_, id)) return false;
-    submits_.push_back({id, std::move(input), metrics::now_ns()});
-    ++submitted_;
-    flag_.store(true, std::memory_order_release);
+    {
+      std::lock_guard g(lock_);
+      if (stopping_.load(std::memory_order_relaxed))
+        throw std::logic_error("mstar::threaded_worker::submit: the worker is stopping");
+      if (abort_.load(std::memory_order_relaxed))
+        throw std::runtime_error("mstar::threaded_worker::submit: " + fatal_why_ + "; stop() it and start a new one");
+      if (!insert_reusing(ids_, spare_ids_, id)) return false;
+      submits_.push_back({id, std::move(input), metrics::now_ns()});
+      ++submitted_;
+      flag_.store(true, std::memory_order_release);
+    }
+    bell_.ring();
     return true;
   }
   void cancel(request_id id) {
-    std::lock_guard g(lock_);
-    cancels_.push_back({submits_.size(), id});
-    flag_.store(true, std::memory_order_release);
+    {
+      std::lock_guard g(lock_);
+      cancels_.push_back({submits_.size(), id});
+      flag_.store(true, std::memory_order_release);
+    }
+    bell_.ring();
   }
   void wake(request_id id) {
-    std::lock_guard g(lock_);
-    wakes_.push_back(id);
-    flag_.store(true, std::memory_order_release);
+    {
+      std::lock_guard g(lock_);
+      wakes_.push_back(id);
+      flag_.store(true, std::memory_order_release);
+    }
+    bell_.ring();
   }
   // Blocks until every submitted request has ended, or a fatal error; rethrows that error.
   void wait_idle() {
@@ -97,9 +107,12 @@ public:
   }
   // stop(): later submits are refused, and the main thread cancels what is live and ends.
   void request_stop() {
-    std::lock_guard g(lock_);
-    stopping_.store(true, std::memory_order_release);
-    flag_.store(true, std::memory_order_release);
+    {
+      std::lock_guard g(lock_);
+      stopping_.store(true, std::memory_order_release);
+      flag_.store(true, std::memory_order_release);
+    }
+    bell_.ring();
   }
   // The first fatal error, once every thread has been joined (stop()).
   void rethrow_fatal() const {
@@ -108,6 +121,9 @@ public:
 
   // ---- the main thread ----
   bool flag() const noexcept { return flag_.load(std::memory_order_acquire); }
+  // Rung by every submit, cancel, wake and stop after its flag is set, and by a fatal error: the main
+  // thread's idle sleeps (backoff::pause_idle with still_idle = !flag() && !aborted()).
+  detail::doorbell& bell() noexcept { return bell_; }
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
   // Swaps what the client queued with the caller's (emptied) vectors, so the client's next submits
   // fill the capacity the last take left, with no allocation once it is large enough. Returns whether
@@ -139,16 +155,19 @@ public:
   // An exception outside any one request's work: every loop stops (aborted()), wait_idle() and
   // stop() rethrow the first such error, and submits are refused with its message.
   void fatal(std::exception_ptr e) noexcept {
-    std::lock_guard g(lock_);
-    if (!error_) {
-      error_ = e;
-      try {
-        fatal_why_ = "the worker stopped on an error: " + what_of(e);
-      } catch (...) { // no memory for the message: keep the default
+    {
+      std::lock_guard g(lock_);
+      if (!error_) {
+        error_ = e;
+        try {
+          fatal_why_ = "the worker stopped on an error: " + what_of(e);
+        } catch (...) { // no memory for the message: keep the default
+        }
       }
+      abort_.store(true, std::memory_order_release);
+      idle_cv_.notify_all();
     }
-    abort_.store(true, std::memory_order_release);
-    idle_cv_.notify_all();
+    bell_.ring();
   }
   bool aborted() const noexcept { return abort_.load(std::memory_order_acquire); }
   // Why requests end failed after a fatal error (read once aborted() is seen: written before it).
@@ -167,6 +186,7 @@ private:
   std::string fatal_why_ = "the worker stopped on an error"; // set with abort_, under lock_
   std::exception_ptr error_;
   std::atomic<bool> abort_{false};
+  detail::doorbell bell_;
 };
 
 } // namespace mstar::detail

@@ -94,6 +94,7 @@ public:
       inbox_.fatal(std::current_exception());
     }
     sh_.plan_stop.store(true, std::memory_order_release);
+    sh_.plan_bell.ring();
     sh_.gpu_exited.store(true, std::memory_order_release);
   }
 
@@ -156,7 +157,11 @@ private:
         else
           wait.pause_expecting();
       } else if (in_flight_.empty() && staged_ == no_record && sh_.idle.load(std::memory_order_relaxed))
-        wait.pause_idle(); // nothing in flight, no request live: a new one comes through the main thread
+        // Nothing in flight, no request live: a new one comes through the main thread, which rings.
+        wait.pause_idle(sh_.gpu_bell, [&] {
+          return sh_.idle.load(std::memory_order_seq_cst) && !sh_.gpu_stop.load(std::memory_order_seq_cst) &&
+                 !inbox_.aborted();
+        });
       else
         wait.pause();
     }

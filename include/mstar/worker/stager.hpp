@@ -47,7 +47,10 @@ private:
         if (sh_.spin_for_stage && sh_.chain_busy.load(std::memory_order_relaxed))
           wait.pause_expecting();
         else if (sh_.idle.load(std::memory_order_relaxed) && !sh_.chain_busy.load(std::memory_order_relaxed))
-          wait.pause_idle();
+          wait.pause_idle(sh_.plan_bell, [&] {
+            return sh_.idle.load(std::memory_order_seq_cst) && !sh_.plan_stop.load(std::memory_order_seq_cst) &&
+                   !inbox_.aborted();
+          });
         else
           wait.pause();
         continue;

@@ -174,6 +174,10 @@ struct worker_shared {
   std::atomic<bool> chain_busy{false};  // GPU: a chain step is in flight (a stage request may come)
   std::atomic<bool> routing{false};     // main: in a pass that may push ready rows
   std::atomic<bool> idle{true};         // main: no request live nor waiting (the threads' long sleeps)
+  // The GPU and plan threads' idle sleeps end when rung: by the main thread when requests come after
+  // an idle (idle turning false), and at the ends (gpu_stop, plan_stop). The main thread's bell is the
+  // client's (client_inbox::bell).
+  detail::doorbell gpu_bell, plan_bell;
   std::atomic<std::uint64_t> routed{0}; // main: step records routed (their ready rows pushed)
   // The lane's stream: the GPU thread creates it at the first side step on the lane; the main thread
   // reads it once gpu_exited, a client after stop().
