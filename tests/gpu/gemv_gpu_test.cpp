@@ -319,6 +319,40 @@ TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bi
   }
 }
 
+TEST_CASE("small_gemv's residual epilogue with the norm after gives small_gemv then rms_norm's bits, 1 to 32 rows, "
+          "with and without a split" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The last block takes rms_norm's sums in rms_norm's order, so the two paths agree bit for bit. The 0.6B's o
+  // projection (1024 x 2048), the 1.7B's down projection (2048 x 6144) and a shape of no round size.
+  for (const auto& [out, in] : {std::pair{1024, 2048}, std::pair{2048, 6144}, std::pair{1001, 1056}})
+    for (const int splits : {1, 2}) {
+      const product p(out, in, in, std::uint64_t(out) * 5u + std::uint64_t(in));
+      const split_workspace ws(tiles_of(out), splits);
+      const std::size_t n = std::size_t(most_rows) * out;
+      const std::vector<float> start = random_f32(n, std::uint64_t(out) + 3);
+      device_array<float> norm_w(static_cast<std::size_t>(out)), y_two(n), y_one(n);
+      norm_w.upload(random_f32(std::size_t(out), std::uint64_t(out) + 13));
+      device_array<bf16> xn_two(n), xn_one(n);
+      device_array<unsigned> ticket(1);
+      MSTAR_CUDA_REQUIRE(cudaMemset(ticket.p, 0, sizeof(unsigned)));
+      for (int rows = 1; rows <= most_rows; ++rows) {
+        y_two.upload(start);
+        y_one.upload(start);
+        small_gemv(gemv_epilogue::residual, p.w.p, out, in, p.x.p, in, y_two.p, nullptr, out, rows, nullptr, {},
+                   gemv_path::tensor_cores, ws.split());
+        qwen3_tts::cuda::rms_norm(y_two.p, nullptr, norm_w.p, xn_two.p, nullptr, rows, out, 1e-6f, nullptr);
+        small_gemv(gemv_epilogue::residual, p.w.p, out, in, p.x.p, in, y_one.p, nullptr, out, rows, nullptr, {},
+                   gemv_path::tensor_cores, ws.split(),
+                   qwen3_tts::cuda::gemv_norm_after{norm_w.p, xn_one.p, 1e-6f, ticket.p});
+        const std::size_t m = std::size_t(rows) * out;
+        INFO("out ", out, ", in ", in, ", split ", splits, ", rows ", rows);
+        CHECK(y_one.download<std::uint32_t>(m) == y_two.download<std::uint32_t>(m));
+        CHECK(xn_one.download<std::uint16_t>(m) == xn_two.download<std::uint16_t>(m));
+        CHECK(ticket.download<unsigned>(1)[0] == 0u);
+      }
+    }
+}
+
 TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever rows share its call" *
           doctest::skip(!mstar::test::has_gpu())) {
   // A request's codes must not depend on its batch: each row's sums follow the weights and its own inputs only.
@@ -470,5 +504,34 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
     const std::string room = refusal(64 + 16, gemv_path::tensor_cores, {y, tickets, 4, 2});
     CHECK(room.find("room for 4 tiles") != std::string::npos);
     CHECK(room.find("not 5") != std::string::npos);
+  }
+  {
+    // The norm after: the residual epilogue on the tensor cores only, its weight and ticket, no output over an input.
+    alignas(16) static std::uint16_t rows16[64] = {};
+    const auto* w = reinterpret_cast<const bf16*>(rows16);
+    float y[64] = {};
+    const float weight[16] = {};
+    unsigned ticket = 0;
+    auto refusal = [&](gemv_epilogue e, gemv_path path, qwen3_tts::cuda::gemv_norm_after after) -> std::string {
+      try {
+        small_gemv(e, w, 16, 32, w, 32, y, reinterpret_cast<bf16*>(rows16), 16, 2, nullptr, {}, path, {}, after);
+      } catch (const std::invalid_argument& err) {
+        return err.what();
+      }
+      return "(no refusal)";
+    };
+    auto* xn = reinterpret_cast<bf16*>(rows16 + 32);
+    const std::string only = "residual epilogue on the tensor cores only";
+    CHECK(refusal(gemv_epilogue::store, gemv_path::tensor_cores, {weight, xn, 1e-6f, &ticket}).find(only) !=
+          std::string::npos);
+    CHECK(refusal(gemv_epilogue::residual, gemv_path::cuda_cores, {weight, xn, 1e-6f, &ticket}).find(only) !=
+          std::string::npos);
+    CHECK(refusal(gemv_epilogue::residual, gemv_path::tensor_cores, {nullptr, xn, 1e-6f, &ticket})
+              .find("weight and ticket") != std::string::npos);
+    CHECK(refusal(gemv_epilogue::residual, gemv_path::tensor_cores, {weight, xn, 1e-6f, nullptr})
+              .find("weight and ticket") != std::string::npos);
+    CHECK(refusal(gemv_epilogue::residual, gemv_path::tensor_cores,
+                  {weight, reinterpret_cast<bf16*>(rows16), 1e-6f, &ticket})
+              .find("over its input") != std::string::npos);
   }
 }

@@ -924,6 +924,27 @@ TEST_CASE("on small_gemv, the decode step with the norms done by the products gi
   CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("on the tensor cores, the decode step with the norms after the o and down projections done by them gives "
+          "the same bits as without, with and without a split" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // gemv_norm_after takes rms_norm's sums in rms_norm's order: codes and logits are equal, not merely close.
+  for (const int split : {1, 2}) {
+    talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+    l.gemv_k_split = split;
+    l.gemv_norm_after = false;
+    rig without(tensor_core_config(), l);
+    l.gemv_norm_after = true;
+    rig with_after(tensor_core_config(), l);
+    const two_row_run a = run_two_rows(with_after, 6), b = run_two_rows(without, 6);
+    INFO("split ", split);
+    CHECK(a.frames == b.frames);
+    REQUIRE(a.talker.size() == b.talker.size());
+    REQUIRE(a.predictor.size() == b.predictor.size());
+    CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("programmatic dependent launch gives the decode step and the prefill the same bits as ordinary launches" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Every kernel waits for its predecessors before touching their outputs, so the overlap of launches changes no

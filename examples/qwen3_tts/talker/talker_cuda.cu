@@ -342,10 +342,16 @@ struct talker_cuda::state {
       return {};
     return gemv_split;
   }
-  // small_gemv with the split its shape takes.
+  // talker_cuda_limits::gemv_norm_after, and the ticket its products count their finished blocks with.
+  bool gemv_norm_after = false;
+  unsigned* norm_ticket = nullptr;
+  // small_gemv with the split its shape takes; norm_weight given: the rows it leaves normalised into xn by it.
   void product(cuda::gemv_epilogue e, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-               int ldy, int m, cudaStream_t s, const cuda::gemv_norm& norm, cuda::gemv_path path) const {
-    cuda::small_gemv(e, w, out, in, x, ldx, y32, act, ldy, m, s, norm, path, split_for(e, out, path));
+               int ldy, int m, cudaStream_t s, const cuda::gemv_norm& norm, cuda::gemv_path path,
+               const float* norm_weight = nullptr, float eps = 0.0f) const {
+    const cuda::gemv_norm_after after =
+        norm_weight ? cuda::gemv_norm_after{norm_weight, xn, eps, norm_ticket} : cuda::gemv_norm_after{};
+    cuda::small_gemv(e, w, out, in, x, ldx, y32, act, ldy, m, s, norm, path, split_for(e, out, path), after);
   }
   // gemm's product, as small_gemv where `small` (a decode step's product) and the shape fits.
   void linear(cudaStream_t s, const bf16* w, int out, int in, const bf16* x, int ldx, float* y, int ldy, int m,
@@ -403,13 +409,16 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
   // On small_gemv with gemv_norm, the qkv and gate/up products normalise the residual themselves.
   const cuda::gemv_path path = st.gemv_path(tokens);
   const bool norm_in_gemv = gemv && st.gemv_norm && cuda::gemv_norm_fits(h, path);
+  // On the tensor cores with gemv_norm_after, the o and down projections leave the next norm in xn themselves.
+  const bool norm_after = gemv && st.gemv_norm_after && path == cuda::gemv_path::tensor_cores;
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
     if (norm_in_gemv) {
       st.product(cuda::gemv_epilogue::store, lw.qkv, qkv_width(d), h, nullptr, h, st.qkv, nullptr, qkv_width(d), tokens,
                  s, {x, h, lw.input_norm, d.rms_eps}, path);
     } else {
-      cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
+      if (!norm_after || l == 0) // else the previous layer's down projection left it in xn
+        cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
       st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
     }
     if (fused) {
@@ -421,16 +430,19 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
       cuda::paged_attention(st.q, w.kv[std::size_t(l)], view, st.attn, d.heads, d.kv_heads, d.head_dim, s);
     }
     if (gemv) {
-      st.product(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s, {}, path);
+      st.product(cuda::gemv_epilogue::residual, lw.o, h, qw, st.attn, qw, x, nullptr, h, tokens, s, {}, path,
+                 norm_after ? lw.post_norm : nullptr, d.rms_eps);
       if (norm_in_gemv) {
         st.product(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, nullptr, h, nullptr, st.act, inter, tokens, s,
                    {x, h, lw.post_norm, d.rms_eps}, path);
       } else {
-        cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
+        if (!norm_after) cuda::rms_norm(x, nullptr, lw.post_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
         st.product(cuda::gemv_epilogue::swiglu, lw.gate_up, 2 * inter, h, st.xn, h, nullptr, st.act, inter, tokens, s, {},
                    path);
       }
-      st.product(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s, {}, path);
+      const bool next = norm_after && l + 1 < d.layers;
+      st.product(cuda::gemv_epilogue::residual, lw.down, h, inter, st.act, inter, x, nullptr, h, tokens, s, {}, path,
+                 next ? w.layers[std::size_t(l) + 1].input_norm : nullptr, d.rms_eps);
       continue;
     }
     st.gemm(s, lw.o, h, qw, st.attn, qw, st.out, h, tokens);
@@ -503,6 +515,9 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.gemv_rows = limits.gemv_rows;
   st.gemv_norm = limits.gemv_norm;
   st.gemv_tensor_cores = limits.gemv_tensor_cores;
+  st.gemv_norm_after = limits.gemv_norm_after;
+  st.norm_ticket = device_alloc<unsigned>(1, own);
+  TALKER_CHECK(cudaMemset(st.norm_ticket, 0, sizeof(unsigned)));
   if (limits.gemv_k_split > 1) {
     int device = 0, sms = 0;
     TALKER_CHECK(cudaGetDevice(&device));

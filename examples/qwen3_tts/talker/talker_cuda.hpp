@@ -70,7 +70,7 @@ struct talker_cuda_limits {
   // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS with the
   // default gemv_k_split. At 17 to 32 rows the tensor cores without a split measured 0.93-0.94x of cuBLAS's step,
   // with tiles shared among 2 blocks slower than without (docs/benchmarks.md); among 4, the default, unmeasured.
-  int gemv_rows = 16;
+  int gemv_rows = 32; // candidate, measuring
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
   // rms_norm launch before each.
@@ -98,6 +98,10 @@ struct talker_cuda_limits {
   // default, 4: the 0.6B's decode step took 0.97-0.98x main's time at 2-8 rows and 0.92-0.93x at 12-16 rows
   // (0.96-0.98x the same build's without a split; docs/benchmarks.md).
   int gemv_k_split = 4;
+  // On the tensor cores, the RMSNorm after the o and down projections (before the gate/up product and the next
+  // layer's qkv) done by the projection's last block to finish (cuda::gemv_norm_after: rms_norm's bits, one launch
+  // fewer each). For the bench (qwen3tts_talker_bench --gemv-norm-after 0|1); candidate, measuring.
+  bool gemv_norm_after = true;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

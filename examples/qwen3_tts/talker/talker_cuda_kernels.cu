@@ -702,10 +702,38 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Rows [0, rows) of x (float32, leading dimension ld, `width` values) RMS-normalised into y (bf16, leading dimension
+// width) with rms_norm_kernel's bits: warp w takes rows w, w + warps, ..., each standing for rms_norm's 256
+// threads: lane l's sum k is thread 32 k + l's strided sum, warp_sum of it is warp k's, and the 8 warps' sums are
+// summed as block_sum's warp 0 sums them. x is read through L2 (other blocks wrote it).
+__device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int rows, const float* w, bf16* y, float eps) {
+  const int lane = threadIdx.x & 31, warps = int(blockDim.x >> 5);
+  for (int r = int(threadIdx.x >> 5); r < rows; r += warps) {
+    const float* xr = x + std::size_t(r) * ld;
+    float part[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float ss = 0.0f;
+      for (int i = 32 * k + lane; i < width; i += 256) {
+        const float v = __ldcg(xr + i);
+        ss += v * v;
+      }
+      part[k] = warp_sum(ss);
+    }
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (lane == k) v = part[k];
+    const float inv = rsqrtf(warp_sum(v) / float(width) + eps);
+    for (int i = lane; i < width; i += 32)
+      y[std::size_t(r) * width + i] = __float2bfloat16(w[i] * (__ldcg(xr + i) * inv));
+  }
+}
+
 template <int NT, gemv_epilogue E>
 __global__ void __launch_bounds__(mma_warps * 32)
     mma_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
-                    bf16* act, int ldy, int rows, gemv_split split) {
+                    bf16* act, int ldy, int rows, gemv_split split, gemv_norm_after norm_after) {
   constexpr int O = E == gemv_epilogue::swiglu ? 2 : 1; // weight tiles: [gate; up] for swiglu
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int outs = E == gemv_epilogue::swiglu ? out / 2 : out; // outputs a row
@@ -847,28 +875,43 @@ __global__ void __launch_bounds__(mma_warps * 32)
       y = E == gemv_epilogue::residual ? y + v[0] : v[0];
     }
   }
+  if constexpr (E == gemv_epilogue::residual) {
+    if (norm_after.y16) {
+      // Every tile's outputs written: the last tile to finish normalises the rows.
+      __threadfence();
+      __syncthreads();
+      __shared__ unsigned finished;
+      if (threadIdx.x == 0) finished = atomicAdd(norm_after.ticket, 1u);
+      __syncthreads();
+      if (finished != unsigned(tiles - 1)) return;
+      __threadfence();
+      if (threadIdx.x == 0) *norm_after.ticket = 0; // for the next launch, which waits for this one
+      norm_rows_as_rms_norm(y32, ldy, outs, rows, norm_after.weight, norm_after.y16, norm_after.eps);
+    }
+  }
 }
 
 template <gemv_epilogue E>
 void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
-                     const gemv_split& split, cudaStream_t s) {
+                     const gemv_split& split, const gemv_norm_after& na, cudaStream_t s) {
   const unsigned blocks = unsigned(gemv_tiles(E, out) * split.splits);
   if (rows <= 8)
     launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split);
+                  split, na);
   else if (rows <= 16)
     launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split);
+                  split, na);
   else
     launch_kernel(&mma_gemv_kernel<4, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split);
+                  split, na);
 }
 
 template <gemv_epilogue E>
 void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
-                       const gemv_norm& norm, gemv_path path, const gemv_split& split, cudaStream_t s) {
+                       const gemv_norm& norm, gemv_path path, const gemv_split& split, const gemv_norm_after& na,
+                       cudaStream_t s) {
   if (path == gemv_path::tensor_cores) {
-    launch_mma_gemv<E>(w, out, in, x, ldx, y32, act, ldy, rows, split, s);
+    launch_mma_gemv<E>(w, out, in, x, ldx, y32, act, ldy, rows, split, na, s);
   } else if (norm.x32) {
     launch_small_gemv<E, true>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
   } else {
@@ -1358,7 +1401,8 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 }
 
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
-                int ldy, int rows, cudaStream_t s, const gemv_norm& norm, gemv_path path, const gemv_split& split) {
+                int ldy, int rows, cudaStream_t s, const gemv_norm& norm, gemv_path path, const gemv_split& split,
+                const gemv_norm_after& norm_after) {
   auto refuse = [](const std::string& what) {
     throw std::invalid_argument("qwen3_tts CUDA talker: small_gemv " + what);
   };
@@ -1400,6 +1444,15 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
   if (split.splits < 1 || split.splits > max_gemv_splits)
     refuse("shares a tile among 1.." + std::to_string(max_gemv_splits) + " blocks, not " +
            std::to_string(split.splits));
+  if (norm_after.y16) {
+    if (epilogue != gemv_epilogue::residual || !mma)
+      refuse("normalises the rows it leaves after the residual epilogue on the tensor cores only");
+    if (!norm_after.weight || !norm_after.ticket)
+      refuse("normalising the rows it leaves needs gemv_norm_after's weight and ticket");
+    if (static_cast<const void*>(norm_after.y16) == static_cast<const void*>(y32) ||
+        static_cast<const void*>(norm_after.y16) == static_cast<const void*>(x))
+      refuse("cannot write the normalised rows over its input or its residual rows");
+  }
   if (split.splits > 1) {
     if (!mma) refuse("splits the inputs among blocks on the tensor cores only (gemv_split.splits 1 on the CUDA cores)");
     if (!split.partial || !split.tickets)
@@ -1410,13 +1463,16 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
   }
   switch (epilogue) {
   case gemv_epilogue::store:
-    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, s);
+    launch_small_gemv<gemv_epilogue::store>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, norm_after,
+                                              s);
     break;
   case gemv_epilogue::residual:
-    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, s);
+    launch_small_gemv<gemv_epilogue::residual>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, norm_after,
+                                              s);
     break;
   case gemv_epilogue::swiglu:
-    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, s);
+    launch_small_gemv<gemv_epilogue::swiglu>(w, out, in, x, ldx, y32, act, ldy, rows, norm, path, split, norm_after,
+                                              s);
     break;
   }
   check_launch("small_gemv");

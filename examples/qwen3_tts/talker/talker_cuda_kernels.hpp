@@ -167,9 +167,20 @@ constexpr int gemv_tiles(gemv_epilogue e, int out) { return ((e == gemv_epilogue
 constexpr std::size_t gemv_split_floats(int tiles, int splits) {
   return std::size_t(tiles) * std::size_t(splits) * 2 * 16 * max_mma_gemv_rows;
 }
+// The RMSNorm of the rows a residual product leaves, done by the product (tensor cores only): the last of its
+// blocks to finish (a ticket counted in `ticket`, a zeroed counter it puts back to 0) normalises y32's `rows` rows
+// of out values into y16 (bf16, leading dimension out) with weight `weight`, its sums in rms_norm's order (a warp a
+// row standing for rms_norm's 256 threads): the bits of rms_norm(y32 rows, weight) after the product, one launch
+// fewer. y16 given: on; launches that share the ticket must not overlap.
+struct gemv_norm_after {
+  const float* weight = nullptr;
+  bf16* y16 = nullptr;
+  float eps = 0.0f;
+  unsigned* ticket = nullptr;
+};
 void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
                 int ldy, int rows, cudaStream_t s, const gemv_norm& norm = {}, gemv_path path = gemv_path::cuda_cores,
-                const gemv_split& split = {});
+                const gemv_split& split = {}, const gemv_norm_after& norm_after = {});
 
 // y = silu(x + bias) as bf16, or (silu == false) y32 = x + bias as float32.
 void bias_silu(const float* x, const float* bias, bf16* y, int tokens, int width, cudaStream_t s);
