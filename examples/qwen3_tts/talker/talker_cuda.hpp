@@ -70,7 +70,7 @@ struct talker_cuda_limits {
   // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS with the
   // default gemv_k_split. At 17 to 32 rows the tensor cores without a split measured 0.93-0.94x of cuBLAS's step,
   // with tiles shared among 2 blocks slower than without (docs/benchmarks.md); among 4, the default, unmeasured.
-  int gemv_rows = 32; // candidate, measuring
+  int gemv_rows = 64; // candidate, measuring
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
   // rms_norm launch before each.

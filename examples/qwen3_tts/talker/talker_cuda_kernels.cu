@@ -735,6 +735,7 @@ __global__ void __launch_bounds__(mma_warps * 32)
     mma_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
                     bf16* act, int ldy, int rows, gemv_split split, gemv_norm_after norm_after) {
   constexpr int O = E == gemv_epilogue::swiglu ? 2 : 1; // weight tiles: [gate; up] for swiglu
+  constexpr int U = NT >= 8 ? 2 : mma_unroll;            // chunks a warp has in flight (fewer registers at 8 n-tiles)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int outs = E == gemv_epilogue::swiglu ? out / 2 : out; // outputs a row
   // Block (tile, part) of splits blocks a tile; its warp is warp part * mma_warps + warp of the tile's `stride`.
@@ -754,10 +755,10 @@ __global__ void __launch_bounds__(mma_warps * 32)
     }
   // The weights are no kernel's output: a programmatically launched kernel loads its first pass's chunks while it
   // waits for the kernel before it, and asks the second pass's into L2 (a hint; nothing waits for it).
-  uint4 wq[mma_unroll][O][2];
+  uint4 wq[U][O][2];
   auto load_pass = [&](int c0) {
 #pragma unroll
-    for (int u = 0; u < mma_unroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = c0 + u * stride;
 #pragma unroll
       for (int k = 0; k < O; ++k)
@@ -768,7 +769,7 @@ __global__ void __launch_bounds__(mma_warps * 32)
   };
   load_pass(vw);
 #pragma unroll
-  for (int u = mma_unroll; u < 2 * mma_unroll; ++u) {
+  for (int u = U; u < 2 * U; ++u) {
     const int c = vw + u * stride;
     if (c < chunks)
 #pragma unroll
@@ -788,10 +789,10 @@ __global__ void __launch_bounds__(mma_warps * 32)
   }
 
   float acc[O][NT][4] = {};
-  for (int c0 = vw; c0 < chunks; c0 += stride * mma_unroll) {
+  for (int c0 = vw; c0 < chunks; c0 += stride * U) {
     if (c0 != vw) load_pass(c0); // the first pass's came before the wait
 #pragma unroll
-    for (int u = 0; u < mma_unroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = c0 + u * stride;
       if (c >= chunks) break;
       uint4 xq[NT];
@@ -810,40 +811,52 @@ __global__ void __launch_bounds__(mma_warps * 32)
     }
   }
 
-  __shared__ float red[mma_warps][O * NT * 4][32];
+  // The warps' sums added in warp order through shared memory, one weight tile at a time (32 KB at 8 n-tiles);
+  // thread x keeps elements x, x + 256, ... of each tile's sums.
+  constexpr int elems = NT * 4 * 32; // fragment elements of an n-tile's sums, all n-tiles
+  constexpr int mine_n = (elems + mma_warps * 32 - 1) / (mma_warps * 32);
+  __shared__ float red[mma_warps][NT * 4][32];
+  float sums[O][mine_n];
 #pragma unroll
-  for (int k = 0; k < O; ++k)
+  for (int k = 0; k < O; ++k) {
+    if (k > 0) __syncthreads(); // the previous tile's sums are read
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        red[warp][(k * NT + j) * 4 + i][lane] = acc[k][j][i];
-  __syncthreads();
-  constexpr int elems = NT * 4 * 32; // fragment elements of an n-tile's sums, all n-tiles
+        red[warp][j * 4 + i][lane] = acc[k][j][i];
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < mine_n; ++q) {
+      const int e = int(threadIdx.x) + q * mma_warps * 32;
+      float v = 0.0f;
+      if (e < elems) {
+        const int ln = e & 31, j = e >> 7, i = (e >> 5) & 3;
+#pragma unroll
+        for (int ww = 0; ww < mma_warps; ++ww)
+          v += red[ww][j * 4 + i][ln];
+      }
+      sums[k][q] = v;
+    }
+  }
   // Element i of lane ln's fragment of n-tile j: output g + 8 (i >= 2), row 8 j + 2 t + (i odd).
   auto live_elem = [&](int e, int& o, int& r) {
     const int ln = e & 31, j = e >> 7, i = (e >> 5) & 3;
     o = o0 + (ln >> 2) + (i >= 2 ? 8 : 0);
     r = j * 8 + 2 * (ln & 3) + (i & 1);
-    return o < outs && r < rows;
-  };
-  auto warps_sum = [&](int e, int k) {
-    const int ln = e & 31, j = e >> 7, i = (e >> 5) & 3;
-    float v = 0.0f;
-#pragma unroll
-    for (int ww = 0; ww < mma_warps; ++ww)
-      v += red[ww][(k * NT + j) * 4 + i][ln];
-    return v;
+    return e < elems && o < outs && r < rows;
   };
   if (splits > 1) {
     // This block's sums to partial, then the tile's last block to arrive goes on with every split's.
     float* mine = split.partial + std::size_t(blockIdx.x) * O * elems;
-    for (int e = threadIdx.x; e < elems; e += blockDim.x) {
+#pragma unroll
+    for (int q = 0; q < mine_n; ++q) {
+      const int e = int(threadIdx.x) + q * mma_warps * 32;
       int o, r;
       if (!live_elem(e, o, r)) continue;
 #pragma unroll
       for (int k = 0; k < O; ++k)
-        mine[k * elems + e] = warps_sum(e, k);
+        mine[k * elems + e] = sums[k][q];
     }
     __threadfence();
     __syncthreads();
@@ -854,14 +867,16 @@ __global__ void __launch_bounds__(mma_warps * 32)
     __threadfence();
     if (threadIdx.x == 0) split.tickets[tile] = 0; // for the next launch, which waits for this one
   }
-  for (int e = threadIdx.x; e < elems; e += blockDim.x) {
+#pragma unroll
+  for (int q = 0; q < mine_n; ++q) {
+    const int e = int(threadIdx.x) + q * mma_warps * 32;
     int o, r;
     if (!live_elem(e, o, r)) continue;
     float v[O];
 #pragma unroll
     for (int k = 0; k < O; ++k) {
       if (splits == 1) {
-        v[k] = warps_sum(e, k);
+        v[k] = sums[k][q];
       } else {
         v[k] = 0.0f;
         for (int p = 0; p < splits; ++p)
@@ -901,8 +916,11 @@ void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, flo
   else if (rows <= 16)
     launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
                   split, na);
-  else
+  else if (rows <= 32)
     launch_kernel(&mma_gemv_kernel<4, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
+                  split, na);
+  else
+    launch_kernel(&mma_gemv_kernel<8, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
                   split, na);
 }
 

@@ -127,7 +127,7 @@ void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t
 enum class gemv_epilogue { store, residual, swiglu };
 enum class gemv_path { cuda_cores, tensor_cores };
 constexpr int max_gemv_rows = 8;
-constexpr int max_mma_gemv_rows = 32;
+constexpr int max_mma_gemv_rows = 64;
 constexpr int max_gemv_norm_in = 48 * 1024 / (2 * max_gemv_rows);
 struct gemv_norm {
   const float* x32 = nullptr; // float32 rows of leading dimension ld
