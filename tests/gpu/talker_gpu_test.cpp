@@ -358,8 +358,8 @@ TEST_CASE("on the host Talker's path at five rows with the decode products on th
 TEST_CASE("on the host Talker's path at twelve rows, the decode products on the tensor cores in two n-tiles, every "
           "CUDA Talker decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // The default configuration's 9..16-row range: the layers' and heads' products of 12 rows take the kernel's two
-  // n-tiles (the predictor's first pass, 24 tokens, goes to cuBLAS, as with the defaults).
+  // The layers' and heads' products of 12 rows take the kernel's two n-tiles, the predictor's first pass (24
+  // tokens) its four, with the default split and norms after the projections.
   talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;

@@ -66,11 +66,12 @@ struct talker_cuda_limits {
   // Weight products of at most this many rows (tokens) in the decode step -- the Talker's layers and heads, the
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
   // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_mma_gemv_rows
-  // (32, the tensor-core kernel's); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows
-  // stay on cuBLAS. The default, 16: every row count where small_gemv was measured faster than cuBLAS with the
-  // default gemv_k_split. At 17 to 32 rows the tensor cores without a split measured 0.93-0.94x of cuBLAS's step,
-  // with tiles shared among 2 blocks slower than without (docs/benchmarks.md); among 4, the default, unmeasured.
-  int gemv_rows = 64; // candidate, measuring
+  // (64, the tensor-core kernel's); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows
+  // stay on cuBLAS. The default, 64: at 2 to 16 rows the tensor cores were measured faster than cuBLAS with the
+  // default gemv_k_split, and at 17 to 32 rows without a split (0.93-0.94x of cuBLAS's step; with tiles shared
+  // among 2 blocks slower than without; docs/benchmarks.md). 33 to 64 rows, and 17 to 32 with the default split,
+  // are not yet timed on a GPU.
+  int gemv_rows = 64;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
   // rms_norm launch before each.
@@ -87,7 +88,7 @@ struct talker_cuda_limits {
   int attention_chunk = 0;
   // small_gemv's products of 2 to gemv_rows rows on the tensor cores (cuda::gemv_path::tensor_cores: a block 16
   // weight rows, m16n8k16 bf16 products with float32 sums, no norm prologue; a row's sums never depend on the
-  // step's other rows), 1 row on the CUDA-core kernel: measured faster than cuBLAS at 2 to 16 rows and than the
+  // step's other rows), 1 row on the CUDA-core kernel: measured faster than cuBLAS at 2 to 32 rows and than the
   // CUDA-core kernel from 2 rows, slower than it at 1 (docs/benchmarks.md). Off: the CUDA-core kernel for every
   // row count up to gemv_rows and 8, cuBLAS beyond.
   bool gemv_tensor_cores = true;
@@ -100,7 +101,8 @@ struct talker_cuda_limits {
   int gemv_k_split = 4;
   // On the tensor cores, the RMSNorm after the o and down projections (before the gate/up product and the next
   // layer's qkv) done by the projection's last block to finish (cuda::gemv_norm_after: rms_norm's bits, one launch
-  // fewer each). For the bench (qwen3tts_talker_bench --gemv-norm-after 0|1); candidate, measuring.
+  // fewer each; at 16 rows the norms were 222 of a step's 797 kernels). qwen3tts_talker_bench --gemv-norm-after
+  // 0|1; not yet timed on a GPU.
   bool gemv_norm_after = true;
 };
 
