@@ -35,10 +35,13 @@
 #              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
 #              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the defaults (the small-rows GEMV on
-#              the tensor cores from 2 to 16 rows), on the tensor cores up to 32 rows (--gemv-rows 32), with the
-#              CUDA-core GEMV up to 8 rows and with cuBLAS only (--gemv-tensor-cores 0, --gemv-rows 8 and 0), and at
-#              1 and 2 rows with the norms in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 4 minutes);
-#              MSTAR_DECODE_SIZES, _ROWS and _ARMS (of default, tc32, cuda8, cublas; default all) pick fewer
+#              the tensor cores from 2 to 64 rows, few-tile products split among 4 blocks, the norms after the o and
+#              down projections done by them), on the tensor cores up to 16 and 32 rows (--gemv-rows), without the
+#              split (--gemv-k-split 1), with the norms apart (--gemv-norm-after 0), with the CUDA-core GEMV up to 8
+#              rows and with cuBLAS only (--gemv-tensor-cores 0, --gemv-rows 8 and 0), and at 1 and 2 rows with the
+#              norms in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 5 minutes); MSTAR_DECODE_SIZES,
+#              _ROWS and _ARMS (of default, tc16, tc32, split1, noafter, cuda8, cublas; default all) pick fewer;
+#              MSTAR_DECODE_BENCH a carried bench instead of a build here, MSTAR_DECODE_BASELINE one to run first
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
 #              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
 #              those rows, each greedy and sampled, each with ordinary and programmatic dependent launches
@@ -582,29 +585,45 @@ stage_codec_profile() {
 
 # The decode step's time with and without the small-rows GEMV (see the list at the top).
 stage_decode() {
-  local d="$out/decode" size g
+  local d="$out/decode" size g bench=${MSTAR_DECODE_BENCH:-}
   mkdir -p "$d"
-  build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
-  # The default (1 row on the CUDA-core small_gemv, 2-16 on the tensor cores, cuBLAS beyond), the tensor cores up to
-  # 32 rows, the CUDA-core kernel up to 8 rows, and cuBLAS everywhere; MSTAR_DECODE_ARMS names some of them
-  # ("default tc32").
-  local arms=("default:" "tc32:--gemv-rows 32" "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0")
+  # MSTAR_DECODE_BENCH: a qwen3tts_talker_bench built on the build machine and carried (build-carry), run instead of
+  # building one here; MSTAR_DECODE_BASELINE: another (e.g. main's), run first with the default arm's flags.
+  if [ -n "$bench" ]; then
+    LD_LIBRARY_PATH=$(carried_library_path)
+    export LD_LIBRARY_PATH
+  else
+    build_gpu "decode" "$d" examples/qwen3_tts/talker/qwen3tts_talker_bench || return
+    bench="build-talker-gpu/examples/qwen3_tts/talker/qwen3tts_talker_bench"
+  fi
+  # The default (1 row on the CUDA-core small_gemv, 2-64 on the tensor cores with tiles of few-tile products shared
+  # among 4 blocks and the norms after the o and down projections done by them, cuBLAS beyond), then one knob back at
+  # a time: the tensor cores up to 16 and 32 rows, no split, the norms apart; the CUDA-core kernel up to 8 rows, and
+  # cuBLAS everywhere. MSTAR_DECODE_ARMS names some of them ("default tc32").
+  local arms=("default:" "tc16:--gemv-rows 16" "tc32:--gemv-rows 32" "split1:--gemv-k-split 1"
+    "noafter:--gemv-norm-after 0" "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0")
   local arm name
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do
+    if [ -n "${MSTAR_DECODE_BASELINE:-}" ]; then
+      timeout 120 "$MSTAR_DECODE_BASELINE" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,2,4,8,16,32,64,128}" \
+        --iters 50 > "$d/bench_${size}_baseline.log" 2>&1
+      grep -E '^(device|RESULT)' "$d/bench_${size}_baseline.log" | sed 's/^/  baseline /'
+      summarize "baseline " "$d/bench_${size}_baseline.log"
+    fi
     for arm in "${arms[@]}"; do
       name=${arm%%:*}
       [ -n "${MSTAR_DECODE_ARMS:-}" ] && [[ " $MSTAR_DECODE_ARMS " != *" $name "* ]] && continue
       # shellcheck disable=SC2086 # the arm's flags are words
-      talker_bench "$d/bench_${size}_$name.log" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,2,4,8,16,32,64,128}" \
-        --iters 50 ${arm#*:}
+      timeout 120 "$bench" --model "$size" --rows "${MSTAR_DECODE_ROWS:-1,2,4,8,16,32,64,128}" --iters 50 \
+        ${arm#*:} > "$d/bench_${size}_$name.log" 2>&1
       grep -E '^(device|RESULT)' "$d/bench_${size}_$name.log" | sed 's/^/  /'
       summarize "" "$d/bench_${size}_$name.log"
     done
     # The norms before the qkv and gate/up products done by small_gemv's blocks, and apart
     # (talker_cuda_limits::gemv_norm; the CUDA-core kernel's alone).
     for g in 1 0; do
-      talker_bench "$d/bench_${size}_gemv_norm$g.log" --model "$size" --rows 1,2 --iters 50 --gemv-rows 8 \
-        --gemv-tensor-cores 0 --gemv-norm "$g"
+      timeout 120 "$bench" --model "$size" --rows 1,2 --iters 50 --gemv-rows 8 --gemv-tensor-cores 0 \
+        --gemv-norm "$g" > "$d/bench_${size}_gemv_norm$g.log" 2>&1
       summarize "" "$d/bench_${size}_gemv_norm$g.log"
     done
   done
