@@ -158,8 +158,10 @@ struct rig {
 
 // Runs prompts on both models for `frames` frames, the host greedily on its own, the CUDA model
 // teacher-forced onto the host's codes, so that every CUDA decision (the argmax of its own logits) and
-// every logits vector is compared on the same path. Prints the worst errors and the flips.
-void compare_runs(rig& m, const std::vector<talker_prompt>& prompts, int frames, bool sample = false) {
+// every logits vector is compared on the same path. Prints the worst errors and the flips. pool_blocks: KV blocks of 4
+// tokens each model's pages come from.
+void compare_runs(rig& m, const std::vector<talker_prompt>& prompts, int frames, bool sample = false,
+                  int pool_blocks = 96) {
   const auto& c = m.config;
   const int rows = int(prompts.size()), groups = c.code_groups, vocab = c.talker.vocab, pv = c.predictor.vocab;
   const std::size_t nrows = prompts.size();
@@ -180,14 +182,14 @@ void compare_runs(rig& m, const std::vector<talker_prompt>& prompts, int frames,
     lens.push_back(built.back().rows);
   }
   // Different scatterings for the two models: paging must not matter.
-  kv_block_pool host_pool(96, 4, 7), gpu_pool(96, 4, 11);
+  kv_block_pool host_pool(pool_blocks, 4, 7), gpu_pool(pool_blocks, 4, 11);
   std::vector<row_pages> host_pages(nrows, row_pages{}), gpu_pages(nrows, row_pages{});
   std::vector<row_pages*> hp, gp;
   for (int r = 0; r < rows; ++r) {
     hp.push_back(&host_pages[std::size_t(r)]);
     gp.push_back(&gpu_pages[std::size_t(r)]);
   }
-  paged_kv kv(m.host.kv_for(96, 4));
+  paged_kv kv(m.host.kv_for(pool_blocks, 4));
   talker_step_output out;
   std::vector<std::vector<std::int32_t>> history(nrows);
   std::vector<float> host_processed; // [rows][vocab], the host's code-0 scores after processing
@@ -366,6 +368,19 @@ TEST_CASE("on the host Talker's path at twelve rows, the decode products on the 
   for (int r = 0; r < 12; ++r)
     prompts.push_back(make_prompt(4 + r % 7, std::uint32_t(11 + r), r % 3 == 0));
   compare_runs(m, prompts, 8);
+}
+
+TEST_CASE("on the host Talker's path at forty rows, the decode products on the tensor cores in eight n-tiles, every "
+          "CUDA Talker decision and logit agrees with the host float32 Talker" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // 33..64 rows: the layers' and heads' products take the kernel's eight n-tiles, with the default split and norms
+  // after the projections; the predictor's first pass (80 tokens) goes to cuBLAS.
+  talker_cuda_limits l{40, 1024, 512, 4, 512, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  rig m(tensor_core_config(), l);
+  std::vector<talker_prompt> prompts;
+  for (int r = 0; r < 40; ++r)
+    prompts.push_back(make_prompt(3 + r % 5, std::uint32_t(41 + r), r % 5 == 0));
+  compare_runs(m, prompts, 6, false, 512);
 }
 
 TEST_CASE("on the host Talker's path at twelve rows, the tensor-core products' tiles each shared among two blocks, "
