@@ -327,7 +327,7 @@ TEST_CASE("small_gemv's residual epilogue with the norm after gives small_gemv t
   for (const auto& [out, in] : {std::pair{1024, 2048}, std::pair{2048, 6144}, std::pair{1001, 1056}})
     for (const int splits : {1, 2}) {
       const product p(out, in, in, std::uint64_t(out) * 5u + std::uint64_t(in));
-      const split_workspace ws(tiles_of(out), splits);
+      const split_workspace ws(qwen3_tts::cuda::gemv_tiles(gemv_epilogue::residual, out), splits);
       const std::size_t n = std::size_t(most_rows) * out;
       const std::vector<float> start = random_f32(n, std::uint64_t(out) + 3);
       device_array<float> norm_w(static_cast<std::size_t>(out)), y_two(n), y_one(n);
