@@ -1,10 +1,10 @@
 // small_gemv, the CUDA Talker's weight product of a few rows, against cuBLAS's GEMM of the same bf16 inputs as
 // the Talker calls it (bf16 in, float32 accumulation and out): each epilogue at every row count each of its two
-// kernels takes (1..8 on the CUDA cores, so each rounded-up kernel also runs with masked rows; 1..32 on the tensor
-// cores, one, two and four n-tiles) on the shapes of the released models' decode products. The two sum the same bf16 x
-// bf16 products in different orders, so they agree to float32 rounding: max|gemv - cublas| <= 1e-3 * max|cublas| per
-// product. The swiglu epilogue is compared with swiglu of cuBLAS's product computed on the host, allowing its own bf16
-// rounding of each output.
+// kernels takes (1..8 on the CUDA cores, so each rounded-up kernel also runs with masked rows; 1..64 on the tensor
+// cores, one, two, four and eight n-tiles) on the shapes of the released models' decode products. The two sum the same
+// bf16 x bf16 products in different orders, so they agree to float32 rounding: max|gemv - cublas| <= 1e-3 * max|cublas|
+// per product. The swiglu epilogue is compared with swiglu of cuBLAS's product computed on the host, allowing its own
+// bf16 rounding of each output.
 #include "gpu_test.hpp"
 #include "talker_cuda_kernels.hpp"
 
@@ -319,36 +319,48 @@ TEST_CASE("small_gemv with the norm prologue gives rms_norm then small_gemv's bi
   }
 }
 
-TEST_CASE("small_gemv's residual epilogue with the norm after gives small_gemv then rms_norm's bits, 1 to 32 rows, "
-          "with and without a split" *
+TEST_CASE("small_gemv's residual epilogue with the norm after gives small_gemv then rms_norm's bits, 1 to 64 rows, "
+          "each split" *
           doctest::skip(!mstar::test::has_gpu())) {
   // The last block takes rms_norm's sums in rms_norm's order, so the two paths agree bit for bit. The 0.6B's o
-  // projection (1024 x 2048), the 1.7B's down projection (2048 x 6144) and a shape of no round size.
+  // projection (1024 x 2048), the 1.7B's down projection (2048 x 6144) and a shape of no round size; y strided
+  // (ldy = out + 3, so a swapped read and write stride shows), the normed rows past `rows` left as they were, the
+  // split's tickets and the norm's ticket back to 0.
   for (const auto& [out, in] : {std::pair{1024, 2048}, std::pair{2048, 6144}, std::pair{1001, 1056}})
-    for (const int splits : {1, 2}) {
+    for (const int splits : splits_of(gemv_path::tensor_cores)) {
       const product p(out, in, in, std::uint64_t(out) * 5u + std::uint64_t(in));
       const split_workspace ws(qwen3_tts::cuda::gemv_tiles(gemv_epilogue::residual, out), splits);
-      const std::size_t n = std::size_t(most_rows) * out;
+      const int ldy = out + 3;
+      const std::size_t n = std::size_t(most_rows) * ldy, packed_n = std::size_t(most_rows) * out;
       const std::vector<float> start = random_f32(n, std::uint64_t(out) + 3);
-      device_array<float> norm_w(static_cast<std::size_t>(out)), y_two(n), y_one(n);
+      const std::vector<std::uint16_t> untouched(packed_n, std::uint16_t(0x7fc1)); // a bf16 NaN no product writes
+      device_array<float> norm_w(static_cast<std::size_t>(out)), y_two(n), y_one(n), packed(packed_n);
       norm_w.upload(random_f32(std::size_t(out), std::uint64_t(out) + 13));
-      device_array<bf16> xn_two(n), xn_one(n);
+      device_array<bf16> xn_two(packed_n), xn_one(packed_n);
       device_array<unsigned> ticket(1);
       MSTAR_CUDA_REQUIRE(cudaMemset(ticket.p, 0, sizeof(unsigned)));
       for (int rows = 1; rows <= most_rows; ++rows) {
         y_two.upload(start);
         y_one.upload(start);
-        small_gemv(gemv_epilogue::residual, p.w.p, out, in, p.x.p, in, y_two.p, nullptr, out, rows, nullptr, {},
+        xn_one.upload(untouched);
+        small_gemv(gemv_epilogue::residual, p.w.p, out, in, p.x.p, in, y_two.p, nullptr, ldy, rows, nullptr, {},
                    gemv_path::tensor_cores, ws.split());
-        qwen3_tts::cuda::rms_norm(y_two.p, nullptr, norm_w.p, xn_two.p, nullptr, rows, out, 1e-6f, nullptr);
-        small_gemv(gemv_epilogue::residual, p.w.p, out, in, p.x.p, in, y_one.p, nullptr, out, rows, nullptr, {},
+        // rms_norm reads rows of `out` contiguous values: pack the strided rows first.
+        MSTAR_CUDA_REQUIRE(cudaMemcpy2D(packed.p, std::size_t(out) * 4, y_two.p, std::size_t(ldy) * 4,
+                                        std::size_t(out) * 4, std::size_t(rows), cudaMemcpyDeviceToDevice));
+        qwen3_tts::cuda::rms_norm(packed.p, nullptr, norm_w.p, xn_two.p, nullptr, rows, out, 1e-6f, nullptr);
+        small_gemv(gemv_epilogue::residual, p.w.p, out, in, p.x.p, in, y_one.p, nullptr, ldy, rows, nullptr, {},
                    gemv_path::tensor_cores, ws.split(),
                    qwen3_tts::cuda::gemv_norm_after{norm_w.p, xn_one.p, 1e-6f, ticket.p});
         const std::size_t m = std::size_t(rows) * out;
         INFO("out ", out, ", in ", in, ", split ", splits, ", rows ", rows);
-        CHECK(y_one.download<std::uint32_t>(m) == y_two.download<std::uint32_t>(m));
-        CHECK(xn_one.download<std::uint16_t>(m) == xn_two.download<std::uint16_t>(m));
+        CHECK(y_one.download<std::uint32_t>(n) == y_two.download<std::uint32_t>(n));
+        const auto xn = xn_one.download<std::uint16_t>(packed_n);
+        CHECK(std::vector<std::uint16_t>(xn.begin(), xn.begin() + std::ptrdiff_t(m)) ==
+              xn_two.download<std::uint16_t>(m));
+        CHECK(std::all_of(xn.begin() + std::ptrdiff_t(m), xn.end(), [](std::uint16_t v) { return v == 0x7fc1; }));
         CHECK(ticket.download<unsigned>(1)[0] == 0u);
+        CHECK(ws.tickets_clear());
       }
     }
 }
@@ -356,8 +368,8 @@ TEST_CASE("small_gemv's residual epilogue with the norm after gives small_gemv t
 TEST_CASE("small_gemv on the tensor cores gives a row the same bits whatever rows share its call" *
           doctest::skip(!mstar::test::has_gpu())) {
   // A request's codes must not depend on its batch: each row's sums follow the weights and its own inputs only.
-  // Row r of a most_rows-row call (four n-tiles) against the same input row alone (a 1-row call reading from row r) and
-  // in a call of r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up, and store with each tile shared among
+  // Row r of a most_rows-row call (eight n-tiles) against the same input row alone (a 1-row call reading from row r)
+  // and in a call of r + 1 rows, store and swiglu, on the 0.6B's qkv and gate_up, and store with each tile shared among
   // two blocks (split-K: the bits then follow the split count, not the rows).
   for (const auto& [out, in, e, splits] :
        {std::tuple{4096, 1024, gemv_epilogue::store, 1}, std::tuple{2 * 3072, 1024, gemv_epilogue::swiglu, 1},

@@ -882,18 +882,23 @@ TEST_CASE("the CUDA sampler's top-k keeps the host sampler's candidates on rows 
 
 namespace {
 
-// Two prompts (10 and 5 text ids) prefilled on m, then `frames` decode steps of both rows: every step's frames,
-// Talker logits and predictor logits.
+// `rows` prompts (the first two of 10 and 5 text ids, the others of 3..9) prefilled on m, then `frames` decode steps
+// of every row: every step's frames, Talker logits and predictor logits.
 struct two_row_run {
   std::vector<std::int32_t> frames;
   std::vector<float> talker, predictor;
 };
-// sample: the reference's default sampling (seeds 77 and 1077) instead of greedy choices.
-two_row_run run_two_rows(rig& m, int frames, bool sample = false) {
-  const std::vector<talker_prompt> prompts = {make_prompt(10, 4, false), make_prompt(5, 6, false)};
+// sample: the reference's default sampling (seeds 77, 1077, ...) instead of greedy choices.
+two_row_run run_rows(rig& m, int rows, int frames, bool sample = false) {
+  std::vector<talker_prompt> prompts = {make_prompt(10, 4, false), make_prompt(5, 6, false)};
+  for (int r = 2; r < rows; ++r)
+    prompts.push_back(make_prompt(3 + r % 7, std::uint32_t(101 + r), r % 3 == 0));
+  prompts.resize(std::size_t(rows), prompts[0]);
   if (sample) {
     m.gpu.set_sampling(talker_sampling{});
-    const std::vector<std::uint64_t> seeds = {77, 1077};
+    std::vector<std::uint64_t> seeds;
+    for (int r = 0; r < rows; ++r)
+      seeds.push_back(77 + 1000 * std::uint64_t(r));
     m.gpu.set_seeds(seeds);
   }
   std::vector<float> embeds;
@@ -903,27 +908,31 @@ two_row_run run_two_rows(rig& m, int frames, bool sample = false) {
     embeds.insert(embeds.end(), b.prefill.begin(), b.prefill.end());
     lens.push_back(b.rows);
   }
-  kv_block_pool pool(96, 4, 5);
-  std::vector<row_pages> pages(2);
-  std::vector<row_pages*> ptrs = {&pages[0], &pages[1]};
+  kv_block_pool pool(48 * rows, 4, 5);
+  std::vector<row_pages> pages(std::size_t(rows));
+  std::vector<row_pages*> ptrs;
+  for (auto& pg : pages)
+    ptrs.push_back(&pg);
   m.gpu.prefill(embeds, pool.plan(ptrs, lens).view());
   two_row_run out;
   for (int f = 0; f < frames; ++f) {
-    const std::vector<int> one = {1, 1};
+    const std::vector<int> one(std::size_t(rows), 1);
     const step_tables t = pool.plan(ptrs, one);
-    const std::vector<std::int32_t> text = {trailing_text_id(prompts[0], m.config, f),
-                                            trailing_text_id(prompts[1], m.config, f)};
+    std::vector<std::int32_t> text;
+    for (const auto& p : prompts)
+      text.push_back(trailing_text_id(p, m.config, f));
     m.gpu.set_decode_inputs(t.view(), text);
-    m.gpu.decode(2);
-    const auto fr = m.gpu.frames(2);
-    const auto tl = m.gpu.talker_logits(2);
-    const auto pl = m.gpu.predictor_logits(2);
+    m.gpu.decode(rows);
+    const auto fr = m.gpu.frames(rows);
+    const auto tl = m.gpu.talker_logits(rows);
+    const auto pl = m.gpu.predictor_logits(rows);
     out.frames.insert(out.frames.end(), fr.begin(), fr.end());
     out.talker.insert(out.talker.end(), tl.begin(), tl.end());
     out.predictor.insert(out.predictor.end(), pl.begin(), pl.end());
   }
   return out;
 }
+two_row_run run_two_rows(rig& m, int frames, bool sample = false) { return run_rows(m, 2, frames, sample); }
 
 } // namespace
 
@@ -940,24 +949,28 @@ TEST_CASE("on small_gemv, the decode step with the norms done by the products gi
 }
 
 TEST_CASE("on the tensor cores, the decode step with the norms after the o and down projections done by them gives "
-          "the same bits as without, with and without a split" *
+          "the same bits as without, at 2, 12 and 40 rows, each split" *
           doctest::skip(!mstar::test::has_gpu())) {
-  // gemv_norm_after takes rms_norm's sums in rms_norm's order: codes and logits are equal, not merely close.
-  for (const int split : {1, 2}) {
-    talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
-    l.gemv_k_split = split;
-    l.gemv_norm_after = false;
-    rig without(tensor_core_config(), l);
-    l.gemv_norm_after = true;
-    rig with_after(tensor_core_config(), l);
-    const two_row_run a = run_two_rows(with_after, 6), b = run_two_rows(without, 6);
-    INFO("split ", split);
-    CHECK(a.frames == b.frames);
-    REQUIRE(a.talker.size() == b.talker.size());
-    REQUIRE(a.predictor.size() == b.predictor.size());
-    CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
-  }
+  // gemv_norm_after takes rms_norm's sums in rms_norm's order: codes and logits are equal, not merely close. 12 rows
+  // take two n-tiles and 40 rows eight, so every warp of the last block has rows to norm; the predictor's hidden of
+  // 32 leaves most of a norm's eight sums a lane at zero, the Talker's of 64 fewer.
+  for (const int rows : {2, 12, 40})
+    for (const int split : {1, 2, qwen3_tts::cuda::max_gemv_splits}) {
+      talker_cuda_limits l{rows, 1024, 48 * rows, 4,   48 * rows, 0, false, talker_cuda_limits{}.gemv_rows,
+                           true, true, 0,         true};
+      l.gemv_k_split = split;
+      l.gemv_norm_after_rows = 0;
+      rig without(tensor_core_config(), l);
+      l.gemv_norm_after_rows = qwen3_tts::cuda::max_mma_gemv_rows;
+      rig with_after(tensor_core_config(), l);
+      const two_row_run a = run_rows(with_after, rows, 6), b = run_rows(without, rows, 6);
+      INFO("rows ", rows, ", split ", split);
+      CHECK(a.frames == b.frames);
+      REQUIRE(a.talker.size() == b.talker.size());
+      REQUIRE(a.predictor.size() == b.predictor.size());
+      CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("programmatic dependent launch gives the decode step and the prefill the same bits as ordinary launches" *
@@ -981,6 +994,26 @@ TEST_CASE("programmatic dependent launch gives the decode step and the prefill t
       CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("programmatic dependent launch gives the decode step at 40 rows the same bits as ordinary launches, the "
+          "products on the tensor cores in eight n-tiles with the default split and norms after" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The eight-tile kernel, its split's last-block sums and the norm after each o and down projection, each waiting
+  // for its predecessor under programmatic launches; greedy, 12 frames.
+  talker_cuda_limits l{40, 1024, 48 * 40, 4, 48 * 40, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  REQUIRE(l.gemv_rows >= 40);
+  rig with_pdl(tensor_core_config(), l);
+  l.pdl = false;
+  rig without(tensor_core_config(), l);
+  const two_row_run a = run_rows(with_pdl, 40, 12), b = run_rows(without, 40, 12);
+  CHECK(with_pdl.gpu.graph_programmatic_edges(40) > 0);
+  CHECK(without.gpu.graph_programmatic_edges(40) == 0);
+  CHECK(a.frames == b.frames);
+  REQUIRE(a.talker.size() == b.talker.size());
+  REQUIRE(a.predictor.size() == b.predictor.size());
+  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("decode-step graphs captured up front for every row count are replayed with the bits of graphs captured "

@@ -342,8 +342,8 @@ struct talker_cuda::state {
       return {};
     return gemv_split;
   }
-  // talker_cuda_limits::gemv_norm_after, and the ticket its products count their finished blocks with.
-  bool gemv_norm_after = false;
+  // talker_cuda_limits::gemv_norm_after_rows, and the ticket its products count their finished blocks with.
+  int gemv_norm_after_rows = 0;
   unsigned* norm_ticket = nullptr;
   // small_gemv with the split its shape takes; norm_weight given: the rows it leaves normalised into xn by it.
   void product(cuda::gemv_epilogue e, const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act,
@@ -409,8 +409,8 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
   // On small_gemv with gemv_norm, the qkv and gate/up products normalise the residual themselves.
   const cuda::gemv_path path = st.gemv_path(tokens);
   const bool norm_in_gemv = gemv && st.gemv_norm && cuda::gemv_norm_fits(h, path);
-  // On the tensor cores with gemv_norm_after, the o and down projections leave the next norm in xn themselves.
-  const bool norm_after = gemv && st.gemv_norm_after && path == cuda::gemv_path::tensor_cores;
+  // On the tensor cores, up to gemv_norm_after_rows rows: the o and down projections leave the next norm in xn.
+  const bool norm_after = gemv && tokens <= st.gemv_norm_after_rows && path == cuda::gemv_path::tensor_cores;
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
     if (norm_in_gemv) {
@@ -489,6 +489,10 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
   need(l.gemv_k_split >= 1 && l.gemv_k_split <= cuda::max_gemv_splits,
        "gemv_k_split " + std::to_string(l.gemv_k_split) + " outside [1, " + std::to_string(cuda::max_gemv_splits) +
            "] (blocks a tensor-core product's tile of 16 outputs is shared among; 1: one)");
+  need(l.gemv_norm_after_rows >= 0 && l.gemv_norm_after_rows <= cuda::max_mma_gemv_rows,
+       "gemv_norm_after_rows " + std::to_string(l.gemv_norm_after_rows) + " outside [0, " +
+           std::to_string(cuda::max_mma_gemv_rows) +
+           "] (the most rows of a tensor-core o or down projection that normalises its output; 0: none)");
   need(l.attention_chunk >= 0, "attention_chunk " + std::to_string(l.attention_chunk) +
                                    " is negative (0: equal shares; N: shares of at least N tokens)");
 }
@@ -515,7 +519,7 @@ talker_cuda::talker_cuda(const talker_cuda_dims& dims, const talker_cuda_limits&
   st.gemv_rows = limits.gemv_rows;
   st.gemv_norm = limits.gemv_norm;
   st.gemv_tensor_cores = limits.gemv_tensor_cores;
-  st.gemv_norm_after = limits.gemv_norm_after;
+  st.gemv_norm_after_rows = limits.gemv_norm_after_rows;
   st.norm_ticket = device_alloc<unsigned>(1, own);
   TALKER_CHECK(cudaMemset(st.norm_ticket, 0, sizeof(unsigned)));
   if (limits.gemv_k_split > 1) {

@@ -101,9 +101,10 @@ struct talker_cuda_limits {
   int gemv_k_split = 4;
   // On the tensor cores, the RMSNorm after the o and down projections (before the gate/up product and the next
   // layer's qkv) done by the projection's last block to finish (cuda::gemv_norm_after: rms_norm's bits, one launch
-  // fewer each; at 16 rows the norms were 222 of a step's 797 kernels). qwen3tts_talker_bench --gemv-norm-after
-  // 0|1; not yet timed on a GPU.
-  bool gemv_norm_after = true;
+  // fewer each; at 16 rows the norms were 222 of a step's 797 kernels), for products of at most this many rows (0:
+  // none; at most cuda::max_mma_gemv_rows). One block does the norm once every tile is done, so its share grows with
+  // the rows. qwen3tts_talker_bench --gemv-norm-after N; not yet timed on a GPU.
+  int gemv_norm_after_rows = 64;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

@@ -7,7 +7,7 @@
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
 //                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm 0|1] [--pdl 0|1] [--prefill-tokens 40]
 //                         [--attention-chunk N] [--gemv-tensor-cores 0|1] [--gemv-k-split N]
-//                         [--gemv-norm-after 0|1] [--sample] [--profile]
+//                         [--gemv-norm-after N] [--sample] [--profile]
 //
 // --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
 // small-rows GEMV kernel instead of cuBLAS (0: cuBLAS everywhere; default: the library's default).
@@ -21,8 +21,9 @@
 // to 16 rows; the RESULT lines say "tc"; default: the library's default).
 // --gemv-k-split N: talker_cuda_limits::gemv_k_split, the tensor-core products of fewer tiles than SMs with a tile's
 // inputs shared among N blocks (the RESULT lines say "ksplit N" where N > 1; default: the library's default).
-// --gemv-norm-after 0|1: talker_cuda_limits::gemv_norm_after, the norms after the o and down projections done by
-// the projections on the tensor cores (the RESULT lines say "+after"; default: the library's default).
+// --gemv-norm-after N: talker_cuda_limits::gemv_norm_after_rows, the norms after the o and down projections done by
+// the projections on the tensor cores, for products of at most N rows (the RESULT lines say "+after N"; 0: none;
+// default: the library's default).
 // --prefill-tokens N: also times the prefill step (prefill_frame: the Talker over every row's prompt, then the
 // code predictor's frame 0) of N tokens a row at each row count, eager as the speech flow runs it: its GPU time,
 // and the host time the call takes to return (0: not timed).
@@ -93,12 +94,14 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
   lim.attention_chunk = knobs.attention_chunk;
   lim.gemv_tensor_cores = knobs.gemv_tensor_cores;
   lim.gemv_k_split = knobs.gemv_k_split;
-  lim.gemv_norm_after = knobs.gemv_norm_after;
+  lim.gemv_norm_after_rows = knobs.gemv_norm_after_rows;
   const int gemv_rows = knobs.gemv_rows;
   const std::string norm_pdl =
       std::string(knobs.gemv_tensor_cores ? " tc" : "") +
       (knobs.gemv_k_split > 1 ? " ksplit " + std::to_string(knobs.gemv_k_split) : std::string()) +
-      (knobs.gemv_norm_after ? "+after" : "") +
+      (knobs.gemv_tensor_cores && knobs.gemv_norm_after_rows > 0
+           ? "+after " + std::to_string(knobs.gemv_norm_after_rows)
+           : std::string()) +
       (knobs.gemv_norm ? (knobs.pdl ? "+norm+pdl" : "+norm") : (knobs.pdl ? "+pdl" : ""));
   lim.max_rows = max_rows;
   lim.block_tokens = 16;
@@ -243,7 +246,7 @@ int main(int argc, char** argv) {
     else if (a == "--gemv-tensor-cores")
       knobs.gemv_tensor_cores = std::stoi(value()) != 0;
     else if (a == "--gemv-norm-after")
-      knobs.gemv_norm_after = std::stoi(value()) != 0;
+      knobs.gemv_norm_after_rows = std::stoi(value());
     else if (a == "--gemv-k-split")
       knobs.gemv_k_split = std::stoi(value());
     else if (a == "--attention-chunk")
