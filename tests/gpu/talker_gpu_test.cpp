@@ -408,6 +408,17 @@ TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits, befo
   }
 }
 
+TEST_CASE("a CUDA Talker refuses a gemv_norm_after_rows outside 0..max_mma_gemv_rows, before touching the device") {
+  for (const int n : {-1, cuda::max_mma_gemv_rows + 1}) {
+    talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, 16, true, true, 0, true};
+    l.gemv_norm_after_rows = n;
+    const std::string why =
+        "gemv_norm_after_rows " + std::to_string(n) + " outside [0, " + std::to_string(cuda::max_mma_gemv_rows) + "]";
+    CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
+                         std::invalid_argument);
+  }
+}
+
 TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
   for (const bool tensor_cores : {true, false}) {
     const talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows + 1, true, true, 0, tensor_cores};
@@ -909,7 +920,7 @@ two_row_run run_rows(rig& m, int rows, int frames, bool sample = false) {
     lens.push_back(b.rows);
   }
   kv_block_pool pool(48 * rows, 4, 5);
-  std::vector<row_pages> pages(std::size_t(rows));
+  std::vector<row_pages> pages(static_cast<std::size_t>(rows));
   std::vector<row_pages*> ptrs;
   for (auto& pg : pages)
     ptrs.push_back(&pg);
