@@ -363,6 +363,7 @@ TEST_CASE("on the host Talker's path at twelve rows, the decode products on the 
   // The layers' and heads' products of 12 rows take the kernel's two n-tiles, the predictor's first pass (24
   // tokens) its four, with the default split and norms after the projections.
   talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
   for (int r = 0; r < 12; ++r)
@@ -375,7 +376,8 @@ TEST_CASE("on the host Talker's path at forty rows, the decode products on the t
           doctest::skip(!mstar::test::has_gpu())) {
   // 33..64 rows: the layers' and heads' products take the kernel's eight n-tiles, with the default split and norms
   // after the projections; the predictor's first pass (80 tokens) goes to cuBLAS.
-  talker_cuda_limits l{40, 1024, 512, 4, 512, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  talker_cuda_limits l{40, 1024, 512, 4, 512, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+  l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
   for (int r = 0; r < 40; ++r)
@@ -967,8 +969,7 @@ TEST_CASE("on the tensor cores, the decode step with the norms after the o and d
   // 32 leaves most of a norm's eight sums a lane at zero, the Talker's of 64 fewer.
   for (const int rows : {2, 12, 40})
     for (const int split : {1, 2, qwen3_tts::cuda::max_gemv_splits}) {
-      talker_cuda_limits l{rows, 1024, 48 * rows, 4,   48 * rows, 0, false, talker_cuda_limits{}.gemv_rows,
-                           true, true, 0,         true};
+      talker_cuda_limits l{rows, 1024, 48 * rows, 4, 48 * rows, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
       l.gemv_k_split = split;
       l.gemv_norm_after_rows = 0;
       rig without(tensor_core_config(), l);
@@ -1012,8 +1013,8 @@ TEST_CASE("programmatic dependent launch gives the decode step at 40 rows the sa
           doctest::skip(!mstar::test::has_gpu())) {
   // The eight-tile kernel, its split's last-block sums and the norm after each o and down projection, each waiting
   // for its predecessor under programmatic launches; greedy, 12 frames.
-  talker_cuda_limits l{40, 1024, 48 * 40, 4, 48 * 40, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
-  REQUIRE(l.gemv_rows >= 40);
+  talker_cuda_limits l{40, 1024, 48 * 40, 4, 48 * 40, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+  l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig with_pdl(tensor_core_config(), l);
   l.pdl = false;
   rig without(tensor_core_config(), l);

@@ -65,7 +65,7 @@ struct speech_service_options {
   bool talker_graphs_at_start = true;
   // The CUDA Talker's own kernels launched with programmatic dependent launch (talker_cuda_limits::pdl, on there too).
   bool talker_pdl = true;
-  // The CUDA Talker's decode products of 2 to 64 rows on the tensor-core small_gemv (talker_cuda_limits::
+  // The CUDA Talker's decode products of 2 to 32 rows (gemv_rows) on the tensor-core small_gemv (talker_cuda_limits::
   // gemv_tensor_cores, on there too). Off: those on cuBLAS, 1-row products on the CUDA-core small_gemv.
   bool talker_gemv_tensor_cores = true;
   // SMs the CUDA codec's kernels may occupy beside the Talker (speech_forward_options::codec_sms; 0: the whole

@@ -40,7 +40,7 @@ inline void add_cuda_flags(CLI::App& app, pipeline::speech_service_options& so) 
                "on CUDA, launch the Talker's own kernels with programmatic dependent launch (Hopper and later; the "
                "default), or ordinarily (--talker-no-pdl)");
   app.add_flag("--talker-gemv-tensor-cores,!--talker-no-gemv-tensor-cores", so.talker_gemv_tensor_cores,
-               "on CUDA, run the Talker's decode products of 2 to 64 rows on the tensor-core small_gemv (the default), "
+               "on CUDA, run the Talker's decode products of 2 to 32 rows on the tensor-core small_gemv (the default), "
                "or on cuBLAS (--talker-no-gemv-tensor-cores)");
 }
 

@@ -67,11 +67,10 @@ struct talker_cuda_limits {
   // code predictor's passes -- run as small_gemv (one pass over the weights, the residual add and SwiGLU fused in)
   // instead of cuBLAS GEMMs; the prefill keeps cuBLAS. 0: cuBLAS everywhere. At most cuda::max_mma_gemv_rows
   // (64, the tensor-core kernel's); without gemv_tensor_cores, products of more than cuda::max_gemv_rows (8) rows
-  // stay on cuBLAS. The default, 64: at 2 to 16 rows the tensor cores were measured faster than cuBLAS with the
-  // default gemv_k_split, and at 17 to 32 rows without a split (0.93-0.94x of cuBLAS's step; with tiles shared
-  // among 2 blocks slower than without; docs/benchmarks.md). 33 to 64 rows, and 17 to 32 with the default split,
-  // are not yet timed on a GPU.
-  int gemv_rows = 64;
+  // stay on cuBLAS. The default, 32: on an H100 the 0.6B's decode step with the tensor cores up to 32 rows took
+  // 0.94-0.96x cuBLAS's at 24-32 rows, and the eight-tile kernel of 33-64 rows 1.18-1.26x (the 1.7B's: 1.02x at
+  // 24-32 rows; docs/benchmarks.md).
+  int gemv_rows = 32;
   // On small_gemv, the RMSNorm before the qkv and gate/up products done by the product's blocks themselves
   // (cuda::gemv_norm: the same bits, one launch fewer each; measured faster, docs/benchmarks.md). Off: a separate
   // rms_norm launch before each.
@@ -102,9 +101,10 @@ struct talker_cuda_limits {
   // On the tensor cores, the RMSNorm after the o and down projections (before the gate/up product and the next
   // layer's qkv) done by the projection's last block to finish (cuda::gemv_norm_after: rms_norm's bits, one launch
   // fewer each; at 16 rows the norms were 222 of a step's 797 kernels), for products of at most this many rows (0:
-  // none; at most cuda::max_mma_gemv_rows). One block does the norm once every tile is done, so its share grows with
-  // the rows. qwen3tts_talker_bench --gemv-norm-after N; not yet timed on a GPU.
-  int gemv_norm_after_rows = 64;
+  // none; at most cuda::max_mma_gemv_rows). Off by default: on an H100 it made the 0.6B's decode step 1.48x as long
+  // at 2 rows and 2.65x at 64 (docs/benchmarks.md), the single block's norm far slower than the launch it saves.
+  // qwen3tts_talker_bench --gemv-norm-after N.
+  int gemv_norm_after_rows = 0;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The
