@@ -946,6 +946,14 @@ two_row_run run_rows(rig& m, int rows, int frames, bool sample = false) {
   return out;
 }
 two_row_run run_two_rows(rig& m, int frames, bool sample = false) { return run_rows(m, 2, frames, sample); }
+// Two runs' frames equal and their Talker and predictor logits the same bits.
+void check_same_bits(const two_row_run& a, const two_row_run& b) {
+  CHECK(a.frames == b.frames);
+  REQUIRE(a.talker.size() == b.talker.size());
+  REQUIRE(a.predictor.size() == b.predictor.size());
+  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+}
 
 } // namespace
 
@@ -954,11 +962,7 @@ TEST_CASE("on small_gemv, the decode step with the norms done by the products gi
   // gemv_norm takes rms_norm's sums in rms_norm's order: codes and logits are equal, not merely close.
   rig with_norm(2, 8, true, true, 0, false), without(2, 8, false, true, 0, false);
   const two_row_run a = run_two_rows(with_norm, 6), b = run_two_rows(without, 6);
-  CHECK(a.frames == b.frames);
-  REQUIRE(a.talker.size() == b.talker.size());
-  REQUIRE(a.predictor.size() == b.predictor.size());
-  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+  check_same_bits(a, b);
 }
 
 TEST_CASE("on the tensor cores, the decode step with the norms after the o and down projections done by them gives "
@@ -977,11 +981,7 @@ TEST_CASE("on the tensor cores, the decode step with the norms after the o and d
       rig with_after(tensor_core_config(), l);
       const two_row_run a = run_rows(with_after, rows, 6), b = run_rows(without, rows, 6);
       INFO("rows ", rows, ", split ", split);
-      CHECK(a.frames == b.frames);
-      REQUIRE(a.talker.size() == b.talker.size());
-      REQUIRE(a.predictor.size() == b.predictor.size());
-      CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+      check_same_bits(a, b);
     }
 }
 
@@ -999,17 +999,13 @@ TEST_CASE("programmatic dependent launch gives the decode step and the prefill t
       const two_row_run a = run_two_rows(with_pdl, 24, sample), b = run_two_rows(without, 24, sample);
       CHECK(with_pdl.gpu.graph_programmatic_edges(2) > 0);
       CHECK(without.gpu.graph_programmatic_edges(2) == 0);
-      CHECK(a.frames == b.frames);
-      REQUIRE(a.talker.size() == b.talker.size());
-      REQUIRE(a.predictor.size() == b.predictor.size());
-      CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+      check_same_bits(a, b);
     }
   }
 }
 
 TEST_CASE("programmatic dependent launch gives the decode step at 40 rows the same bits as ordinary launches, the "
-          "products on the tensor cores in eight n-tiles with the default split and norms after" *
+          "products on the tensor cores in eight n-tiles with the default split and the norms after" *
           doctest::skip(!mstar::test::has_gpu())) {
   // The eight-tile kernel, its split's last-block sums and the norm after each o and down projection, each waiting
   // for its predecessor under programmatic launches; greedy, 12 frames.
@@ -1021,11 +1017,7 @@ TEST_CASE("programmatic dependent launch gives the decode step at 40 rows the sa
   const two_row_run a = run_rows(with_pdl, 40, 12), b = run_rows(without, 40, 12);
   CHECK(with_pdl.gpu.graph_programmatic_edges(40) > 0);
   CHECK(without.gpu.graph_programmatic_edges(40) == 0);
-  CHECK(a.frames == b.frames);
-  REQUIRE(a.talker.size() == b.talker.size());
-  REQUIRE(a.predictor.size() == b.predictor.size());
-  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+  check_same_bits(a, b);
 }
 
 TEST_CASE("decode-step graphs captured up front for every row count are replayed with the bits of graphs captured "
@@ -1041,11 +1033,7 @@ TEST_CASE("decode-step graphs captured up front for every row count are replayed
   const two_row_run a = run_two_rows(ahead, 6), b = run_two_rows(lazy, 6);
   CHECK(ahead.gpu.decode_graphs() == 2); // the steps replayed what was captured, capturing nothing more
   CHECK(lazy.gpu.decode_graphs() == 1);
-  CHECK(a.frames == b.frames);
-  REQUIRE(a.talker.size() == b.talker.size());
-  REQUIRE(a.predictor.size() == b.predictor.size());
-  CHECK(std::memcmp(a.talker.data(), b.talker.data(), a.talker.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(a.predictor.data(), b.predictor.data(), a.predictor.size() * sizeof(float)) == 0);
+  check_same_bits(a, b);
 }
 
 TEST_CASE("the fused decode attention in shares of a few tokens, or of one block a row, gives the equal shares' codes "
