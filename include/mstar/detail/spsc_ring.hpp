@@ -111,36 +111,34 @@ constexpr std::chrono::nanoseconds sleep_for_wait(const backoff_policy& policy,
 
 // A thread's doorbell: its idle sleeps (backoff::pause_idle) end as soon as another thread rings it,
 // so that sleeping long costs an idle thread nothing in wake-up latency. The ringer first makes the
-// work it brings visible (a flag, a ring's item), then rings; the sleeper, having said it sleeps,
-// looks once more for that work (still_idle) before sleeping, so one of the two always sees the other
-// (both sides are sequentially consistent). ring() costs a fence and one load while the thread is
-// awake; a ring that finds it awake is dropped.
+// work it brings visible (a flag, a ring's item), then rings; the sleeper looks for that work
+// (still_idle) under the bell's mutex before sleeping, and the ringer takes the mutex too, so either
+// the sleeper sees the work or the ringer finds it asleep and wakes it. Only the transitions ring (a
+// submit, an idle's end, a thread's end), never the per-step handoffs, so the mutex is off the
+// per-step path.
 class doorbell {
 public:
   void ring() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!asleep_.load(std::memory_order_seq_cst)) return;
-    {
-      std::lock_guard g(m_);
-      rung_ = true;
-    }
+    std::lock_guard g(m_);
+    if (!asleep_) return;
+    rung_ = true;
     cv_.notify_one();
   }
   // Sleeps for `d` or until rung, unless still_idle() says work came meanwhile.
   template <class StillIdle>
   void sleep_for(std::chrono::nanoseconds d, StillIdle&& still_idle) {
     std::unique_lock g(m_);
-    asleep_.store(true, std::memory_order_seq_cst);
-    if (still_idle()) cv_.wait_for(g, d, [&] { return rung_; });
+    if (!still_idle()) return;
+    asleep_ = true;
+    cv_.wait_for(g, d, [&] { return rung_; });
+    asleep_ = false;
     rung_ = false;
-    asleep_.store(false, std::memory_order_relaxed);
   }
 
 private:
   std::mutex m_;
   std::condition_variable cv_;
-  bool rung_ = false; // under m_
-  std::atomic<bool> asleep_{false};
+  bool asleep_ = false, rung_ = false; // under m_
 };
 
 // The state of one wait: construct it when the wait starts (free: no clock read), call pause() after

@@ -67,7 +67,7 @@ public:
         // after such an idle ring the GPU and plan threads awake (their sleeps look at `idle` first).
         const bool idle = live_ == 0 && backlog_.empty() && !inbox_.flag();
         if (idle != sh_.idle.load(std::memory_order_relaxed)) {
-          sh_.idle.store(idle, std::memory_order_seq_cst);
+          sh_.idle.store(idle, std::memory_order_release);
           if (!idle) {
             sh_.gpu_bell.ring();
             sh_.plan_bell.ring();

@@ -159,7 +159,7 @@ private:
       } else if (in_flight_.empty() && staged_ == no_record && sh_.idle.load(std::memory_order_relaxed))
         // Nothing in flight, no request live: a new one comes through the main thread, which rings.
         wait.pause_idle(sh_.gpu_bell, [&] {
-          return sh_.idle.load(std::memory_order_seq_cst) && !sh_.gpu_stop.load(std::memory_order_seq_cst) &&
+          return sh_.idle.load(std::memory_order_acquire) && !sh_.gpu_stop.load(std::memory_order_acquire) &&
                  !inbox_.aborted();
         });
       else

@@ -48,7 +48,7 @@ private:
           wait.pause_expecting();
         else if (sh_.idle.load(std::memory_order_relaxed) && !sh_.chain_busy.load(std::memory_order_relaxed))
           wait.pause_idle(sh_.plan_bell, [&] {
-            return sh_.idle.load(std::memory_order_seq_cst) && !sh_.plan_stop.load(std::memory_order_seq_cst) &&
+            return sh_.idle.load(std::memory_order_acquire) && !sh_.plan_stop.load(std::memory_order_acquire) &&
                    !inbox_.aborted();
           });
         else
