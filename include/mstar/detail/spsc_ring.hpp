@@ -100,9 +100,8 @@ struct backoff_policy {
 };
 
 // How long an idle wait (backoff::pause_idle) that has lasted `waited` sleeps once past
-// policy.idle_before_sleep: waited / 16,
-// within [sleep_quantum, max(sleep_quantum, longest_sleep)]. The latency a sleep adds is then at most a
-// sixteenth of the idle time before it (and at most longest_sleep), the wake-ups fall as the idle lasts.
+// policy.idle_before_sleep: waited / 16 within [sleep_quantum, max(sleep_quantum, longest_sleep)], so
+// the wake-ups fall as the idle lasts.
 constexpr std::chrono::nanoseconds sleep_for_wait(const backoff_policy& policy,
                                                   std::chrono::nanoseconds waited) noexcept {
   const auto longest = std::max(policy.sleep_quantum, policy.longest_sleep);
