@@ -287,9 +287,9 @@ stage_codec() {
     tail -5 "$d/memcheck.log"
   fi
   # MSTAR_CODEC_MATHS: the maths the bench times (a comma list of codec_math_named's names; default all five, the
-  # fifth, tf32-conv, where the build found CUTLASS) and
-  # the beside bench runs the codec in (default its own); MSTAR_CODEC_SMS: the beside bench's codec on each of
-  # these SM counts (--codec-sms, e.g. 0,32,64; default the whole GPU).
+  # fifth, tf32-conv, where the build found CUTLASS) and the beside bench runs the codec in (default its own, auto:
+  # the service's); MSTAR_CODEC_SMS: the beside bench's codec on each of these SM counts (--codec-sms, e.g. 0,32,64;
+  # default the whole GPU).
   timeout 120 "$b/examples/qwen3_tts/codec/qwen3tts_codec_bench" ${MSTAR_CODEC_MATHS:+--math "$MSTAR_CODEC_MATHS"} \
     2>&1 | tee "$d/bench.log"
   local bench=${PIPESTATUS[0]} math

@@ -9,7 +9,10 @@
 // on the whole GPU.
 //
 //   qwen3tts_beside_bench [--rows 1,8,32,64] [--width 4] [--iters 50]
-//                         [--codec-math cublas|tf32|fp16|double|tf32-conv|fp16-conv] [--codec-sms 0,32,64]
+//                         [--codec-math auto|cublas|tf32|fp16|double|tf32-conv|fp16-conv] [--codec-sms 0,32,64]
+//
+// --codec-math: the codec's sums (codec_math_named); the default, auto, is the service's (qwen3tts serve, synth and
+// loadgen), so the figures are the lane's cost as served.
 #include "codec_cuda.hpp"
 #include "codec_random.hpp"
 #include "talker_cuda.hpp"
@@ -34,7 +37,7 @@ using bench::median;
 int main(int argc, char** argv) try {
   std::vector<int> rows_list = {1, 8, 32, 64};
   int width = 4, iters = 50;
-  std::string math = "cublas";
+  std::string math = "auto"; // the service's default codec math
   std::vector<int> sms_list = {0};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -81,7 +84,7 @@ int main(int argc, char** argv) try {
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device %s; Talker 0.6B decode step (graph, %d KV tokens a row) alone and with the codec (%s, %d-frame "
               "windows, the same rows) decoding on its own stream; median of %d steps\n",
-              prop.name, kv, math.c_str(), width, iters);
+              prop.name, kv, (math + " = " + codec_math_label(codec_math)).c_str(), width, iters);
   cudaEvent_t e0, e1;
   check(cudaEventCreate(&e0), "cudaEventCreate");
   check(cudaEventCreate(&e1), "cudaEventCreate");
