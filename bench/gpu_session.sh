@@ -49,9 +49,10 @@
 #              (qwen3tts_talker_bench --prefill-tokens, --sample, --pdl; MSTAR_PREFILL_SIZES, _ROWS, _TOKENS, _PDL;
 #              about 2 minutes)
 #   diagnose   where the real model's time goes under load: the beside bench (decode step alone, beside the codec,
-#              at both Talker stream priorities; float32 and TF32 codec), `qwen3tts loadgen --trace` at c = 1, 16
-#              and 64 (lane on; c = 64 also lane off and TF32) read by bench/reference/trace_summary.py, and the
-#              server at c = 16 and 64 through loadgen-http (about 5 minutes, building included);
+#              at both Talker stream priorities; the service's codec math and cuBLAS fp16), `qwen3tts loadgen
+#              --trace` at c = 1, 16 and 64 (lane on; c = 64 also lane off and TF32) read by
+#              bench/reference/trace_summary.py, and the server at c = 16 and 64 through loadgen-http (about 5
+#              minutes, building included);
 #              MSTAR_DIAGNOSE_ARMS="c,lane[,math] ..." picks the loadgen arms, MSTAR_DIAGNOSE_WAVES (default 2) the
 #              waves of c requests each measures, MSTAR_DIAGNOSE_BESIDE=0 leaves the beside bench out
 #   codecwait  end to end (qwen3tts loadgen, the compare stage's checkpoint, c = 1, 16, 64): lane on and auto, with
@@ -681,7 +682,7 @@ stage_diagnose() {
   "$q" loadgen --help > /dev/null 2>&1 ||
     { summary+=("diagnose: $q has no loadgen (built without cpp-httplib? carry build-carry, see the top)"); return; }
   [ "${MSTAR_DIAGNOSE_BESIDE:-1}" = 1 ] && build_gpu diagnose "$d" examples/qwen3_tts/pipeline/qwen3tts_beside_bench &&
-  for math in cublas tf32; do
+  for math in auto fp16; do
     timeout 120 "$b/examples/qwen3_tts/pipeline/qwen3tts_beside_bench" --iters 20 --codec-math "$math" 2>&1 |
       tee "$d/beside_$math.log"
     summarize "beside $math: " "$d/beside_$math.log"
