@@ -788,5 +788,7 @@ for s in "$@"; do
   fi
 done
 echo
-echo "== gpu_session.sh"
+# The card, since a call naming one kind may be given another (the figures of two cards are not compared).
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+echo "== gpu_session.sh on ${card:-no GPU}"
 for line in "${summary[@]}"; do echo "  $line"; done
