@@ -399,26 +399,24 @@ TEST_CASE("on the host Talker's path at twelve rows, the tensor-core products' t
   compare_runs(m, prompts, 8);
 }
 
-TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits, before touching the device") {
-  for (const int k : {0, cuda::max_gemv_splits + 1}) {
-    talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, 16, true, true, 0, true};
-    l.gemv_k_split = k;
-    const std::string why =
-        "gemv_k_split " + std::to_string(k) + " outside [1, " + std::to_string(cuda::max_gemv_splits) + "]";
-    CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
-                         std::invalid_argument);
-  }
-}
-
-TEST_CASE("a CUDA Talker refuses a gemv_norm_after_rows outside 0..max_mma_gemv_rows, before touching the device") {
-  for (const int n : {-1, cuda::max_mma_gemv_rows + 1}) {
-    talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, 16, true, true, 0, true};
-    l.gemv_norm_after_rows = n;
-    const std::string why =
-        "gemv_norm_after_rows " + std::to_string(n) + " outside [0, " + std::to_string(cuda::max_mma_gemv_rows) + "]";
-    CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
-                         std::invalid_argument);
-  }
+TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits and a gemv_norm_after_rows outside "
+          "0..max_mma_gemv_rows, before touching the device") {
+  struct knob {
+    int talker_cuda_limits::*field;
+    const char* name;
+    int lo, hi;
+  };
+  for (const knob& k :
+       {knob{&talker_cuda_limits::gemv_k_split, "gemv_k_split", 1, cuda::max_gemv_splits},
+        knob{&talker_cuda_limits::gemv_norm_after_rows, "gemv_norm_after_rows", 0, cuda::max_mma_gemv_rows}})
+    for (const int v : {k.lo - 1, k.hi + 1}) {
+      talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, 16, true, true, 0, true};
+      l.*k.field = v;
+      const std::string why = std::string(k.name) + " " + std::to_string(v) + " outside [" + std::to_string(k.lo) +
+                              ", " + std::to_string(k.hi) + "]";
+      CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
+                           std::invalid_argument);
+    }
 }
 
 TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
