@@ -32,6 +32,11 @@
 #   codec_profile  the same for one codec step at the released size, 8 frames a row, at 8 and 64 rows
 #   attention  the decode step with the Talker's decode attention in equal shares and in chunks of N tokens
 #              (qwen3tts_talker_bench --attention-chunk), 1-64 rows, contexts of 256 and 1024 tokens (about 2 minutes)
+#   flashinfer the Talker's decode attention (one launch: q/k norm, RoPE, append, attention) against FlashInfer's batch
+#              decode over the same paged cache, 1-128 rows, contexts of 17, 256 and 1024 tokens, with the HBM floor
+#              and whether each gives a row the same bits alone and among others (qwen3tts_attention_bench: in the
+#              carried build, or built here where third_party/flashinfer is carried; a minute); MSTAR_FLASHINFER_ARGS
+#              other arguments
 #   persistent the code predictor's chain of products (weights only) as a graph of kernels, with PDL, as one
 #              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
 #              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
@@ -559,6 +564,21 @@ stage_attention() {
   done
 }
 
+# The Talker's decode attention against FlashInfer's over the same cache (see the list at the top). The bench is
+# built only where FlashInfer's headers are (scripts/flashinfer.sh; carry third_party/flashinfer to build it here).
+stage_flashinfer() {
+  local d="$out/flashinfer" rc
+  mkdir -p "$d"
+  build_gpu "flashinfer" "$d" examples/qwen3_tts/talker/qwen3tts_attention_bench || return
+  # shellcheck disable=SC2086 # the arguments are words
+  timeout 240 build-talker-gpu/examples/qwen3_tts/talker/qwen3tts_attention_bench ${MSTAR_FLASHINFER_ARGS:-} \
+    > "$d/bench.log" 2>&1
+  rc=$?
+  cat "$d/bench.log"
+  summary+=("flashinfer: rc $rc")
+  summarize "" "$d/bench.log" '( +[0-9]+ +[0-9]+ |FAILED)'
+}
+
 # Whether a persistent kernel would pay for the code predictor: its chain of products (weights only, 15 passes x 5
 # layers) as a graph of kernels, with PDL, as one cooperative kernel with grid-wide barriers, and as one whose
 # blocks stream their weights into shared memory ahead of the barriers, at 1-8 rows, against the HBM floor
@@ -777,7 +797,7 @@ stage_ab() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | diagnose | codecwait | \
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | flashinfer | diagnose | codecwait | \
       decode | prefill | large | persistent | ab | carried)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2

@@ -55,33 +55,8 @@
 namespace {
 
 using qwen3_tts::bench::check;
+using qwen3_tts::bench::copy_rate;
 using qwen3_tts::bench::int_list;
-
-// Device-to-device copy rate in bytes moved (read + written) per second, best of 10 copies of 1 GiB.
-double copy_rate(cudaStream_t s) {
-  const std::size_t n = std::size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  check(cudaMalloc(&a, n), "cudaMalloc (copy rate)");
-  check(cudaMalloc(&b, n), "cudaMalloc (copy rate)");
-  cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "cudaEventCreate");
-  check(cudaEventCreate(&e1), "cudaEventCreate");
-  float best = 1e30f;
-  for (int i = 0; i < 11; ++i) {
-    check(cudaEventRecord(e0, s), "cudaEventRecord");
-    check(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync D2D");
-    check(cudaEventRecord(e1, s), "cudaEventRecord");
-    check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    if (i > 0) best = std::min(best, ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * double(n) / (double(best) * 1e-3);
-}
 
 void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, const std::vector<int>& row_counts, int kv,
                  int iters, double rate, bool sample, bool profile, const qwen3_tts::talker_cuda_limits& knobs,
