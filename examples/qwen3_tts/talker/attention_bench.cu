@@ -12,6 +12,9 @@
 //   ours c256    the same with attention_chunk 256 (one block a row and KV head up to 256 tokens);
 //   fi           FlashInfer's BatchDecodeWithPagedKVCache (CUDA-cores decode, its own plan of KV splits) alone,
 //                on a bf16 query normalised and rotated beforehand;
+//   fi 1blk      FlashInfer's decode kernel without its plan: one block a row and KV head over the row's whole context
+//                (what its plan gives where the batch fills the GPU), so that a row's bits follow its own context
+//                only, as the Talker's codes need;
 //   fi+append    qk_norm_rope_append (the Talker's norm, RoPE and append as its own launch) and then fi: what
 //                FlashInfer would cost in the Talker's step, bar the query's bf16 conversion.
 // floor: the K and V bytes a launch reads over the device-to-device copy rate measured in the same run.
@@ -113,6 +116,8 @@ struct setup {
   void *fi_float = nullptr, *fi_int = nullptr, *fi_int_pinned = nullptr;
   std::size_t fi_float_bytes = std::size_t(128) << 20, fi_int_bytes = std::size_t(8) << 20;
   flashinfer::DecodePlanInfo plan{};
+  // fi 1blk's work list: block b is row b's whole context (request b, tile 0).
+  std::int32_t *whole_rows = nullptr, *zeros = nullptr;
   std::vector<void*> owned;
 
   cu::paged_view view() const {
@@ -162,6 +167,10 @@ setup make_setup(int rows, int kv, int heads, int kv_heads, bool same_pages, int
   u.page_indices = upload(indices);
   u.last_page_len = upload(last);
   u.positions = upload(pos);
+  std::vector<std::int32_t> iota_rows(n_rows);
+  std::iota(iota_rows.begin(), iota_rows.end(), 0);
+  u.whole_rows = upload(iota_rows);
+  u.zeros = upload(std::vector<std::int32_t>(n_rows, 0));
   const std::size_t layer_elems = std::size_t(pool_pages) * page_tokens * kv_heads * head_dim;
   for (int l = 0; l < layers; ++l) {
     cu::kv_layer c;
@@ -236,10 +245,27 @@ void free_setup(setup& u) {
     cudaFree(c.k);
     cudaFree(c.v);
   }
-  for (void* p : {(void*)u.qo_indptr, (void*)u.page_indptr, (void*)u.page_indices, (void*)u.last_page_len,
-                  (void*)u.positions, (void*)u.qkv, (void*)u.q_norm, (void*)u.k_norm, (void*)u.inv_freq, (void*)u.q32,
-                  (void*)u.q16, (void*)u.out_ours, (void*)u.out_fi, (void*)u.scratch.acc, (void*)u.scratch.m,
-                  (void*)u.scratch.l, (void*)u.scratch.counters, u.fi_float, u.fi_int})
+  for (void* p : {(void*)u.qo_indptr,
+                  (void*)u.page_indptr,
+                  (void*)u.page_indices,
+                  (void*)u.last_page_len,
+                  (void*)u.positions,
+                  (void*)u.qkv,
+                  (void*)u.q_norm,
+                  (void*)u.k_norm,
+                  (void*)u.inv_freq,
+                  (void*)u.q32,
+                  (void*)u.q16,
+                  (void*)u.out_ours,
+                  (void*)u.out_fi,
+                  (void*)u.scratch.acc,
+                  (void*)u.scratch.m,
+                  (void*)u.scratch.l,
+                  (void*)u.scratch.counters,
+                  (void*)u.whole_rows,
+                  (void*)u.zeros,
+                  u.fi_float,
+                  u.fi_int})
     cudaFree(p);
   cudaFreeHost(u.fi_int_pinned);
 }
@@ -249,7 +275,8 @@ void run_ours(setup& u, int layer, int chunk, cudaStream_t s) {
                        u.heads, u.kv_heads, head_dim, eps, u.scratch, splits, s, chunk);
 }
 
-void run_fi(setup& u, int layer, cudaStream_t s) {
+// whole: fi 1blk (no plan, no split); else as FlashInfer's plan says.
+void run_fi(setup& u, int layer, cudaStream_t s, bool whole = false) {
   const cu::kv_layer& c = u.caches[std::size_t(layer)];
   flashinfer::paged_kv_t<bf16, std::int32_t> kv(
       std::uint32_t(u.kv_heads), std::uint32_t(page_tokens), std::uint32_t(head_dim), std::uint32_t(u.rows),
@@ -283,6 +310,16 @@ void run_fi(setup& u, int layer, cudaStream_t s) {
     if (u.plan.enable_cuda_graph) p.block_valid_mask = reinterpret_cast<bool*>(ib + u.plan.block_valid_mask_offset);
   }
   p.padded_batch_size = std::uint32_t(u.plan.padded_batch_size);
+  if (whole) {
+    p.request_indices = u.whole_rows;
+    p.kv_tile_indices = u.zeros;
+    p.o_indptr = u.whole_rows;
+    p.kv_chunk_size_ptr = u.zeros; // read, unused without partition_kv
+    p.block_valid_mask = nullptr;
+    p.padded_batch_size = std::uint32_t(u.rows);
+    tmp_v = nullptr;
+    tmp_s = nullptr;
+  }
   check(flashinfer::BatchDecodeWithPagedKVCacheDispatched<head_dim, fi_rope, fi_variant>(p, tmp_v, tmp_s,
                                                                                          /*enable_pdl=*/false, s),
         "FlashInfer BatchDecodeWithPagedKVCacheDispatched");
@@ -337,7 +374,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // Whether row r of `rows` has row 0's bits (every row reads the same context), for each system; and row 0 of a
 // launch of `rows` rows against row 0 of a launch of one row.
 struct bits_result {
-  bool ours_same = true, fi_same = true;
+  bool ours_same = true, fi_same = true, whole_same = true;
 };
 
 bits_result check_bits(int rows, int kv, int heads, int kv_heads, cudaStream_t s) {
@@ -345,19 +382,26 @@ bits_result check_bits(int rows, int kv, int heads, int kv_heads, cudaStream_t s
   setup many = make_setup(rows, kv, heads, kv_heads, /*same_pages=*/true, 1, s);
   // Each its own cache of equal values (the same seeds and page order); the rows of `many` all append equal bytes
   // to the one shared slot, which make_setup's append already holds.
+  const std::size_t per = std::size_t(heads) * head_dim;
+  auto same_rows = [&](const bf16* a, const bf16* b) {
+    const auto alone = download(a, per), among = download(b, per * std::size_t(rows));
+    bool same = true;
+    for (int r = 0; r < rows; ++r)
+      same = same && std::memcmp(among.data() + std::size_t(r) * per, alone.data(), per * sizeof(float)) == 0;
+    return same;
+  };
+  bits_result b;
   run_ours(one, 0, 0, s);
   run_fi(one, 0, s);
   run_ours(many, 0, 0, s);
   run_fi(many, 0, s);
   check(cudaStreamSynchronize(s), "bits check");
-  const std::size_t per = std::size_t(heads) * head_dim;
-  const auto o1 = download(one.out_ours, per), f1 = download(one.out_fi, per);
-  const auto on = download(many.out_ours, per * rows), fn = download(many.out_fi, per * rows);
-  bits_result b;
-  for (int r = 0; r < rows; ++r) {
-    b.ours_same = b.ours_same && std::memcmp(on.data() + r * per, o1.data(), per * sizeof(float)) == 0;
-    b.fi_same = b.fi_same && std::memcmp(fn.data() + r * per, f1.data(), per * sizeof(float)) == 0;
-  }
+  b.ours_same = same_rows(one.out_ours, many.out_ours);
+  b.fi_same = same_rows(one.out_fi, many.out_fi);
+  run_fi(one, 0, s, /*whole=*/true);
+  run_fi(many, 0, s, /*whole=*/true);
+  check(cudaStreamSynchronize(s), "bits check");
+  b.whole_same = same_rows(one.out_fi, many.out_fi);
   free_setup(one);
   free_setup(many);
   return b;
@@ -397,8 +441,8 @@ int main(int argc, char** argv) try {
   std::printf("device %s (%d SMs, L2 %d MB); copy rate %.0f GB/s; %d query / %d KV heads of %d, pages of %d tokens\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rate / 1e9, heads, kv_heads, head_dim,
               page_tokens);
-  std::printf("%5s %5s %8s %9s %9s %9s %9s %9s %11s %10s %12s\n", "rows", "kv", "layers", "ours us", "c256 us", "fi us",
-              "fi+app us", "floor us", "ours/fi+app", "fi diff", "row bits");
+  std::printf("%5s %5s %6s %8s %8s %8s %8s %9s %8s %11s %9s %15s\n", "rows", "kv", "layers", "ours us", "c256 us",
+              "fi us", "fi 1blk", "fi+app us", "floor us", "ours/fi+app", "fi diff", "row bits");
   bool ok = true;
   for (int kv : kv_list)
     for (int rows : rows_list) {
@@ -406,28 +450,33 @@ int main(int argc, char** argv) try {
       // Enough layers that a replay reads at least 256 MB (several times the L2), at least 4, at most 128.
       const int layers = int(std::clamp<std::size_t>((std::size_t(256) << 20) / per_launch + 1, 4, 128));
       setup u = make_setup(rows, kv, heads, kv_heads, /*same_pages=*/false, layers, s);
+      const std::size_t n = std::size_t(rows) * heads * head_dim;
       run_ours(u, 0, 0, s);
       run_fi(u, 0, s);
       check(cudaStreamSynchronize(s), "first launches");
-      const std::size_t n = std::size_t(rows) * heads * head_dim;
-      const double diff = rel_diff(download(u.out_fi, n), download(u.out_ours, n));
+      const auto ours_out = download(u.out_ours, n);
+      double diff = rel_diff(download(u.out_fi, n), ours_out);
+      run_fi(u, 0, s, /*whole=*/true);
+      check(cudaStreamSynchronize(s), "first launches");
+      diff = std::max(diff, rel_diff(download(u.out_fi, n), ours_out));
       const double ours = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 0, s); });
       const double c256 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 256, s); });
       const double fi = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s); });
+      const double whole = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s, /*whole=*/true); });
       const double fi_app = time_arm(u, iters, s, [&](int l) {
         run_append(u, l, s);
         run_fi(u, l, s);
       });
       const double floor_us = 1e6 * double(u.kv_bytes_per_launch()) / (rate / 2.0);
       const bits_result b = check_bits(rows, kv, heads, kv_heads, s);
-      char bits[32];
-      std::snprintf(bits, sizeof bits, "%s/%s", b.ours_same ? "same" : "DIFF", b.fi_same ? "same" : "diff");
-      std::printf("%5d %5d %8d %9.2f %9.2f %9.2f %9.2f %9.2f %11.2f %10.2e %12s\n", rows, kv, layers, ours, c256, fi,
-                  fi_app, floor_us, ours / fi_app, diff, bits);
-      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_c256_us=%.3f fi_us=%.3f fi_append_us=%.3f "
-                  "floor_us=%.3f fi_rel_diff=%.3e fi_split_kv=%d ours_row_bits=%s fi_row_bits=%s\n",
-                  rows, kv, ours, c256, fi, fi_app, floor_us, diff, int(u.plan.split_kv),
-                  b.ours_same ? "same" : "differ", b.fi_same ? "same" : "differ");
+      auto word = [](bool same) { return same ? "same" : "differ"; };
+      char bits[48];
+      std::snprintf(bits, sizeof bits, "%s/%s/%s", word(b.ours_same), word(b.fi_same), word(b.whole_same));
+      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %15s\n", rows, kv, layers, ours, c256,
+                  fi, whole, fi_app, floor_us, ours / fi_app, diff, bits);
+      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_c256_us=%.3f fi_us=%.3f fi_1blk_us=%.3f "
+                  "fi_append_us=%.3f floor_us=%.3f fi_rel_diff=%.3e fi_split_kv=%d row_bits(ours/fi/fi_1blk)=%s\n",
+                  rows, kv, ours, c256, fi, whole, fi_app, floor_us, diff, int(u.plan.split_kv), bits);
       // bf16 outputs of float32 sums in other orders, FlashInfer's query in bf16: a few bf16 steps at most.
       if (!(diff < 2e-2)) {
         std::fprintf(stderr,
@@ -443,8 +492,8 @@ int main(int argc, char** argv) try {
       }
       free_setup(u);
     }
-  std::printf("row bits: ours/FlashInfer, \"same\" where every row of a launch of equal contexts has the bits of a "
-              "launch of that row alone\n");
+  std::printf("row bits: ours / fi / fi 1blk, \"same\" where every row of a launch of equal contexts has the bits of "
+              "a launch of that row alone\n");
   return ok ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "qwen3tts_attention_bench: %s\n", e.what());
