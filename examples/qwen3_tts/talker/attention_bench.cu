@@ -9,7 +9,8 @@
 // reads more than the L2 holds, as the decode step does; microseconds a launch, median of `iters` replays:
 //   ours         decode_attention: the q/k RMSNorm, RoPE and the K/V append of the new token, then attention (the
 //                Talker's default: a row's context in 8 equal shares, merged in a fixed order), one launch;
-//   ours c256    the same with attention_chunk 256 (one block a row and KV head up to 256 tokens);
+//   ours 1blk    the same in one block a row and KV head (splits 1: the code predictor's, whose context is at most
+//                17 tokens);
 //   fi           FlashInfer's BatchDecodeWithPagedKVCache (CUDA-cores decode, its own plan of KV splits) alone,
 //                on a bf16 query normalised and rotated beforehand;
 //   fi 1blk      FlashInfer's decode kernel without its plan: one block a row and KV head over the row's whole context
@@ -17,7 +18,8 @@
 //                only, as the Talker's codes need;
 //   fi+append    qk_norm_rope_append (the Talker's norm, RoPE and append as its own launch) and then fi: what
 //                FlashInfer would cost in the Talker's step, bar the query's bf16 conversion.
-// floor: the K and V bytes a launch reads over the device-to-device copy rate measured in the same run.
+// floor: the K and V bytes a launch reads over the device-to-device copy rate measured in the same run (bytes
+// read and written a second, as the Talker bench's floor takes it).
 // Checks, each failing the run (exit 1) when false: FlashInfer's output agrees with ours within bf16 rounding (both
 // read the same cache, so a layout mistake shows here); ours gives a row the same bits alone and among `rows`
 // rows of the same context. Reported, not checked: whether FlashInfer does (its plan splits a row's KV by the
@@ -270,9 +272,10 @@ void free_setup(setup& u) {
   cudaFreeHost(u.fi_int_pinned);
 }
 
-void run_ours(setup& u, int layer, int chunk, cudaStream_t s) {
+// blocks: a row's context shared by this many blocks (the Talker's 8, or the predictor's 1).
+void run_ours(setup& u, int layer, int blocks, cudaStream_t s) {
   cu::decode_attention(u.qkv, u.q_norm, u.k_norm, u.inv_freq, u.caches[std::size_t(layer)], u.view(), u.out_ours,
-                       u.heads, u.kv_heads, head_dim, eps, u.scratch, splits, s, chunk);
+                       u.heads, u.kv_heads, head_dim, eps, u.scratch, blocks, s);
 }
 
 // whole: fi 1blk (no plan, no split); else as FlashInfer's plan says.
@@ -391,9 +394,9 @@ bits_result check_bits(int rows, int kv, int heads, int kv_heads, cudaStream_t s
     return same;
   };
   bits_result b;
-  run_ours(one, 0, 0, s);
+  run_ours(one, 0, splits, s);
   run_fi(one, 0, s);
-  run_ours(many, 0, 0, s);
+  run_ours(many, 0, splits, s);
   run_fi(many, 0, s);
   check(cudaStreamSynchronize(s), "bits check");
   b.ours_same = same_rows(one.out_ours, many.out_ours);
@@ -441,7 +444,7 @@ int main(int argc, char** argv) try {
   std::printf("device %s (%d SMs, L2 %d MB); copy rate %.0f GB/s; %d query / %d KV heads of %d, pages of %d tokens\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rate / 1e9, heads, kv_heads, head_dim,
               page_tokens);
-  std::printf("%5s %5s %6s %8s %8s %8s %8s %9s %8s %11s %9s %15s\n", "rows", "kv", "layers", "ours us", "c256 us",
+  std::printf("%5s %5s %6s %8s %8s %8s %8s %9s %8s %11s %9s %15s\n", "rows", "kv", "layers", "ours us", "ours 1blk",
               "fi us", "fi 1blk", "fi+app us", "floor us", "ours/fi+app", "fi diff", "row bits");
   bool ok = true;
   for (int kv : kv_list)
@@ -451,7 +454,7 @@ int main(int argc, char** argv) try {
       const int layers = int(std::clamp<std::size_t>((std::size_t(256) << 20) / per_launch + 1, 4, 128));
       setup u = make_setup(rows, kv, heads, kv_heads, /*same_pages=*/false, layers, s);
       const std::size_t n = std::size_t(rows) * heads * head_dim;
-      run_ours(u, 0, 0, s);
+      run_ours(u, 0, splits, s);
       run_fi(u, 0, s);
       check(cudaStreamSynchronize(s), "first launches");
       const auto ours_out = download(u.out_ours, n);
@@ -459,24 +462,24 @@ int main(int argc, char** argv) try {
       run_fi(u, 0, s, /*whole=*/true);
       check(cudaStreamSynchronize(s), "first launches");
       diff = std::max(diff, rel_diff(download(u.out_fi, n), ours_out));
-      const double ours = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 0, s); });
-      const double c256 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 256, s); });
+      const double ours = time_arm(u, iters, s, [&](int l) { run_ours(u, l, splits, s); });
+      const double ours1 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 1, s); });
       const double fi = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s); });
       const double whole = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s, /*whole=*/true); });
       const double fi_app = time_arm(u, iters, s, [&](int l) {
         run_append(u, l, s);
         run_fi(u, l, s);
       });
-      const double floor_us = 1e6 * double(u.kv_bytes_per_launch()) / (rate / 2.0);
+      const double floor_us = 1e6 * double(u.kv_bytes_per_launch()) / rate;
       const bits_result b = check_bits(rows, kv, heads, kv_heads, s);
       auto word = [](bool same) { return same ? "same" : "differ"; };
       char bits[48];
       std::snprintf(bits, sizeof bits, "%s/%s/%s", word(b.ours_same), word(b.fi_same), word(b.whole_same));
-      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %15s\n", rows, kv, layers, ours, c256,
+      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %15s\n", rows, kv, layers, ours, ours1,
                   fi, whole, fi_app, floor_us, ours / fi_app, diff, bits);
-      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_c256_us=%.3f fi_us=%.3f fi_1blk_us=%.3f "
+      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_1blk_us=%.3f fi_us=%.3f fi_1blk_us=%.3f "
                   "fi_append_us=%.3f floor_us=%.3f fi_rel_diff=%.3e fi_split_kv=%d row_bits(ours/fi/fi_1blk)=%s\n",
-                  rows, kv, ours, c256, fi, whole, fi_app, floor_us, diff, int(u.plan.split_kv), bits);
+                  rows, kv, ours, ours1, fi, whole, fi_app, floor_us, diff, int(u.plan.split_kv), bits);
       // bf16 outputs of float32 sums in other orders, FlashInfer's query in bf16: a few bf16 steps at most.
       if (!(diff < 2e-2)) {
         std::fprintf(stderr,
