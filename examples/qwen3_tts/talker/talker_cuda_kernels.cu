@@ -324,11 +324,8 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
 // merges them in shared memory, and where a row has several splits the last block of the row's kv head to
 // finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
 // A row's result depends on its own length, `splits` and `chunk` only, never on the other rows of the step.
-// Registers: at most 64 a thread for groups of up to 2 query heads (the Talker's 16 over 8), so that 8 blocks fit
-// an SM where 79 left room for 6: at many rows the launch is thousands of short, latency-bound blocks, and their
-// count in flight bounds it (a few bytes spill to L1). Larger groups keep what they need.
 template <int D, int G>
-__global__ void __launch_bounds__(128, G <= 2 ? 8 : 1)
+__global__ void __launch_bounds__(128)
     decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
                             kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
                             decode_scratch scratch, int chunk) {
