@@ -1062,44 +1062,6 @@ TEST_CASE("the fused decode attention in shares of a few tokens, or of one block
   }
 }
 
-TEST_CASE("the decode attention over spans merged by a tree gives the equal shares' codes and logits" *
-          doctest::skip(!mstar::test::has_gpu())) {
-  // talker_cuda_limits::attention_span: spans of 1 token (a tree of up to 18 leaves), 4 and 64 (one span), their
-  // blocks a row by the row count; the bound and the codes as in the chunk test above.
-  auto run = [](int span) {
-    talker_cuda_limits l{2, 128, 96, 4, 96};
-    l.attention_span = span;
-    rig m(tiny_config(), l);
-    return run_two_rows(m, 10);
-  };
-  const two_row_run equal = run(0);
-  for (const int span : {1, 4, 64}) {
-    CAPTURE(span);
-    const two_row_run tree = run(span);
-    REQUIRE(tree.talker.size() == equal.talker.size());
-    const float talker_err = rel_err(tree.talker.data(), equal.talker.data(), equal.talker.size());
-    const float predictor_err = rel_err(tree.predictor.data(), equal.predictor.data(), equal.predictor.size());
-    std::printf("decode attention over spans of %d against equal shares, 2 rows x 10 frames: relative logits "
-                "difference Talker %.3g, predictor %.3g\n",
-                span, double(talker_err), double(predictor_err));
-    CHECK(talker_err <= 4e-3f);
-    CHECK(predictor_err <= 4e-3f);
-    CHECK(tree.frames == equal.frames);
-  }
-}
-
-TEST_CASE("a CUDA Talker refuses a negative attention span, and one too short for its longest row, before touching "
-          "the device") {
-  talker_cuda_limits l{2, 128, 96, 4, 96};
-  l.attention_span = -1;
-  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("attention_span -1"),
-                       std::invalid_argument);
-  l.attention_span = 1;
-  l.kv_blocks = l.max_pages = 8192; // rows of up to 32768 kv indices: 4096 spans of 8 tokens
-  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("a span of at least 8 tokens"),
-                       std::invalid_argument);
-}
-
 TEST_CASE("a CUDA Talker refuses a negative attention chunk before touching the device") {
   talker_cuda_limits l{2, 128, 96, 4, 96};
   l.attention_chunk = -1;

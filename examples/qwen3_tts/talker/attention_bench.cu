@@ -11,8 +11,6 @@
 //                Talker's default: a row's context in 8 equal shares, merged in a fixed order), one launch;
 //   ours 1blk    the same in one block a row and KV head (splits 1: the code predictor's, whose context is at most
 //                17 tokens);
-//   tree         decode_attention_tree: the same work over spans of 32 tokens merged by a fixed tree, its blocks a row
-//                by the row count (decode_tree_blocks), a row's bits its own whatever the blocks;
 //   fi           FlashInfer's BatchDecodeWithPagedKVCache (CUDA-cores decode, its own plan of KV splits) alone,
 //                on a bf16 query normalised and rotated beforehand;
 //   fi 1blk      FlashInfer's decode kernel without its plan: one block a row and KV head over the row's whole context
@@ -22,11 +20,10 @@
 //                FlashInfer would cost in the Talker's step, bar the query's bf16 conversion.
 // floor: the K and V bytes a launch reads over the device-to-device copy rate measured in the same run (bytes
 // read and written a second, as the Talker bench's floor takes it).
-// Checks, each failing the run (exit 1) when false: FlashInfer's output and the tree's agree with ours within bf16
-// rounding (all read the same cache, so a layout mistake shows here); ours and the tree give a row the same bits
-// alone and among `rows` rows of the same context, and the tree the same bits in 1 block a row as in 16. Reported, not
-// checked: whether FlashInfer does (its plan splits a row's KV by the batch's size), the property the Talker's codes
-// rely on (docs/model.md).
+// Checks, each failing the run (exit 1) when false: FlashInfer's output agrees with ours within bf16 rounding (both
+// read the same cache, so a layout mistake shows here); ours gives a row the same bits alone and among `rows`
+// rows of the same context. Reported, not checked: whether FlashInfer does (its plan splits a row's KV by the
+// batch's size), the property the Talker's codes rely on (docs/model.md).
 #include "talker_cuda_kernels.hpp"
 
 #include <flashinfer/attention/decode.cuh>
@@ -60,7 +57,6 @@ using qwen3_tts::bench::int_list;
 constexpr int head_dim = 128;
 constexpr int page_tokens = 16;
 constexpr int splits = 8; // the Talker's decode splits (talker_decode_splits)
-constexpr int tree_span = 32;
 constexpr float eps = 1e-6f;
 
 using fi_params = flashinfer::BatchDecodeParams<bf16, bf16, bf16, std::int32_t>;
@@ -283,13 +279,6 @@ void run_ours(setup& u, int layer, int blocks, cudaStream_t s) {
 }
 
 // whole: fi 1blk (no plan, no split); else as FlashInfer's plan says.
-// blocks: 0, by the row count (decode_tree_blocks).
-void run_tree(setup& u, int layer, cudaStream_t s, int blocks = 0) {
-  cu::decode_attention_tree(u.qkv, u.q_norm, u.k_norm, u.inv_freq, u.caches[std::size_t(layer)], u.view(), u.out_ours,
-                            u.heads, u.kv_heads, head_dim, eps, u.scratch, tree_span,
-                            blocks > 0 ? blocks : cu::decode_tree_blocks(u.rows, u.kv_heads), s);
-}
-
 void run_fi(setup& u, int layer, cudaStream_t s, bool whole = false) {
   const cu::kv_layer& c = u.caches[std::size_t(layer)];
   flashinfer::paged_kv_t<bf16, std::int32_t> kv(
@@ -388,7 +377,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // Whether row r of `rows` has row 0's bits (every row reads the same context), for each system; and row 0 of a
 // launch of `rows` rows against row 0 of a launch of one row.
 struct bits_result {
-  bool ours_same = true, fi_same = true, whole_same = true, tree_same = true;
+  bool ours_same = true, fi_same = true, whole_same = true;
 };
 
 bits_result check_bits(int rows, int kv, int heads, int kv_heads, cudaStream_t s) {
@@ -416,10 +405,6 @@ bits_result check_bits(int rows, int kv, int heads, int kv_heads, cudaStream_t s
   run_fi(many, 0, s, /*whole=*/true);
   check(cudaStreamSynchronize(s), "bits check");
   b.whole_same = same_rows(one.out_fi, many.out_fi);
-  run_tree(one, 0, s);
-  run_tree(many, 0, s);
-  check(cudaStreamSynchronize(s), "bits check");
-  b.tree_same = same_rows(one.out_ours, many.out_ours);
   free_setup(one);
   free_setup(many);
   return b;
@@ -459,8 +444,8 @@ int main(int argc, char** argv) try {
   std::printf("device %s (%d SMs, L2 %d MB); copy rate %.0f GB/s; %d query / %d KV heads of %d, pages of %d tokens\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rate / 1e9, heads, kv_heads, head_dim,
               page_tokens);
-  std::printf("%5s %5s %6s %8s %8s %8s %8s %8s %9s %8s %11s %9s %20s\n", "rows", "kv", "layers", "ours us", "ours 1blk",
-              "tree us", "fi us", "fi 1blk", "fi+app us", "floor us", "ours/fi+app", "fi diff", "row bits");
+  std::printf("%5s %5s %6s %8s %8s %8s %8s %9s %8s %11s %9s %15s\n", "rows", "kv", "layers", "ours us", "ours 1blk",
+              "fi us", "fi 1blk", "fi+app us", "floor us", "ours/fi+app", "fi diff", "row bits");
   bool ok = true;
   for (int kv : kv_list)
     for (int rows : rows_list) {
@@ -477,18 +462,8 @@ int main(int argc, char** argv) try {
       run_fi(u, 0, s, /*whole=*/true);
       check(cudaStreamSynchronize(s), "first launches");
       diff = std::max(diff, rel_diff(download(u.out_fi, n), ours_out));
-      // The tree: within bf16 rounding of ours, and the same bits in one block a row as in the most.
-      run_tree(u, 0, s, 1);
-      check(cudaStreamSynchronize(s), "tree");
-      const auto tree_one = download(u.out_ours, n);
-      run_tree(u, 0, s, cu::max_decode_splits);
-      check(cudaStreamSynchronize(s), "tree");
-      const bool tree_blocks_same =
-          std::memcmp(tree_one.data(), download(u.out_ours, n).data(), n * sizeof(float)) == 0;
-      const double tree_diff = rel_diff(tree_one, ours_out);
       const double ours = time_arm(u, iters, s, [&](int l) { run_ours(u, l, splits, s); });
       const double ours1 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 1, s); });
-      const double tree = time_arm(u, iters, s, [&](int l) { run_tree(u, l, s); });
       const double fi = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s); });
       const double whole = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s, /*whole=*/true); });
       const double fi_app = time_arm(u, iters, s, [&](int l) {
@@ -499,15 +474,12 @@ int main(int argc, char** argv) try {
       const bits_result b = check_bits(rows, kv, heads, kv_heads, s);
       auto word = [](bool same) { return same ? "same" : "differ"; };
       char bits[48];
-      std::snprintf(bits, sizeof bits, "%s/%s/%s/%s", word(b.ours_same), word(b.tree_same), word(b.fi_same),
-                    word(b.whole_same));
-      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %20s\n", rows, kv, layers, ours,
-                  ours1, tree, fi, whole, fi_app, floor_us, ours / fi_app, diff, bits);
-      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_1blk_us=%.3f tree_us=%.3f tree_blocks=%d "
-                  "fi_us=%.3f fi_1blk_us=%.3f fi_append_us=%.3f floor_us=%.3f fi_rel_diff=%.3e tree_rel_diff=%.3e "
-                  "tree_1_16_blocks=%s row_bits(ours/tree/fi/fi_1blk)=%s\n",
-                  rows, kv, ours, ours1, tree, cu::decode_tree_blocks(rows, kv_heads), fi, whole, fi_app, floor_us,
-                  diff, tree_diff, word(tree_blocks_same), bits);
+      std::snprintf(bits, sizeof bits, "%s/%s/%s", word(b.ours_same), word(b.fi_same), word(b.whole_same));
+      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %15s\n", rows, kv, layers, ours, ours1,
+                  fi, whole, fi_app, floor_us, ours / fi_app, diff, bits);
+      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_1blk_us=%.3f fi_us=%.3f fi_1blk_us=%.3f "
+                  "fi_append_us=%.3f floor_us=%.3f fi_rel_diff=%.3e fi_split_kv=%d row_bits(ours/fi/fi_1blk)=%s\n",
+                  rows, kv, ours, ours1, fi, whole, fi_app, floor_us, diff, int(u.plan.split_kv), bits);
       // bf16 outputs of float32 sums in other orders, FlashInfer's query in bf16: a few bf16 steps at most.
       if (!(diff < 2e-2)) {
         std::fprintf(stderr,
@@ -521,17 +493,10 @@ int main(int argc, char** argv) try {
                      kv);
         ok = false;
       }
-      if (!(tree_diff < 2e-2) || !b.tree_same || !tree_blocks_same) {
-        std::fprintf(stderr,
-                     "FAILED: decode_attention_tree (rows %d, kv %d): %.3e of the largest value from ours; a row's "
-                     "bits alone and among others %s; in 1 block a row and in 16 %s\n",
-                     rows, kv, tree_diff, word(b.tree_same), word(tree_blocks_same));
-        ok = false;
-      }
       free_setup(u);
     }
-  std::printf("row bits: ours / tree / fi / fi 1blk, \"same\" where every row of a launch of equal contexts has the "
-              "bits of a launch of that row alone\n");
+  std::printf("row bits: ours / fi / fi 1blk, \"same\" where every row of a launch of equal contexts has the bits of "
+              "a launch of that row alone\n");
   return ok ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "qwen3tts_attention_bench: %s\n", e.what());

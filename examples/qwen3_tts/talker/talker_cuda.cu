@@ -375,7 +375,7 @@ constexpr int talker_decode_splits = 8;
 // Blocks a row's context may take in the Talker's decode attention under the limits (talker_cuda_limits::
 // attention_chunk): the fixed equal shares, or up to the most the kernel takes for shares of a given size.
 int attention_splits(const talker_cuda_limits& l) {
-  return l.attention_chunk > 0 || l.attention_span > 0 ? cuda::max_decode_splits : talker_decode_splits;
+  return l.attention_chunk > 0 ? cuda::max_decode_splits : talker_decode_splits;
 }
 
 // Where each piece of a request's generation state sits in its slot row (bytes): the seed first (8-byte
@@ -396,12 +396,10 @@ state_layout layout_of(const talker_cuda_dims& d) {
 // fused: every row has one token, so qk_norm_rope_append and paged_attention may run as one launch.
 // small: a decode step's pass, whose products may run as small_gemv when the tokens are few enough.
 // splits: blocks a row's kv indices are shared by in the fused attention (scratch holds their partials); chunk: the
-// least tokens a block takes (cuda::decode_attention); span > 0: the fused attention over spans of that many tokens
-// merged by a fixed tree instead (cuda::decode_attention_tree), its blocks a row by the row count.
+// least tokens a block takes (cuda::decode_attention).
 void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_stack_dims& d, float* x, int tokens,
                const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false,
-               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1, int chunk = 0,
-               int span = 0) {
+               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1, int chunk = 0) {
   fused = fused && d.heads / d.kv_heads <= cuda::max_decode_group;
   const int h = d.hidden, qw = d.heads * d.head_dim, inter = d.intermediate;
   // On small_gemv the o and down projections add to the residual x themselves and the gate/up product
@@ -423,11 +421,7 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
         cuda::rms_norm(x, l == 0 || gemv ? nullptr : st.out, lw.input_norm, st.xn, nullptr, tokens, h, d.rms_eps, s);
       st.linear(s, lw.qkv, qkv_width(d), h, st.xn, h, st.qkv, qkv_width(d), tokens, gemv);
     }
-    if (fused && span > 0) {
-      cuda::decode_attention_tree(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn,
-                                  d.heads, d.kv_heads, d.head_dim, d.rms_eps, scratch, span,
-                                  cuda::decode_tree_blocks(tokens, d.kv_heads), s);
-    } else if (fused) {
+    if (fused) {
       cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
                              d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s, chunk);
     } else {
@@ -501,20 +495,6 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
            "] (the most rows of a tensor-core o or down projection that normalises its output; 0: none)");
   need(l.attention_chunk >= 0, "attention_chunk " + std::to_string(l.attention_chunk) +
                                    " is negative (0: equal shares; N: shares of at least N tokens)");
-  need(l.attention_span >= 0, "attention_span " + std::to_string(l.attention_span) +
-                                  " is negative (0: off; N: the tree attention over spans of N tokens)");
-  if (l.attention_span > 0) {
-    const cuda_stack_dims& T = d.talker;
-    need(cuda::decode_attention_tree_fits(T.heads, T.kv_heads, T.head_dim),
-         "attention_span " + std::to_string(l.attention_span) + ": the tree attention has no kernel for " +
-             std::to_string(T.heads) + " query heads over " + std::to_string(T.kv_heads) + " KV heads of " +
-             std::to_string(T.head_dim) + " (attention_span 0 keeps the equal shares)");
-    const long long most = static_cast<long long>(l.max_pages) * l.block_tokens;
-    need(most <= 4096LL * l.attention_span,
-         "attention_span " + std::to_string(l.attention_span) + ": a row may hold " + std::to_string(most) +
-             " kv indices (max_pages x block_tokens), more than the 4096 spans a block of the tree attention takes; "
-             "use a span of at least " + std::to_string((most + 4095) / 4096) + " tokens");
-  }
 }
 
 } // namespace
@@ -1128,7 +1108,7 @@ void talker_cuda::enqueue_talker(int rows) {
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
                               rows,         rows,           limits_.block_tokens};
   run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_, true,
-            st.attn_scratch, attention_splits(limits_), limits_.attention_chunk, limits_.attention_span);
+            st.attn_scratch, attention_splits(limits_), limits_.attention_chunk);
   st.linear(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
             rows, true);
   choose_code0(rows);

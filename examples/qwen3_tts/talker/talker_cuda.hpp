@@ -85,11 +85,6 @@ struct talker_cuda_limits {
   // never its step's other rows. For the bench (qwen3tts_talker_bench --attention-chunk): no chunk was measured
   // faster at every row count (docs/benchmarks.md), so 0 stays the default.
   int attention_chunk = 0;
-  // The Talker's fused decode attention over spans of this many tokens merged by a fixed tree
-  // (cuda::decode_attention_tree), its blocks a row following the step's row count (cuda::decode_tree_blocks: 16
-  // at a few rows, one from 128): a row's bits still follow its own length only. 0: the equal shares above (or
-  // attention_chunk's). The code predictor keeps its one block a row. For the benches (--attention-span N).
-  int attention_span = 0;
   // small_gemv's products of 2 to gemv_rows rows on the tensor cores (cuda::gemv_path::tensor_cores: a block 16
   // weight rows, m16n8k16 bf16 products with float32 sums, no norm prologue; a row's sums never depend on the
   // step's other rows), 1 row on the CUDA-core kernel: measured faster than cuBLAS at 2 to 32 rows and than the

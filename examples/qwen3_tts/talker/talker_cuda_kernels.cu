@@ -313,48 +313,44 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
   }
 }
 
-// Called by every thread of a block after its partial results are written to global memory: whether the block is the
-// last of `used` to arrive at `counter` (a ticket taken atomically after a fence), in which case every other block's
-// partials are visible to it. The caller resets the counter for the next launch.
-__device__ bool last_to_arrive(unsigned* counter, int used) {
-  __shared__ bool last;
-  __threadfence(); // this block's partials before its ticket
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == unsigned(used - 1);
-  __syncthreads();
-  const bool is_last = last;
-  if (is_last) __threadfence(); // the other blocks' partials after their tickets
-  return is_last;
-}
-
-// Lane-groups of a 4-warp block in the decode attention (D / 8 lanes a token): the parts of a share.
-template <int D>
-constexpr int decode_parts = 4 * (256 / D);
-
-// This lane's 8 elements of each of the group's query heads (normalised and rotated into q_s), times 1/sqrt(D).
+// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head,
+// split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
+// block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
+// K and V (visible to the block after the barrier). A row's kv indices go to `splits` blocks in equal shares
+// (so a short context at few rows still fills the GPU) or, with `chunk`, in shares of chunk tokens (more where
+// the row needs more than `splits` of them: a short context takes one block and no merge), and within a block
+// to its 4 warps, each warp taking 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
+// row is read once for all query heads of the group. Every lane-group runs an online softmax; the block
+// merges them in shared memory, and where a row has several splits the last block of the row's kv head to
+// finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
+// A row's result depends on its own length, `splits` and `chunk` only, never on the other rows of the step.
 template <int D, int G>
-__device__ void load_query(const float (&q_s)[G][D], float (&q)[G][8]) {
-  const int sub = (threadIdx.x & 31) % (D / 8);
-  const float scale = rsqrtf(float(D));
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      q[g][e] = q_s[g][sub * 8 + e] * scale;
-}
-
-// The block's first work in the decode attention, a warp an item: the group's query heads of row r normalised and
-// rotated into q_s (heads past the group zeroed), and, where this block owns the row's new token, its K normalised,
-// rotated and appended and its V appended. No barrier: the caller's.
-template <int D, int G>
-__device__ void prepare_group(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
-                              const kv_layer& cache, const paged_view& view, int r, int kvh, int heads, int kv_heads,
-                              float eps, bool owner, float (&q_s)[G][D]) {
-  const int group = heads / kv_heads, t = view.qo_indptr[r], j_new = kv_len_of_row(view, r) - 1;
+__global__ void __launch_bounds__(128)
+    decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
+                            kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
+                            decode_scratch scratch, int chunk) {
+  await_predecessors();
+  constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
+  constexpr int parts = warps * tokens_per_warp;
+  __shared__ float q_s[G][D];
+  __shared__ float part_m[G][parts], part_l[G][parts];
+  __shared__ float part_acc[G][parts][D];
+  __shared__ bool last_block;
+  const int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int group = heads / kv_heads;
+  const int t = view.qo_indptr[r];
+  const int len = kv_len_of_row(view, r), j_new = len - 1;
+  // A chunk of len or more is one block whatever its size: taken as len, so that split * share and
+  // len + share - 1 stay within int for any chunk (a chunk near 2^31 would wrap them).
+  const int share = max(min(chunk, len), (len + splits - 1) / splits);
+  const int begin = split * share, end = min(len, begin + share);
+  const int used = (len + share - 1) / share; // splits with at least one kv index
+  if (begin >= end) return;                   // past the row's length: no work and no part in the merge
+  const bool owner = begin <= j_new && j_new < end;
   const float pos = float(view.positions[t]);
   const float* row = qkv + std::size_t(t) * (heads + 2 * kv_heads) * D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int item = warp; item < G + 2; item += 4) {
+  for (int item = warp; item < G + 2; item += warps) {
     if (item < group)
       norm_rope_head(row + std::size_t(kvh * group + item) * D, q_norm, inv_freq, pos, eps, D, q_s[item], nullptr);
     else if (item < G)
@@ -367,27 +363,20 @@ __device__ void prepare_group(const float* qkv, const float* q_norm, const float
       store_head(row + std::size_t(heads + kv_heads + kvh) * D, D,
                  cache.v + kv_offset(view, r, j_new, kvh, kv_heads, D));
   }
-}
+  __syncthreads();
 
-// The parts of one share of row r's kv indices, [begin, end), for the group's query heads, by the block's 4 warps:
-// each lane-group runs an online softmax over its tokens begin + warp * tokens_per_warp + tok + k * stride (two in
-// flight, both K and V rows loaded before the first is used) and writes its (m, l, acc) to part warp *
-// tokens_per_warp + tok. A lane-group without a token there leaves m = -inf and l = 0. No barrier: the caller's.
-template <int D, int G>
-__device__ void attend_share(const float (&q)[G][8], const kv_layer& cache, const paged_view& view, int r, int kvh,
-                             int kv_heads, int begin, int end, float (&part_m)[G][decode_parts<D>],
-                             float (&part_l)[G][decode_parts<D>], float (&part_acc)[G][decode_parts<D>][D]) {
-  constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % lanes_per_token, tok = lane / lanes_per_token;
-  float acc[G][8], m[G], l[G];
+  const float scale = rsqrtf(float(D));
+  float q[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
+    for (int e = 0; e < 8; ++e) {
+      q[g][e] = q_s[g][sub * 8 + e] * scale;
       acc[g][e] = 0.0f;
+    }
   }
   // Two tokens a lane-group in flight: both K and V rows are loaded before the first is used.
   constexpr int stride = warps * tokens_per_warp;
@@ -444,46 +433,6 @@ __device__ void attend_share(const float (&q)[G][8], const kv_layer& cache, cons
     for (int e = 0; e < 8; ++e)
       part_acc[g][part][sub * 8 + e] = acc[g][e];
   }
-}
-
-// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head,
-// split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
-// block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
-// K and V (visible to the block after the barrier). A row's kv indices go to `splits` blocks in equal shares
-// (so a short context at few rows still fills the GPU) or, with `chunk`, in shares of chunk tokens (more where
-// the row needs more than `splits` of them: a short context takes one block and no merge), and within a block
-// to its 4 warps, each warp taking 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
-// row is read once for all query heads of the group. Every lane-group runs an online softmax; the block
-// merges them in shared memory, and where a row has several splits the last block of the row's kv head to
-// finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
-// A row's result depends on its own length, `splits` and `chunk` only, never on the other rows of the step.
-template <int D, int G>
-__global__ void __launch_bounds__(128)
-    decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
-                            kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
-                            decode_scratch scratch, int chunk) {
-  await_predecessors();
-  constexpr int parts = decode_parts<D>;
-  __shared__ float q_s[G][D];
-  __shared__ float part_m[G][parts], part_l[G][parts];
-  __shared__ float part_acc[G][parts][D];
-  const int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
-  const int group = heads / kv_heads;
-  const int t = view.qo_indptr[r];
-  const int len = kv_len_of_row(view, r), j_new = len - 1;
-  // A chunk of len or more is one block whatever its size: taken as len, so that split * share and
-  // len + share - 1 stay within int for any chunk (a chunk near 2^31 would wrap them).
-  const int share = max(min(chunk, len), (len + splits - 1) / splits);
-  const int begin = split * share, end = min(len, begin + share);
-  const int used = (len + share - 1) / share; // splits with at least one kv index
-  if (begin >= end) return;                   // past the row's length: no work and no part in the merge
-  const bool owner = begin <= j_new && j_new < end;
-  prepare_group<D, G>(qkv, q_norm, k_norm, inv_freq, cache, view, r, kvh, heads, kv_heads, eps, owner, q_s);
-  __syncthreads();
-
-  float q[G][8];
-  load_query<D, G>(q_s, q);
-  attend_share<D, G>(q, cache, view, r, kvh, kv_heads, begin, end, part_m, part_l, part_acc);
   __syncthreads();
 
   // The block's result for each (query head, element): its parts merged; one split writes it out whole.
@@ -510,7 +459,16 @@ __global__ void __launch_bounds__(128)
       }
     }
   }
-  if (used == 1 || !last_to_arrive(&scratch.counters[r * kv_heads + kvh], used)) return;
+  if (used == 1) return;
+  __threadfence(); // this block's partials before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = atomicAdd(&scratch.counters[r * kv_heads + kvh], 1u);
+    last_block = done == unsigned(used - 1);
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence(); // the other blocks' partials after their counts
   for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
     const int g = idx / D, e = idx % D;
     const int h = kvh * group + g;
@@ -527,156 +485,6 @@ __global__ void __launch_bounds__(128)
     out[(std::size_t(t) * heads + h) * D + e] = __float2bfloat16(sum_acc / sum_l);
   }
   if (threadIdx.x == 0) scratch.counters[r * kv_heads + kvh] = 0; // ready for the next launch
-}
-
-// The decode attention over fixed spans merged by a fixed tree (decode_attention_tree). A row's kv indices are cut
-// into spans of `span` tokens; a span's (m, l, acc) is its parts (attend_share) folded in part order; the spans'
-// results are merged by the complete binary tree over span indices, a missing leaf merging as nothing. Block (row,
-// kv head, b) of B takes an aligned run of `per` spans (the least power of two with per * B >= the row's spans),
-// builds its subtree as the spans come (a binary counter: a stack of one pending subtree a level, in shared memory),
-// and the last of the row's used blocks to finish builds the tree's upper levels from the blocks' subtrees in
-// `scratch`. Which block computes which subtree changes with B; the tree does not, so a row's bits follow its own
-// length and `span` only, whatever B and whatever the other rows.
-constexpr int max_tree_levels = 12; // spans a block: at most 2^12
-
-struct soft_part {
-  float m, l, a; // the running max and sum of a head, and one element of its weighted sum
-};
-
-// x then y (x the earlier kv indices), with explicit roundings so that every merge of the tree is the same
-// arithmetic; a part without kv indices (l = 0) merges as nothing, bit for bit.
-__device__ soft_part merge_soft(soft_part x, soft_part y) {
-  if (y.l == 0.0f) return x;
-  if (x.l == 0.0f) return y;
-  const float big = fmaxf(x.m, y.m);
-  const float fx = expf(x.m - big), fy = expf(y.m - big);
-  return {big, __fmaf_rn(x.l, fx, __fmul_rn(y.l, fy)), __fmaf_rn(x.a, fx, __fmul_rn(y.a, fy))};
-}
-
-// The tree's pending subtrees, one a level: element idx of head g at level v is (m[v][g], l[v][g], a[v][idx]).
-template <int W, int G>
-struct tree_stack {
-  float a[max_tree_levels][W];
-  float m[max_tree_levels][G], l[max_tree_levels][G];
-};
-
-// Pushes leaf number `count` (its elements x[k] at idx = threadIdx.x + 128 k) onto the stack: merged with the pending
-// subtree of each level while count's low bits are 1. Every thread runs it with the same count; the caller's barrier
-// comes after, before the next push or read.
-template <int D, int G, int E>
-__device__ void tree_push(tree_stack<G * D, G>& st, soft_part (&x)[E], int count, int width) {
-#pragma unroll
-  for (int k = 0; k < E; ++k) {
-    const int idx = threadIdx.x + 128 * k;
-    if (idx >= width) continue;
-    const int g = idx / D;
-    soft_part v = x[k];
-    int c = count, level = 0;
-    for (; c & 1; c >>= 1, ++level)
-      v = merge_soft({st.m[level][g], st.l[level][g], st.a[level][idx]}, v);
-    st.a[level][idx] = v.a;
-    if (idx % D == 0) {
-      st.m[level][g] = v.m;
-      st.l[level][g] = v.l;
-    }
-  }
-}
-
-// The root over the `count` leaves pushed (missing leaves merging as nothing): each pending subtree, from the lowest
-// level up, merged before the result so far.
-template <int D, int G, int E>
-__device__ void tree_root(const tree_stack<G * D, G>& st, soft_part (&x)[E], int count, int width) {
-#pragma unroll
-  for (int k = 0; k < E; ++k) {
-    const int idx = threadIdx.x + 128 * k;
-    x[k] = {-INFINITY, 0.0f, 0.0f};
-    if (idx >= width) continue;
-    const int g = idx / D;
-    for (int level = 0; level < max_tree_levels; ++level)
-      if ((count >> level) & 1) x[k] = merge_soft({st.m[level][g], st.l[level][g], st.a[level][idx]}, x[k]);
-  }
-}
-
-template <int D, int G>
-__global__ void __launch_bounds__(128)
-    decode_attention_tree_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
-                                 kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
-                                 decode_scratch scratch, int span) {
-  await_predecessors();
-  constexpr int parts = decode_parts<D>, E = (G * D + 127) / 128;
-  __shared__ float q_s[G][D];
-  __shared__ float part_m[G][parts], part_l[G][parts];
-  __shared__ float part_acc[G][parts][D];
-  __shared__ tree_stack<G * D, G> st;
-  const int r = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, blocks = gridDim.z;
-  const int group = heads / kv_heads, width = group * D;
-  const int t = view.qo_indptr[r];
-  const int len = kv_len_of_row(view, r), j_new = len - 1;
-  const int n = (len + span - 1) / span; // the row's spans
-  int per = 1;
-  while (per * blocks < n)
-    per <<= 1;
-  const int first = b * per, stop = min(n, first + per);
-  if (first >= n) return; // past the row's spans: no work and no part in the merge
-  const int used = (n + per - 1) / per;
-  const bool owner = first <= j_new / span && j_new / span < stop;
-  prepare_group<D, G>(qkv, q_norm, k_norm, inv_freq, cache, view, r, kvh, heads, kv_heads, eps, owner, q_s);
-  __syncthreads();
-  float q[G][8];
-  load_query<D, G>(q_s, q);
-  soft_part x[E];
-  for (int i = first; i < stop; ++i) {
-    attend_share<D, G>(q, cache, view, r, kvh, kv_heads, i * span, min(len, (i + 1) * span), part_m, part_l,
-                       part_acc);
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < E; ++k) {
-      const int idx = threadIdx.x + 128 * k;
-      x[k] = {-INFINITY, 0.0f, 0.0f};
-      if (idx >= width) continue;
-      const int g = idx / D, e = idx % D;
-      for (int p = 0; p < parts; ++p)
-        x[k] = merge_soft(x[k], {part_m[g][p], part_l[g][p], part_acc[g][p][e]});
-    }
-    tree_push<D, G, E>(st, x, i - first, width);
-    __syncthreads(); // the stack pushed and the parts read before the next span writes them
-  }
-  tree_root<D, G, E>(st, x, stop - first, width);
-  if (used > 1) {
-#pragma unroll
-    for (int k = 0; k < E; ++k) {
-      const int idx = threadIdx.x + 128 * k;
-      if (idx >= width) continue;
-      const int h = kvh * group + idx / D, e = idx % D;
-      const std::size_t slot = (std::size_t(r) * heads + h) * blocks + b;
-      scratch.acc[slot * D + e] = x[k].a;
-      if (e == 0) {
-        scratch.m[slot] = x[k].m;
-        scratch.l[slot] = x[k].l;
-      }
-    }
-    if (!last_to_arrive(&scratch.counters[r * kv_heads + kvh], used)) return;
-    // The tree's upper levels: the blocks' subtrees, in block order, are its leaves at level log2(per).
-    for (int u = 0; u < used; ++u) {
-#pragma unroll
-      for (int k = 0; k < E; ++k) {
-        const int idx = threadIdx.x + 128 * k;
-        if (idx >= width) continue;
-        const int h = kvh * group + idx / D, e = idx % D;
-        const std::size_t slot = (std::size_t(r) * heads + h) * blocks + u;
-        x[k] = {__ldcg(scratch.m + slot), __ldcg(scratch.l + slot), __ldcg(scratch.acc + slot * D + e)};
-      }
-      tree_push<D, G, E>(st, x, u, width);
-      __syncthreads();
-    }
-    tree_root<D, G, E>(st, x, used, width);
-    if (threadIdx.x == 0) scratch.counters[r * kv_heads + kvh] = 0; // ready for the next launch
-  }
-#pragma unroll
-  for (int k = 0; k < E; ++k) {
-    const int idx = threadIdx.x + 128 * k;
-    if (idx < width) out[(std::size_t(t) * heads + kvh * group) * D + idx] = __float2bfloat16(x[k].a / x[k].l);
-  }
 }
 
 __device__ float silu(float g) { return g / (1.0f + expf(-g)); }
@@ -1561,36 +1369,6 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
   check_launch("paged_attention");
 }
 
-namespace {
-
-// Calls f(std::integral_constant<int, D>{}, std::integral_constant<int, G>{}) with D the head size (16, 32, 64, 128 or
-// 256 are built) and G the query heads a KV head rounded up to 1, 2, 4 or 8 (the caller checked it is at most 8).
-template <class F>
-void by_head_shape(int head_dim, int group, F&& f) {
-  auto by_group = [&](auto d) {
-    if (group <= 1)
-      f(d, std::integral_constant<int, 1>{});
-    else if (group <= 2)
-      f(d, std::integral_constant<int, 2>{});
-    else if (group <= 4)
-      f(d, std::integral_constant<int, 4>{});
-    else
-      f(d, std::integral_constant<int, 8>{});
-  };
-  switch (head_dim) {
-  case 16: by_group(std::integral_constant<int, 16>{}); break;
-  case 32: by_group(std::integral_constant<int, 32>{}); break;
-  case 64: by_group(std::integral_constant<int, 64>{}); break;
-  case 128: by_group(std::integral_constant<int, 128>{}); break;
-  case 256: by_group(std::integral_constant<int, 256>{}); break;
-  default:
-    throw std::runtime_error("qwen3_tts CUDA talker: decode attention has no kernel for head_dim " +
-                             std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
-  }
-}
-
-} // namespace
-
 void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
                       paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
                       const decode_scratch& scratch, int splits, cudaStream_t s, int chunk) {
@@ -1606,61 +1384,32 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
     throw std::runtime_error("qwen3_tts CUDA talker: decode_attention chunk " + std::to_string(chunk) +
                              " is negative (0: equal shares)");
   const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(splits));
-  by_head_shape(head_dim, heads / kv_heads, [&](auto d, auto g) {
+  const int group = heads / kv_heads;
+  auto launch = [&](auto d, auto g) {
     launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm,
                   k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch, chunk);
-  });
+  };
+  auto by_group = [&](auto d) {
+    if (group <= 1)
+      launch(d, std::integral_constant<int, 1>{});
+    else if (group <= 2)
+      launch(d, std::integral_constant<int, 2>{});
+    else if (group <= 4)
+      launch(d, std::integral_constant<int, 4>{});
+    else
+      launch(d, std::integral_constant<int, 8>{});
+  };
+  switch (head_dim) {
+  case 16: by_group(std::integral_constant<int, 16>{}); break;
+  case 32: by_group(std::integral_constant<int, 32>{}); break;
+  case 64: by_group(std::integral_constant<int, 64>{}); break;
+  case 128: by_group(std::integral_constant<int, 128>{}); break;
+  case 256: by_group(std::integral_constant<int, 256>{}); break;
+  default:
+    throw std::runtime_error("qwen3_tts CUDA talker: decode attention has no kernel for head_dim " +
+                             std::to_string(head_dim) + " (16, 32, 64, 128, 256 are built; add a case here)");
+  }
   check_launch("decode_attention");
-}
-
-namespace {
-
-// Whether the tree kernel's shared memory (its stack of max_tree_levels subtrees, the parts, the query) fits the
-// static 48 KB for head size D and G query heads a KV head.
-template <int D, int G>
-constexpr bool tree_fits() {
-  return sizeof(float) * G * D * (max_tree_levels + decode_parts<D> + 1) + 4096 <= 48 * 1024;
-}
-
-} // namespace
-
-bool decode_attention_tree_fits(int heads, int kv_heads, int head_dim) {
-  if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > max_decode_group) return false;
-  if (head_dim != 16 && head_dim != 32 && head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
-  bool fits = false;
-  by_head_shape(head_dim, heads / kv_heads,
-                [&](auto d, auto g) { fits = tree_fits<decltype(d)::value, decltype(g)::value>(); });
-  return fits;
-}
-
-int decode_tree_blocks(int rows, int kv_heads) {
-  const int want = 1024 / std::max(1, rows * kv_heads); // about 1024 blocks a launch, a power of two a row
-  int blocks = 1;
-  while (blocks * 2 <= want && blocks * 2 <= max_decode_splits)
-    blocks *= 2;
-  return blocks;
-}
-
-void decode_attention_tree(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
-                           kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
-                           const decode_scratch& scratch, int span, int blocks, cudaStream_t s) {
-  if (view.rows == 0) return;
-  if (!decode_attention_tree_fits(heads, kv_heads, head_dim))
-    throw std::invalid_argument("qwen3_tts CUDA talker: decode_attention_tree has no kernel for " +
-                                std::to_string(heads) + " query heads over " + std::to_string(kv_heads) +
-                                " KV heads of " + std::to_string(head_dim) + " (use decode_attention)");
-  if (span < 1 || blocks < 1 || blocks > max_decode_splits || (blocks > 1 && (!scratch.acc || !scratch.counters)))
-    throw std::invalid_argument("qwen3_tts CUDA talker: decode_attention_tree takes a span of at least 1 token and "
-                                "1.." + std::to_string(max_decode_splits) + " blocks a row (with scratch beyond 1), not span " +
-                                std::to_string(span) + ", blocks " + std::to_string(blocks));
-  const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(blocks));
-  by_head_shape(head_dim, heads / kv_heads, [&](auto d, auto g) {
-    constexpr int D = decltype(d)::value, G = decltype(g)::value;
-    if constexpr (tree_fits<D, G>())
-      launch_kernel(&decode_attention_tree_kernel<D, G>, grid, 128, 0, s, qkv, q_norm, k_norm, inv_freq, cache, view,
-                    out, heads, kv_heads, eps, scratch, span);
-  });
-  check_launch("decode_attention_tree");
 }
 
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s) {

@@ -103,22 +103,6 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
                       paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
                       const decode_scratch& scratch, int splits, cudaStream_t s, int chunk = 0);
 
-// decode_attention with a reduction that does not change with the number of blocks a row takes: a row's kv indices
-// in spans of `span` tokens (each span's lane-groups folded in a fixed order), the spans' results merged by the
-// complete binary tree over span indices. A row takes `blocks` blocks (1..max_decode_splits), each an aligned run of
-// spans whose subtree it builds, the last to finish building the tree's top from `scratch` (rows x heads x blocks
-// partials, counters as decode_attention's). The result's bits follow the row's length and `span` only, so `blocks`
-// may follow the launch's row count (decode_tree_blocks): few rows spread a row's context over many blocks, many
-// rows take one block a row and KV head and no merge through memory. A block takes at most 4096 spans (a row of at
-// most 4096 x span x blocks kv indices). decode_attention_tree_fits says whether a head shape has a kernel (its
-// stack of subtrees in 48 KB of shared memory: 16 query heads over 8 KV heads of 128 do); the launcher throws for
-// one that does not.
-bool decode_attention_tree_fits(int heads, int kv_heads, int head_dim);
-int decode_tree_blocks(int rows, int kv_heads);
-void decode_attention_tree(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
-                           kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
-                           const decode_scratch& scratch, int span, int blocks, cudaStream_t s);
-
 // gate_up: [tokens][2 * inter] float32 (gate first, up second) -> silu(gate) * up as bf16.
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s);
 
