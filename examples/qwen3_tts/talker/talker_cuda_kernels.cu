@@ -350,31 +350,6 @@ __global__ void __launch_bounds__(128)
   const float pos = float(view.positions[t]);
   const float* row = qkv + std::size_t(t) * (heads + 2 * kv_heads) * D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int sub = lane % lanes_per_token, tok = lane / lanes_per_token;
-  // A lane-group's next two tokens, K and V rows loaded before the first is used (zeros past the share). The first
-  // two are asked for before the query's norm and rotation below, so that their latency passes during it; the new
-  // token's, which this block appends there, after the barrier (`pending`).
-  constexpr int stride = warps * tokens_per_warp;
-  const int j_first = begin + warp * tokens_per_warp;
-  uint4 kr[2], vr[2];
-  bool valid[2], pending[2];
-  auto load = [&](int j0, bool defer_new) {
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int j = j0 + u * stride + tok;
-      valid[u] = j < end;
-      pending[u] = valid[u] && defer_new && j == j_new;
-      if (valid[u] && !pending[u]) {
-        const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + sub * 8;
-        kr[u] = *reinterpret_cast<const uint4*>(cache.k + off);
-        vr[u] = *reinterpret_cast<const uint4*>(cache.v + off);
-      } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
-  };
-  load(j_first, true);
   for (int item = warp; item < G + 2; item += warps) {
     if (item < group)
       norm_rope_head(row + std::size_t(kvh * group + item) * D, q_norm, inv_freq, pos, eps, D, q_s[item], nullptr);
@@ -389,14 +364,8 @@ __global__ void __launch_bounds__(128)
                  cache.v + kv_offset(view, r, j_new, kvh, kv_heads, D));
   }
   __syncthreads();
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-    if (pending[u]) { // the new token, appended above
-      const std::size_t off = kv_offset(view, r, j_new, kvh, kv_heads, D) + sub * 8;
-      kr[u] = *reinterpret_cast<const uint4*>(cache.k + off);
-      vr[u] = *reinterpret_cast<const uint4*>(cache.v + off);
-    }
 
+  const int sub = lane % lanes_per_token, tok = lane / lanes_per_token;
   const float scale = rsqrtf(float(D));
   float q[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
@@ -409,8 +378,24 @@ __global__ void __launch_bounds__(128)
       acc[g][e] = 0.0f;
     }
   }
-  for (int j0 = j_first; j0 < end; j0 += 2 * stride) {
-    if (j0 != j_first) load(j0, false);
+  // Two tokens a lane-group in flight: both K and V rows are loaded before the first is used.
+  constexpr int stride = warps * tokens_per_warp;
+  for (int j0 = begin + warp * tokens_per_warp; j0 < end; j0 += 2 * stride) {
+    uint4 kr[2], vr[2];
+    bool valid[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int j = j0 + u * stride + tok;
+      valid[u] = j < end;
+      if (valid[u]) {
+        const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + sub * 8;
+        kr[u] = *reinterpret_cast<const uint4*>(cache.k + off);
+        vr[u] = *reinterpret_cast<const uint4*>(cache.v + off);
+      } else {
+        kr[u] = make_uint4(0, 0, 0, 0);
+        vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       float k[8], v[8];
