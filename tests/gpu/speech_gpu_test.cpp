@@ -312,7 +312,8 @@ TEST_CASE("a request's CUDA Talker state follows it to whatever row and slot eac
     prompts.push_back(prompt_of(c.prompts[std::size_t(i)]));
     built.push_back(c.talker.build_prompt(prompts.back()));
   }
-  talker_cuda_limits limits{4, 512, 256, 16, 256};
+  talker_cuda_limits limits{
+      .max_rows = 4, .max_prefill_tokens = 512, .kv_blocks = 256, .block_tokens = 16, .max_pages = 256};
   limits.state_slots = 9;
   auto gpu = cuda_talker(c, limits);
   gpu->set_sampling(talker_sampling{}); // top-k 50, temperature 0.9: draws keyed by each request's seed

@@ -147,8 +147,16 @@ struct rig {
                bool gemv_norm = talker_cuda_limits{}.gemv_norm, bool pdl = talker_cuda_limits{}.pdl,
                int attention_chunk = talker_cuda_limits{}.attention_chunk,
                bool tensor_cores = talker_cuda_limits{}.gemv_tensor_cores)
-      : gpu(cuda_dims(config), talker_cuda_limits{max_rows, 128, 96, 4, 96, 0, false, gemv_rows, gemv_norm, pdl,
-                                                  attention_chunk, tensor_cores}) {
+      : gpu(cuda_dims(config), talker_cuda_limits{.max_rows = max_rows,
+                                                  .max_prefill_tokens = 128,
+                                                  .kv_blocks = 96,
+                                                  .block_tokens = 4,
+                                                  .max_pages = 96,
+                                                  .gemv_rows = gemv_rows,
+                                                  .gemv_norm = gemv_norm,
+                                                  .pdl = pdl,
+                                                  .attention_chunk = attention_chunk,
+                                                  .gemv_tensor_cores = tensor_cores}) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
   rig(const talker_config& c, const talker_cuda_limits& limits) : config(c), gpu(cuda_dims(config), limits) {
@@ -352,7 +360,12 @@ TEST_CASE("on the host Talker's path at five rows, the predictor's first pass (1
 TEST_CASE("on the host Talker's path at five rows with the decode products on the tensor cores every CUDA Talker "
           "decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  talker_cuda_limits l{5, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+  talker_cuda_limits l{.max_rows = 5,
+                       .max_prefill_tokens = 128,
+                       .kv_blocks = 96,
+                       .block_tokens = 4,
+                       .max_pages = 96,
+                       .gemv_rows = cuda::max_mma_gemv_rows};
   rig m(tensor_core_config(), l);
   compare_runs(m, five_prompts(), 16);
 }
@@ -362,7 +375,8 @@ TEST_CASE("on the host Talker's path at twelve rows, the decode products on the 
           doctest::skip(!mstar::test::has_gpu())) {
   // The layers' and heads' products of 12 rows take the kernel's two n-tiles, the predictor's first pass (24
   // tokens) its four, with the default split and norms after the projections.
-  talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  talker_cuda_limits l{
+      .max_rows = 12, .max_prefill_tokens = 512, .kv_blocks = 256, .block_tokens = 4, .max_pages = 256};
   l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
@@ -376,7 +390,12 @@ TEST_CASE("on the host Talker's path at forty rows, the decode products on the t
           doctest::skip(!mstar::test::has_gpu())) {
   // 33..64 rows: the layers' and heads' products take the kernel's eight n-tiles, with the default split and norms
   // after the projections; the predictor's first pass (80 tokens) goes to cuBLAS.
-  talker_cuda_limits l{40, 1024, 512, 4, 512, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+  talker_cuda_limits l{.max_rows = 40,
+                       .max_prefill_tokens = 1024,
+                       .kv_blocks = 512,
+                       .block_tokens = 4,
+                       .max_pages = 512,
+                       .gemv_rows = cuda::max_mma_gemv_rows};
   l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
@@ -390,7 +409,8 @@ TEST_CASE("on the host Talker's path at twelve rows, the tensor-core products' t
           doctest::skip(!mstar::test::has_gpu())) {
   // talker_cuda_limits::gemv_k_split: the tiny model's products have fewer tiles of 16 outputs than any GPU has SMs,
   // so every tensor-core product of the decode step takes the split.
-  talker_cuda_limits l{12, 512, 256, 4, 256, 0, false, talker_cuda_limits{}.gemv_rows, true, true, 0, true};
+  talker_cuda_limits l{
+      .max_rows = 12, .max_prefill_tokens = 512, .kv_blocks = 256, .block_tokens = 4, .max_pages = 256};
   l.gemv_k_split = 2;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
@@ -410,7 +430,12 @@ TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits and a
        {knob{&talker_cuda_limits::gemv_k_split, "gemv_k_split", 1, cuda::max_gemv_splits},
         knob{&talker_cuda_limits::gemv_norm_after_rows, "gemv_norm_after_rows", 0, cuda::max_mma_gemv_rows}})
     for (const int v : {k.lo - 1, k.hi + 1}) {
-      talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, 16, true, true, 0, true};
+      talker_cuda_limits l{.max_rows = 2,
+                           .max_prefill_tokens = 128,
+                           .kv_blocks = 96,
+                           .block_tokens = 4,
+                           .max_pages = 96,
+                           .gemv_rows = 16};
       l.*k.field = v;
       const std::string why = std::string(k.name) + " " + std::to_string(v) + " outside [" + std::to_string(k.lo) +
                               ", " + std::to_string(k.hi) + "]";
@@ -421,7 +446,13 @@ TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits and a
 
 TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
   for (const bool tensor_cores : {true, false}) {
-    const talker_cuda_limits l{2, 128, 96, 4, 96, 0, false, cuda::max_mma_gemv_rows + 1, true, true, 0, tensor_cores};
+    const talker_cuda_limits l{.max_rows = 2,
+                               .max_prefill_tokens = 128,
+                               .kv_blocks = 96,
+                               .block_tokens = 4,
+                               .max_pages = 96,
+                               .gemv_rows = cuda::max_mma_gemv_rows + 1,
+                               .gemv_tensor_cores = tensor_cores};
     const std::string why = "gemv_rows " + std::to_string(cuda::max_mma_gemv_rows + 1) + " outside [0, " +
                             std::to_string(cuda::max_mma_gemv_rows) + "]";
     CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
@@ -563,7 +594,10 @@ void check_against_reference(const std::string& name, bool forced) {
     return name + " prompt " + std::to_string(r) + " (" + cases[std::size_t(r)].at("name").get<std::string>() + ")";
   };
 
-  talker_cuda gpu(cuda_dims(config), talker_cuda_limits{rows, 512, 512, 16, 512});
+  talker_cuda gpu(
+      cuda_dims(config),
+      talker_cuda_limits{
+          .max_rows = rows, .max_prefill_tokens = 512, .kv_blocks = 512, .block_tokens = 16, .max_pages = 512});
   gpu.load_weights(store_weight_source(checkpoint.weights)); // the files' bf16 bytes, as a real run loads them
   kv_block_pool pool(512, 16, 3);
   std::vector<row_pages> pages(prompts.size());
@@ -971,7 +1005,12 @@ TEST_CASE("on the tensor cores, the decode step with the norms after the o and d
   // 32 leaves most of a norm's eight sums a lane at zero, the Talker's of 64 fewer.
   for (const int rows : {2, 12, 40})
     for (const int split : {1, 2, qwen3_tts::cuda::max_gemv_splits}) {
-      talker_cuda_limits l{rows, 1024, 48 * rows, 4, 48 * rows, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+      talker_cuda_limits l{.max_rows = rows,
+                           .max_prefill_tokens = 1024,
+                           .kv_blocks = 48 * rows,
+                           .block_tokens = 4,
+                           .max_pages = 48 * rows,
+                           .gemv_rows = cuda::max_mma_gemv_rows};
       l.gemv_k_split = split;
       l.gemv_norm_after_rows = 0;
       rig without(tensor_core_config(), l);
@@ -1007,7 +1046,12 @@ TEST_CASE("programmatic dependent launch gives the decode step at 40 rows the sa
           doctest::skip(!mstar::test::has_gpu())) {
   // The eight-tile kernel, its split's last-block sums and the norm after each o and down projection, each waiting
   // for its predecessor under programmatic launches; greedy, 12 frames.
-  talker_cuda_limits l{40, 1024, 48 * 40, 4, 48 * 40, 0, false, cuda::max_mma_gemv_rows, true, true, 0, true};
+  talker_cuda_limits l{.max_rows = 40,
+                       .max_prefill_tokens = 1024,
+                       .kv_blocks = 48 * 40,
+                       .block_tokens = 4,
+                       .max_pages = 48 * 40,
+                       .gemv_rows = cuda::max_mma_gemv_rows};
   l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig with_pdl(tensor_core_config(), l);
   l.pdl = false;
@@ -1063,7 +1107,7 @@ TEST_CASE("the fused decode attention in shares of a few tokens, or of one block
 }
 
 TEST_CASE("a CUDA Talker refuses a negative attention chunk before touching the device") {
-  talker_cuda_limits l{2, 128, 96, 4, 96};
+  talker_cuda_limits l{.max_rows = 2, .max_prefill_tokens = 128, .kv_blocks = 96, .block_tokens = 4, .max_pages = 96};
   l.attention_chunk = -1;
   CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("attention_chunk -1"),
                        std::invalid_argument);
