@@ -37,6 +37,9 @@
 #              and whether each gives a row the same bits alone and among others (qwen3tts_attention_bench: in the
 #              carried build, or built here where third_party/flashinfer is carried; a minute); MSTAR_FLASHINFER_ARGS
 #              other arguments
+#   attention_profile  ncu's sections (speed of light, occupancy, launch, warp states, memory) of our decode attention
+#              and FlashInfer's (with its plan, then in one block a row) at 64 rows and 1 row of 256 tokens (the
+#              flashinfer stage's bench; MSTAR_ATTENTION_PROFILE_ROWS; about a minute)
 #   persistent the code predictor's chain of products (weights only) as a graph of kernels, with PDL, as one
 #              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
 #              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
@@ -579,6 +582,26 @@ stage_flashinfer() {
   summarize "" "$d/bench.log" '( +[0-9]+ +[0-9]+ |FAILED)'
 }
 
+# Why our decode attention trails FlashInfer's at many rows: ncu's sections of the first launch of each of the
+# bench's three kernels (ours in 8 shares, FlashInfer with its plan, FlashInfer in one block a row), clocks and
+# caches as they run, a row count a run; the report in attention_profile/ncu_rowsR.txt, its key lines printed.
+stage_attention_profile() {
+  local d="$out/attention_profile" rows b=build-talker-gpu
+  mkdir -p "$d"
+  command -v ncu > /dev/null || { summary+=("attention_profile: no ncu on PATH"); return; }
+  build_gpu "attention_profile" "$d" examples/qwen3_tts/talker/qwen3tts_attention_bench || return
+  for rows in ${MSTAR_ATTENTION_PROFILE_ROWS:-64 1}; do
+    timeout 120 ncu --clock-control none --kernel-name regex:"decode_attention_kernel|BatchDecodeWithPagedKVCacheKernel" \
+      --launch-count 3 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis "$b/examples/qwen3_tts/talker/qwen3tts_attention_bench" --rows "$rows" \
+      --kv 256 --iters 1 > "$d/ncu_rows$rows.txt" 2>&1
+    echo "== attention_profile rows $rows (rc $?): ours in 8 shares, FlashInfer with its plan, FlashInfer in one block"
+    grep -E "^  [a-zA-Z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|\
+Block Limit Registers|Warp Cycles Per Issued|stalled" "$d/ncu_rows$rows.txt" | sed 's/  */ /g' | cut -c1-260
+    summary+=("attention_profile rows $rows: $(grep -c 'Duration' "$d/ncu_rows$rows.txt") kernels profiled")
+  done
+}
+
 # Whether a persistent kernel would pay for the code predictor: its chain of products (weights only, 15 passes x 5
 # layers) as a graph of kernels, with PDL, as one cooperative kernel with grid-wide barriers, and as one whose
 # blocks stream their weights into shared memory ahead of the barriers, at 1-8 rows, against the HBM floor
@@ -797,7 +820,7 @@ stage_ab() {
 
 for s in "$@"; do
   case "$s" in
-    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | flashinfer | diagnose | codecwait | \
+    wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | flashinfer | attention_profile | diagnose | codecwait | \
       decode | prefill | large | persistent | ab | carried)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
