@@ -120,7 +120,6 @@ struct setup {
   flashinfer::DecodePlanInfo plan{};
   // fi 1blk's work list: block b is row b's whole context (request b, tile 0).
   std::int32_t *whole_rows = nullptr, *zeros = nullptr;
-  std::vector<void*> owned;
 
   cu::paged_view view() const {
     cu::paged_view v;
