@@ -373,8 +373,8 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return big > 0.0 ? d / big : d;
 }
 
-// Whether row r of `rows` has row 0's bits (every row reads the same context), for each system; and row 0 of a
-// launch of `rows` rows against row 0 of a launch of one row.
+// Whether every row of a launch of `rows` rows, all over one context, has the bits of a launch of that row alone:
+// ours, FlashInfer with its plan, FlashInfer in one block a row.
 struct bits_result {
   bool ours_same = true, fi_same = true, whole_same = true;
 };
