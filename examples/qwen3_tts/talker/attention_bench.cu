@@ -64,37 +64,6 @@ using fi_variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding
                                                 /*alibi=*/false>;
 constexpr auto fi_rope = flashinfer::PosEncodingMode::kNone;
 
-__global__ void fill_bf16(bf16* p, std::size_t n, std::uint32_t seed, float scale) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    std::uint32_t h = std::uint32_t(i) * 2654435761u ^ seed ^ std::uint32_t(i >> 32) * 40503u;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16(scale * (float(h & 0xffffu) / 32768.0f - 1.0f));
-  }
-}
-
-__global__ void to_bf16(const float* src, bf16* dst, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16(src[i]);
-}
-
-template <class T>
-T* device(std::size_t n) {
-  T* p = nullptr;
-  check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
-  return p;
-}
-
-template <class T>
-T* upload(const std::vector<T>& v) {
-  T* p = device<T>(v.size());
-  check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  return p;
-}
-
 std::vector<float> download(const bf16* p, std::size_t n) {
   std::vector<bf16> h(n);
   check(cudaMemcpy(h.data(), p, n * sizeof(bf16), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
@@ -120,6 +89,21 @@ struct setup {
   flashinfer::DecodePlanInfo plan{};
   // fi 1blk's work list: block b is row b's whole context (request b, tile 0).
   std::int32_t *whole_rows = nullptr, *zeros = nullptr;
+  std::vector<void*> owned; // every device allocation above, freed by free_setup
+
+  template <class T>
+  T* device(std::size_t n) {
+    T* p = nullptr;
+    check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+    owned.push_back(p);
+    return p;
+  }
+  template <class T>
+  T* upload(const std::vector<T>& v) {
+    T* p = device<T>(v.size());
+    check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    return p;
+  }
 
   cu::paged_view view() const {
     cu::paged_view v;
@@ -163,22 +147,22 @@ setup make_setup(int rows, int kv, int heads, int kv_heads, bool same_pages, int
     pos[std::size_t(r)] = kv - 1;
   }
   u.page_indptr_h = indptr;
-  u.qo_indptr = upload(qo);
-  u.page_indptr = upload(indptr);
-  u.page_indices = upload(indices);
-  u.last_page_len = upload(last);
-  u.positions = upload(pos);
+  u.qo_indptr = u.upload(qo);
+  u.page_indptr = u.upload(indptr);
+  u.page_indices = u.upload(indices);
+  u.last_page_len = u.upload(last);
+  u.positions = u.upload(pos);
   std::vector<std::int32_t> iota_rows(n_rows);
   std::iota(iota_rows.begin(), iota_rows.end(), 0);
-  u.whole_rows = upload(iota_rows);
-  u.zeros = upload(std::vector<std::int32_t>(n_rows, 0));
+  u.whole_rows = u.upload(iota_rows);
+  u.zeros = u.upload(std::vector<std::int32_t>(n_rows, 0));
   const std::size_t layer_elems = std::size_t(pool_pages) * page_tokens * kv_heads * head_dim;
   for (int l = 0; l < layers; ++l) {
     cu::kv_layer c;
-    c.k = device<bf16>(layer_elems);
-    c.v = device<bf16>(layer_elems);
-    fill_bf16<<<1024, 256, 0, s>>>(c.k, layer_elems, 17u + unsigned(l), 1.0f);
-    fill_bf16<<<1024, 256, 0, s>>>(c.v, layer_elems, 91u + unsigned(l), 1.0f);
+    c.k = u.device<bf16>(layer_elems);
+    c.v = u.device<bf16>(layer_elems);
+    cu::fill_random(c.k, layer_elems, 17u + unsigned(l), 1.0f, s);
+    cu::fill_random(c.v, layer_elems, 91u + unsigned(l), 1.0f, s);
     u.caches.push_back(c);
   }
   const std::size_t width = std::size_t(heads + 2 * kv_heads) * head_dim;
@@ -190,34 +174,33 @@ setup make_setup(int rows, int kv, int heads, int kv_heads, bool same_pages, int
     qkv[i] = nd(vr);
   for (int r = 1; r < rows; ++r)
     std::copy(qkv.begin(), qkv.begin() + std::ptrdiff_t(width), qkv.begin() + std::ptrdiff_t(r * width));
-  u.qkv = upload(qkv);
+  u.qkv = u.upload(qkv);
   std::vector<float> norm(head_dim), freq(head_dim / 2);
   for (int i = 0; i < head_dim; ++i)
     norm[std::size_t(i)] = 0.5f + float(i % 7) / 7.0f;
   for (int i = 0; i < head_dim / 2; ++i)
     freq[std::size_t(i)] = std::pow(1.0e6f, -2.0f * float(i) / float(head_dim));
-  u.q_norm = upload(norm);
-  u.k_norm = upload(norm);
-  u.inv_freq = upload(freq);
-  u.q32 = device<float>(std::size_t(rows) * heads * head_dim);
-  u.q16 = device<bf16>(std::size_t(rows) * heads * head_dim);
-  u.out_ours = device<bf16>(std::size_t(rows) * heads * head_dim);
-  u.out_fi = device<bf16>(std::size_t(rows) * heads * head_dim);
+  u.q_norm = u.upload(norm);
+  u.k_norm = u.upload(norm);
+  u.inv_freq = u.upload(freq);
+  u.q32 = u.device<float>(std::size_t(rows) * heads * head_dim);
+  u.q16 = u.device<bf16>(std::size_t(rows) * heads * head_dim);
+  u.out_ours = u.device<bf16>(std::size_t(rows) * heads * head_dim);
+  u.out_fi = u.device<bf16>(std::size_t(rows) * heads * head_dim);
   const std::size_t slots = std::size_t(rows) * heads * cu::max_decode_splits;
-  u.scratch.acc = device<float>(slots * head_dim);
-  u.scratch.m = device<float>(slots);
-  u.scratch.l = device<float>(slots);
-  u.scratch.counters = device<unsigned>(std::size_t(rows) * kv_heads);
+  u.scratch.acc = u.device<float>(slots * head_dim);
+  u.scratch.m = u.device<float>(slots);
+  u.scratch.l = u.device<float>(slots);
+  u.scratch.counters = u.device<unsigned>(std::size_t(rows) * kv_heads);
   check(cudaMemsetAsync(u.scratch.counters, 0, std::size_t(rows) * kv_heads * sizeof(unsigned), s), "cudaMemset");
-  u.fi_float = device<char>(u.fi_float_bytes);
-  u.fi_int = device<char>(u.fi_int_bytes);
+  u.fi_float = u.device<char>(u.fi_float_bytes);
+  u.fi_int = u.device<char>(u.fi_int_bytes);
   check(cudaMallocHost(&u.fi_int_pinned, u.fi_int_bytes), "cudaMallocHost");
   // The query FlashInfer reads: the Talker's normalised, rotated query (float32) in bf16; this also appends the
   // new token's K and V to layer 0, which every arm then reads.
   cu::qk_norm_rope_append(u.qkv, u.q_norm, u.k_norm, u.inv_freq, u.q32, u.caches[0], u.view(), heads, kv_heads,
                           head_dim, eps, s);
-  to_bf16<<<256, 256, 0, s>>>(u.q32, u.q16, std::size_t(rows) * heads * head_dim);
-  check(cudaGetLastError(), "fill kernels");
+  cu::to_bf16(u.q32, u.q16, std::size_t(rows) * heads * head_dim, s);
   // Plan with enable_cuda_graph: the launches below are captured.
   const int group = heads / kv_heads;
   auto plan = [&](auto g) {
@@ -242,31 +225,7 @@ setup make_setup(int rows, int kv, int heads, int kv_heads, bool same_pages, int
 }
 
 void free_setup(setup& u) {
-  for (auto& c : u.caches) {
-    cudaFree(c.k);
-    cudaFree(c.v);
-  }
-  for (void* p : {(void*)u.qo_indptr,
-                  (void*)u.page_indptr,
-                  (void*)u.page_indices,
-                  (void*)u.last_page_len,
-                  (void*)u.positions,
-                  (void*)u.qkv,
-                  (void*)u.q_norm,
-                  (void*)u.k_norm,
-                  (void*)u.inv_freq,
-                  (void*)u.q32,
-                  (void*)u.q16,
-                  (void*)u.out_ours,
-                  (void*)u.out_fi,
-                  (void*)u.scratch.acc,
-                  (void*)u.scratch.m,
-                  (void*)u.scratch.l,
-                  (void*)u.scratch.counters,
-                  (void*)u.whole_rows,
-                  (void*)u.zeros,
-                  u.fi_float,
-                  u.fi_int})
+  for (void* p : u.owned)
     cudaFree(p);
   cudaFreeHost(u.fi_int_pinned);
 }
