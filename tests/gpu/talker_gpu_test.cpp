@@ -135,6 +135,18 @@ std::pair<float, float> margin_of(const float* x, std::size_t n) {
 // Index of the largest value, first on ties (torch.argmax's choice).
 int argmax_of(const float* x, std::size_t n) { return int(std::max_element(x, x + n) - x); }
 
+// Limits of a tiny model's test: `rows` rows, prefills of up to `prefill` tokens, `pages` KV blocks of 4 tokens (all
+// a call may name), the library's defaults for the rest; each test then sets the knobs it is about.
+talker_cuda_limits tiny_limits(int rows, int prefill = 128, int pages = 96) {
+  talker_cuda_limits l;
+  l.max_rows = rows;
+  l.max_prefill_tokens = prefill;
+  l.kv_blocks = pages;
+  l.block_tokens = 4;
+  l.max_pages = pages;
+  return l;
+}
+
 struct rig {
   talker_config config = tiny_config();
   talker_host host{config, load_talker_weights(config, random_tensor)};
@@ -147,16 +159,15 @@ struct rig {
                bool gemv_norm = talker_cuda_limits{}.gemv_norm, bool pdl = talker_cuda_limits{}.pdl,
                int attention_chunk = talker_cuda_limits{}.attention_chunk,
                bool tensor_cores = talker_cuda_limits{}.gemv_tensor_cores)
-      : gpu(cuda_dims(config), talker_cuda_limits{.max_rows = max_rows,
-                                                  .max_prefill_tokens = 128,
-                                                  .kv_blocks = 96,
-                                                  .block_tokens = 4,
-                                                  .max_pages = 96,
-                                                  .gemv_rows = gemv_rows,
-                                                  .gemv_norm = gemv_norm,
-                                                  .pdl = pdl,
-                                                  .attention_chunk = attention_chunk,
-                                                  .gemv_tensor_cores = tensor_cores}) {
+      : gpu(cuda_dims(config), [&] {
+          talker_cuda_limits l = tiny_limits(max_rows);
+          l.gemv_rows = gemv_rows;
+          l.gemv_norm = gemv_norm;
+          l.pdl = pdl;
+          l.attention_chunk = attention_chunk;
+          l.gemv_tensor_cores = tensor_cores;
+          return l;
+        }()) {
     gpu.load_weights(f32_weight_source(random_tensor));
   }
   rig(const talker_config& c, const talker_cuda_limits& limits) : config(c), gpu(cuda_dims(config), limits) {
@@ -360,12 +371,8 @@ TEST_CASE("on the host Talker's path at five rows, the predictor's first pass (1
 TEST_CASE("on the host Talker's path at five rows with the decode products on the tensor cores every CUDA Talker "
           "decision and logit agrees with the host float32 Talker" *
           doctest::skip(!mstar::test::has_gpu())) {
-  talker_cuda_limits l{.max_rows = 5,
-                       .max_prefill_tokens = 128,
-                       .kv_blocks = 96,
-                       .block_tokens = 4,
-                       .max_pages = 96,
-                       .gemv_rows = cuda::max_mma_gemv_rows};
+  talker_cuda_limits l = tiny_limits(5);
+  l.gemv_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   compare_runs(m, five_prompts(), 16);
 }
@@ -375,8 +382,7 @@ TEST_CASE("on the host Talker's path at twelve rows, the decode products on the 
           doctest::skip(!mstar::test::has_gpu())) {
   // The layers' and heads' products of 12 rows take the kernel's two n-tiles, the predictor's first pass (24
   // tokens) its four, with the default split and norms after the projections.
-  talker_cuda_limits l{
-      .max_rows = 12, .max_prefill_tokens = 512, .kv_blocks = 256, .block_tokens = 4, .max_pages = 256};
+  talker_cuda_limits l = tiny_limits(12, 512, 256);
   l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
@@ -390,12 +396,8 @@ TEST_CASE("on the host Talker's path at forty rows, the decode products on the t
           doctest::skip(!mstar::test::has_gpu())) {
   // 33..64 rows: the layers' and heads' products take the kernel's eight n-tiles, with the default split and norms
   // after the projections; the predictor's first pass (80 tokens) goes to cuBLAS.
-  talker_cuda_limits l{.max_rows = 40,
-                       .max_prefill_tokens = 1024,
-                       .kv_blocks = 512,
-                       .block_tokens = 4,
-                       .max_pages = 512,
-                       .gemv_rows = cuda::max_mma_gemv_rows};
+  talker_cuda_limits l = tiny_limits(40, 1024, 512);
+  l.gemv_rows = cuda::max_mma_gemv_rows;
   l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
@@ -409,8 +411,7 @@ TEST_CASE("on the host Talker's path at twelve rows, the tensor-core products' t
           doctest::skip(!mstar::test::has_gpu())) {
   // talker_cuda_limits::gemv_k_split: the tiny model's products have fewer tiles of 16 outputs than any GPU has SMs,
   // so every tensor-core product of the decode step takes the split.
-  talker_cuda_limits l{
-      .max_rows = 12, .max_prefill_tokens = 512, .kv_blocks = 256, .block_tokens = 4, .max_pages = 256};
+  talker_cuda_limits l = tiny_limits(12, 512, 256);
   l.gemv_k_split = 2;
   rig m(tensor_core_config(), l);
   std::vector<talker_prompt> prompts;
@@ -430,12 +431,8 @@ TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits and a
        {knob{&talker_cuda_limits::gemv_k_split, "gemv_k_split", 1, cuda::max_gemv_splits},
         knob{&talker_cuda_limits::gemv_norm_after_rows, "gemv_norm_after_rows", 0, cuda::max_mma_gemv_rows}})
     for (const int v : {k.lo - 1, k.hi + 1}) {
-      talker_cuda_limits l{.max_rows = 2,
-                           .max_prefill_tokens = 128,
-                           .kv_blocks = 96,
-                           .block_tokens = 4,
-                           .max_pages = 96,
-                           .gemv_rows = 16};
+      talker_cuda_limits l = tiny_limits(2);
+      l.gemv_rows = 16;
       l.*k.field = v;
       const std::string why = std::string(k.name) + " " + std::to_string(v) + " outside [" + std::to_string(k.lo) +
                               ", " + std::to_string(k.hi) + "]";
@@ -446,13 +443,9 @@ TEST_CASE("a CUDA Talker refuses a gemv_k_split outside 1..max_gemv_splits and a
 
 TEST_CASE("a CUDA Talker refuses more small-rows product rows than small_gemv takes, before touching the device") {
   for (const bool tensor_cores : {true, false}) {
-    const talker_cuda_limits l{.max_rows = 2,
-                               .max_prefill_tokens = 128,
-                               .kv_blocks = 96,
-                               .block_tokens = 4,
-                               .max_pages = 96,
-                               .gemv_rows = cuda::max_mma_gemv_rows + 1,
-                               .gemv_tensor_cores = tensor_cores};
+    talker_cuda_limits l = tiny_limits(2);
+    l.gemv_rows = cuda::max_mma_gemv_rows + 1;
+    l.gemv_tensor_cores = tensor_cores;
     const std::string why = "gemv_rows " + std::to_string(cuda::max_mma_gemv_rows + 1) + " outside [0, " +
                             std::to_string(cuda::max_mma_gemv_rows) + "]";
     CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains(why.c_str()),
@@ -1005,12 +998,8 @@ TEST_CASE("on the tensor cores, the decode step with the norms after the o and d
   // 32 leaves most of a norm's eight sums a lane at zero, the Talker's of 64 fewer.
   for (const int rows : {2, 12, 40})
     for (const int split : {1, 2, qwen3_tts::cuda::max_gemv_splits}) {
-      talker_cuda_limits l{.max_rows = rows,
-                           .max_prefill_tokens = 1024,
-                           .kv_blocks = 48 * rows,
-                           .block_tokens = 4,
-                           .max_pages = 48 * rows,
-                           .gemv_rows = cuda::max_mma_gemv_rows};
+      talker_cuda_limits l = tiny_limits(rows, 1024, 48 * rows);
+      l.gemv_rows = cuda::max_mma_gemv_rows;
       l.gemv_k_split = split;
       l.gemv_norm_after_rows = 0;
       rig without(tensor_core_config(), l);
@@ -1046,12 +1035,8 @@ TEST_CASE("programmatic dependent launch gives the decode step at 40 rows the sa
           doctest::skip(!mstar::test::has_gpu())) {
   // The eight-tile kernel, its split's last-block sums and the norm after each o and down projection, each waiting
   // for its predecessor under programmatic launches; greedy, 12 frames.
-  talker_cuda_limits l{.max_rows = 40,
-                       .max_prefill_tokens = 1024,
-                       .kv_blocks = 48 * 40,
-                       .block_tokens = 4,
-                       .max_pages = 48 * 40,
-                       .gemv_rows = cuda::max_mma_gemv_rows};
+  talker_cuda_limits l = tiny_limits(40, 1024, 48 * 40);
+  l.gemv_rows = cuda::max_mma_gemv_rows;
   l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
   rig with_pdl(tensor_core_config(), l);
   l.pdl = false;
@@ -1107,7 +1092,7 @@ TEST_CASE("the fused decode attention in shares of a few tokens, or of one block
 }
 
 TEST_CASE("a CUDA Talker refuses a negative attention chunk before touching the device") {
-  talker_cuda_limits l{.max_rows = 2, .max_prefill_tokens = 128, .kv_blocks = 96, .block_tokens = 4, .max_pages = 96};
+  talker_cuda_limits l = tiny_limits(2);
   l.attention_chunk = -1;
   CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("attention_chunk -1"),
                        std::invalid_argument);
