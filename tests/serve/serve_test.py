@@ -10,8 +10,9 @@ every KV block and codec slot, and the others' audio equals a run without the ha
 request gets a 4xx JSON error and changes no outcome count but `rejected`; a seeded fuzz of the JSON body
 gets only 2xx/4xx answers and leaves the server up; `qwen3tts loadgen` (the same closed loop in process)
 prints its rows, and a checkpoint with min_new_tokens = max_new_tokens makes every request that many frames;
-a second server on the first one's port fails to bind; --language reaches the requests; every usage error of
-qwen3tts exits 2.
+a second server on the first one's port fails to bind; --language reaches the requests; --device chooses the
+backend; every usage error of qwen3tts exits 2. Every server, synth and loadgen here runs on the host backend
+(--device host), on a GPU machine too.
 """
 import gzip
 import http.client
@@ -30,6 +31,9 @@ import threading
 import time
 
 QWEN3TTS, MODEL = sys.argv[1], sys.argv[2]
+# The host backend everywhere: its samples are synth's byte for byte whatever the batch. On a GPU the defaults
+# (device auto) would serve on CUDA, whose codec math in the server is not synth's (docs/serve.md).
+HOST = ["--device", "host"]
 VOICE = "vivian"
 failures = []
 
@@ -43,7 +47,7 @@ def check(cond, what):
 
 class Server:
     def __init__(self, *extra):
-        self.proc = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", "0", *extra],
+        self.proc = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", "0", *HOST, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.match(r"listening on http://([0-9.]+):(\d+)", line)
@@ -89,7 +93,7 @@ def synth_wav(text, seed, frames, *extra):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "a.wav")
         subprocess.run([QWEN3TTS, "synth", "--model", MODEL, "--speaker", VOICE, "--text", text, "--seed", str(seed),
-                        "--max-frames", str(frames), "--out", out, *extra], check=True, capture_output=True)
+                        "--max-frames", str(frames), "--out", out, *HOST, *extra], check=True, capture_output=True)
         with open(out, "rb") as f:
             return f.read()
 
@@ -456,7 +460,7 @@ def test_loadgen_http(srv):
 def test_second_server_same_port(srv):
     """A second server on the port the first listens on fails to bind (cpp-httplib's default SO_REUSEPORT let it
     bind, the kernel splitting the connections between the two)."""
-    second = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", str(srv.port)],
+    second = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", str(srv.port), *HOST],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _, err = second.communicate(timeout=30)
@@ -562,7 +566,7 @@ def test_loadgen_in_process():
     with tempfile.TemporaryDirectory() as scratch:
         model = fixed_frames_copy(scratch, 13)
         out_json = os.path.join(scratch, "rows.json")
-        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1,3", "--lane",
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, *HOST, "--voice", VOICE, "-c", "1,3", "--lane",
                               "off,on", "-n", "6", "--warmup", "1", "--json", out_json],
                              capture_output=True, text=True, timeout=120)
         check(out.returncode == 0, "loadgen exits 0: %s" % out.stderr)
@@ -576,7 +580,7 @@ def test_loadgen_in_process():
             check(r["frames"] == 6 * 12, "min_new_tokens = max_new_tokens = 13: 12 frames a request: %r" % r)
         # --trace: the worker's Chrome trace of one lane, every step on its stream's track with its rows.
         trace_path = os.path.join(scratch, "run.trace.json")
-        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "2", "-n", "4",
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, *HOST, "--voice", VOICE, "-c", "2", "-n", "4",
                               "--trace", trace_path], capture_output=True, text=True, timeout=120)
         check(out.returncode == 0, "loadgen --trace exits 0: %s" % out.stderr)
         events = json.load(open(trace_path))["traceEvents"] if os.path.exists(trace_path) else []
@@ -585,7 +589,7 @@ def test_loadgen_in_process():
                    and tracks.get(e["tid"]) == "chain stream"]
         check(len(decodes) >= 12 and all(1 <= e["args"]["rows"] <= 2 for e in decodes),
               "the trace has the decode steps on the chain stream's track, 1 or 2 rows each: %d" % len(decodes))
-        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "--lane", "off,on",
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, *HOST, "--voice", VOICE, "--lane", "off,on",
                               "--trace", trace_path], capture_output=True, text=True, timeout=60)
         check(out.returncode == 1 and "--trace" in out.stderr and "one --lane" in out.stderr,
               "--trace with two lanes is refused, saying to give one: %r" % out.stderr)
@@ -593,7 +597,7 @@ def test_loadgen_in_process():
         gen = json.load(open(gen_path))
         gen["min_new_tokens"] = -1
         json.dump(gen, open(gen_path, "w"))
-        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, "--voice", VOICE, "-c", "1", "-n", "1"],
+        out = subprocess.run([QWEN3TTS, "loadgen", "--model", model, *HOST, "--voice", VOICE, "-c", "1", "-n", "1"],
                              capture_output=True, text=True, timeout=60)
         check(out.returncode == 1 and "generation_config.json: min_new_tokens is -1" in out.stderr,
               "a negative min_new_tokens is refused, naming the file and field: %r" % out.stderr)
@@ -662,12 +666,44 @@ def test_language():
         srv.stop()
 
 
+def test_device():
+    """--device host serves on the host whatever the machine has; --device cuda serves on CUDA where there is a GPU
+    and this build has CUDA, and otherwise exits at start saying why, before it listens."""
+    srv = Server()
+    try:
+        _, _, body = srv.request("GET", "/health")
+        check(json.loads(body).get("device") == "host", "serve --device host serves on the host: %r" % body)
+    finally:
+        srv.stop()
+    proc = subprocess.Popen([QWEN3TTS, "serve", "--model", MODEL, "--port", "0", "--device", "cuda"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.match(r"listening on http://([0-9.]+):(\d+)", line)
+        if m:  # a GPU and a CUDA build
+            c = http.client.HTTPConnection(m.group(1), int(m.group(2)), timeout=60)
+            c.request("GET", "/health")
+            health = json.loads(c.getresponse().read())
+            c.close()
+            check(health.get("device") == "cuda", "serve --device cuda serves on CUDA: %r" % health)
+        else:
+            err = proc.communicate(timeout=60)[1]
+            check(proc.returncode == 1 and "device cuda" in err and "host" in err,
+                  "serve --device cuda without a GPU (or a CUDA build) exits 1 naming the device and the "
+                  "alternative: %r %r" % (proc.returncode, err))
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
 def test_usage_errors():
     """Every usage error exits 2 with a message, whatever the subcommand (not CLI11's 106 or 109)."""
     def run(*args):
         return subprocess.run([QWEN3TTS, *args], capture_output=True, text=True, timeout=60)
     for args in (["serve"], ["loadgen"], ["loadgen-http"], ["synth"], ["decode"], ["--bogus"],
-                 ["serve", "--model", MODEL, "--bogus"], ["loadgen-http", "--url", "http://x", "-c", "0"]):
+                 ["serve", "--model", MODEL, "--bogus"], ["serve", "--model", MODEL, "--device", "gpu"],
+                 ["loadgen-http", "--url", "http://x", "-c", "0"]):
         out = run(*args)
         check(out.returncode == 2 and out.stderr.strip(), "qwen3tts %s exits 2 with a message: %r %r" %
               (" ".join(args), out.returncode, out.stderr))
@@ -700,7 +736,7 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, "the server stops cleanly on SIGTERM (exit %r)" % rc)
-    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process, test_language,
+    for test in (test_full_and_voice_design, test_stop_drains, test_loadgen_in_process, test_language, test_device,
                  test_usage_errors):
         t = time.time()
         test()

@@ -102,7 +102,7 @@ struct serve_options {
   std::uint64_t seed = 0;
   std::string lane = "on", window = "1,2,4,8";
   std::string language = "auto"; // every request's: OpenAI's request has no language field
-  // add_cuda_flags' and add_codec_wait_flags' fields; service_options() starts from it
+  // the fields of --device, add_cuda_flags and add_codec_wait_flags; service_options() starts from it
   pipeline::speech_service_options cuda;
   double codec_wait_ms = 0;
 };
@@ -690,6 +690,12 @@ int serve_main(int argc, char** argv) {
   app.add_option("--language", o.language,
                  "the language of every request: auto (the model tells) or one of the checkpoint's "
                  "(config.json talker_config.codec_language_id)")
+      ->capture_default_str();
+  app.add_option(
+         "--device", o.cuda.device,
+         "where the model runs: host, cuda (the CUDA Talker and codec) or auto (cuda where this build has it and "
+         "a GPU is present, host otherwise)")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}))
       ->capture_default_str();
   add_cuda_flags(app, o.cuda);
   add_codec_wait_flags(app, o.cuda, o.codec_wait_ms);
