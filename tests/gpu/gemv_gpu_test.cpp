@@ -5,6 +5,7 @@
 // bf16 x bf16 products in different orders, so they agree to float32 rounding: max|gemv - cublas| <= 1e-3 * max|cublas|
 // per product. The swiglu epilogue is compared with swiglu of cuBLAS's product computed on the host, allowing its own
 // bf16 rounding of each output.
+#include "device_array.hpp"
 #include "gpu_test.hpp"
 #include "talker_cuda_kernels.hpp"
 
@@ -22,6 +23,10 @@
 
 namespace {
 
+using mstar::test::bf16_value;
+using mstar::test::device_array;
+using mstar::test::random_bf16;
+using mstar::test::random_f32;
 using qwen3_tts::cuda::bf16;
 using qwen3_tts::cuda::gemv_epilogue;
 using qwen3_tts::cuda::gemv_path;
@@ -35,57 +40,6 @@ const char* name_of(gemv_path path) { return path == gemv_path::tensor_cores ? "
 constexpr gemv_path both_paths[] = {gemv_path::cuda_cores, gemv_path::tensor_cores};
 
 constexpr float tol = 1e-3f;
-
-float bf16_value(std::uint16_t b) {
-  const std::uint32_t u = std::uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Deterministic bf16 bit patterns uniform in [-scale, scale).
-std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed, float scale) {
-  std::vector<std::uint16_t> v(n);
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& b : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const float f = (float(std::uint32_t(s >> 40)) / float(1u << 24) * 2.0f - 1.0f) * scale;
-    std::uint32_t u;
-    std::memcpy(&u, &f, 4);
-    b = std::uint16_t(u >> 16);
-  }
-  return v;
-}
-
-std::vector<float> random_f32(std::size_t n, std::uint64_t seed) {
-  const auto bits = random_bf16(n, seed, 1.0f);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i)
-    v[i] = bf16_value(bits[i]) * 3.0f;
-  return v;
-}
-
-template <class T>
-struct device_array {
-  T* p = nullptr;
-  explicit device_array(std::size_t n) { MSTAR_CUDA_REQUIRE(cudaMalloc(&p, n * sizeof(T))); }
-  device_array(const device_array&) = delete;
-  device_array& operator=(const device_array&) = delete;
-  ~device_array() { cudaFree(p); }
-  template <class H>
-  void upload(const std::vector<H>& h) {
-    static_assert(sizeof(H) == sizeof(T));
-    MSTAR_CUDA_REQUIRE(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  template <class H>
-  std::vector<H> download(std::size_t n) const {
-    static_assert(sizeof(H) == sizeof(T));
-    std::vector<H> h(n);
-    MSTAR_CUDA_REQUIRE(cudaDeviceSynchronize());
-    MSTAR_CUDA_REQUIRE(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
 
 struct blas_handle {
   cublasHandle_t h = nullptr;
