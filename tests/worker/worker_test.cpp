@@ -1150,35 +1150,44 @@ TEST_CASE("Worker.a side node's wait passes over no urgent row: a request's firs
   // window urgent. Without the hook at most one codec step below 4 rows runs while a request decodes (above); with
   // it, the steps below 4 rows beside the decode steps are the ones that hold a first window (but the node's very
   // first row, which finds no mean gap yet), and later requests, started one by one as others end, bring theirs.
-  pool_hooks::reset();
-  auto o = with_lane(mstar::lane_mode::on);
-  o.nodes.resize(Model::descriptor.nodes.size());
-  o.nodes[codec_node].batch = mstar::batching::per_key;
-  o.nodes[codec_node].min_batch = 4;
-  o.nodes[codec_node].max_wait = std::chrono::seconds(1);
-  basic_setup<tts_flow_urgent> s(o);
-  const auto in = inputs(96, 29, 48);
-  mid_decode_tracker decoding(in);
-  std::size_t small_with_first = 0, small_without_first = 0;
-  decoding.install(s, [](std::size_t) {});
-  s.worker.template forward<Codec>([&](const auto& ctx) {
-    if (ctx.payloads.size() < 4 && decoding.any()) {
-      const bool first =
-          std::any_of(ctx.payloads.begin(), ctx.payloads.end(), [](const tts_payload& p) { return p.first == 0; });
-      ++(first ? small_with_first : small_without_first);
-    }
-    enqueue_codec(s.backend, ctx);
-  });
-  run_to_idle(s.worker, in);
-  check_all_completed(s.flow, in);
-  std::string why;
-  CHECK_MESSAGE(pools_full(s.engine, &why), why);
-  INFO(small_with_first << " codec steps below 4 rows with a first window while a request decoded, "
-                        << small_without_first << " without; " << s.flow.urgent_rows.load() << " rows called urgent");
-  CHECK(s.flow.urgent_rows.load() > 0);
-  CHECK(s.worker.counters().batch_waits.load() > 0); // the node did wait for its other rows
+  // How many of them meet a decoding request follows the machine's timing (16 fast cores once gave a single one), so
+  // a run with at most one is repeated, twice at most: without the hook no run can give more than one, so the
+  // repeats cannot pass a broken hook.
+  auto run = [] {
+    pool_hooks::reset();
+    auto o = with_lane(mstar::lane_mode::on);
+    o.nodes.resize(Model::descriptor.nodes.size());
+    o.nodes[codec_node].batch = mstar::batching::per_key;
+    o.nodes[codec_node].min_batch = 4;
+    o.nodes[codec_node].max_wait = std::chrono::seconds(1);
+    basic_setup<tts_flow_urgent> s(o);
+    const auto in = inputs(96, 29, 48);
+    mid_decode_tracker decoding(in);
+    std::size_t small_with_first = 0, small_without_first = 0;
+    decoding.install(s, [](std::size_t) {});
+    s.worker.template forward<Codec>([&](const auto& ctx) {
+      if (ctx.payloads.size() < 4 && decoding.any()) {
+        const bool first =
+            std::any_of(ctx.payloads.begin(), ctx.payloads.end(), [](const tts_payload& p) { return p.first == 0; });
+        ++(first ? small_with_first : small_without_first);
+      }
+      enqueue_codec(s.backend, ctx);
+    });
+    run_to_idle(s.worker, in);
+    check_all_completed(s.flow, in);
+    std::string why;
+    CHECK_MESSAGE(pools_full(s.engine, &why), why);
+    INFO(small_with_first << " codec steps below 4 rows with a first window while a request decoded, "
+                          << small_without_first << " without; " << s.flow.urgent_rows.load() << " rows called urgent");
+    CHECK(s.flow.urgent_rows.load() > 0);
+    CHECK(s.worker.counters().batch_waits.load() > 0); // the node did wait for its other rows
+    CHECK(small_without_first <= 1);
+    return small_with_first;
+  };
+  std::size_t small_with_first = run();
+  for (int repeat = 0; repeat < 2 && small_with_first <= 1; ++repeat)
+    small_with_first = run();
   CHECK(small_with_first > 1); // without the hook at most one step below 4 rows runs beside the decode steps
-  CHECK(small_without_first <= 1);
 }
 
 TEST_CASE("Worker.an affinity CPU the process may not use is refused at construction, naming the thread, the CPU and the allowed set") {
