@@ -140,13 +140,15 @@ struct attention_rig {
     return read(rows);
   }
 
-  // The fused form over rows first..first+count-1 (qkv row first is its token 0), from the initial cache.
-  result fused(int first, int count, int chunk) {
+  // The fused form over rows first..first+count-1 (qkv row first is its token 0), from the initial cache; a row's 8
+  // shares dealt to `blocks` blocks (0: one a share).
+  result fused(int first, int count, int chunk, int blocks = 0) {
     reset_cache();
     const auto vw = view(first, count);
     const qwen3_tts::cuda::decode_scratch scratch{acc.p, m.p, l.p, counters.p};
     qwen3_tts::cuda::decode_attention(qkv.p + std::size_t(first) * width, q_norm.p, k_norm.p, inv_freq.p, {k.p, v.p},
-                                      vw, out.p, sh.heads, sh.kv_heads, sh.head_dim, 1e-6f, scratch, 8, nullptr, chunk);
+                                      vw, out.p, sh.heads, sh.kv_heads, sh.head_dim, 1e-6f, scratch, 8, nullptr, chunk,
+                                      blocks);
     return read(count);
   }
 };
@@ -154,8 +156,8 @@ struct attention_rig {
 } // namespace
 
 TEST_CASE(
-    "the fused decode attention, its K/V staged through shared memory, gives the two-launch form's cache bits and "
-    "output over contexts of 1 to 1,029 tokens, and a row the same bits alone as among others" *
+    "the fused decode attention gives the two-launch form's cache bits and output over contexts of 1 to 1,029 tokens, "
+    "a row the same bits alone as among others, and the same bits with its shares dealt to fewer blocks" *
     doctest::skip(!mstar::test::has_gpu())) {
   const std::vector<int> lens{1, 2, 16, 17, 47, 130, 300, 1029};
   for (const shape sh : {shape{16, 8, 128}, shape{4, 2, 32}, shape{8, 1, 64}}) {
@@ -185,6 +187,16 @@ TEST_CASE(
         const auto alone = rig.fused(r, 1, chunk);
         CHECK(std::equal(alone.out.begin(), alone.out.end(), got.out.begin() + std::ptrdiff_t(r * per_row)));
       }
+      // Fewer blocks a row do the same sums (3: blocks of 3, 3 and 2 shares); the counters left at zero.
+      for (const int blocks : {1, 2, 3, 4, 8}) {
+        CAPTURE(blocks);
+        const auto dealt = rig.fused(0, rig.rows, chunk, blocks);
+        CHECK(dealt.out == got.out);
+        CHECK(dealt.k == want.k);
+        CHECK(dealt.v == want.v);
+      }
+      CHECK(rig.counters.download<unsigned>(std::size_t(rig.rows) * sh.kv_heads) ==
+            std::vector<unsigned>(std::size_t(rig.rows) * sh.kv_heads, 0u));
     }
   }
 }

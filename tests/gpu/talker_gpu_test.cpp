@@ -1098,6 +1098,31 @@ TEST_CASE("a CUDA Talker refuses a negative attention chunk before touching the 
                        std::invalid_argument);
 }
 
+TEST_CASE("the fused decode attention with a row's shares dealt to fewer blocks gives the bits of one block a share" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // talker_cuda_limits::attention_grid: the tiny Talker has 2 KV heads, so a grid of 100 blocks leaves 2 rows at 8
+  // blocks a row and deals 12 rows' 8 shares to 4 blocks, and a grid of 1 deals every row's to one block. The same
+  // sums in the same order: codes and logits equal, not merely close; greedy, 12 frames.
+  for (const int grid : {1, 100}) {
+    for (const int rows : {2, 12}) {
+      INFO("grid ", grid, ", rows ", rows);
+      talker_cuda_limits l = tiny_limits(rows, 512, 256);
+      l.attention_grid = 0;
+      rig one_a_share(tiny_config(), l);
+      l.attention_grid = grid;
+      rig dealt(tiny_config(), l);
+      check_same_bits(run_rows(dealt, rows, 12), run_rows(one_a_share, rows, 12));
+    }
+  }
+}
+
+TEST_CASE("a CUDA Talker refuses a negative attention grid before touching the device") {
+  talker_cuda_limits l = tiny_limits(2);
+  l.attention_grid = -1;
+  CHECK_THROWS_WITH_AS(talker_cuda(cuda_dims(tiny_config()), l), doctest::Contains("attention_grid -1"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("a decode step with fused attention gives the two-launch step's codes and logits" *
           doctest::skip(!mstar::test::has_gpu())) {
   // The same attention summed in another order (the fused launch shares each row's context among the Talker's 8

@@ -11,6 +11,9 @@
 //                Talker's default: a row's context in 8 equal shares, merged in a fixed order), one launch;
 //   ours 1blk    the same in one block a row and KV head (splits 1: the code predictor's, whose context is at most
 //                17 tokens);
+//   8sh/2blk, 8sh/1blk  ours with the 8 shares dealt to 2 blocks a row and KV head, and to 1 (what
+//                talker_cuda_limits::attention_grid does at many rows): the same sums, so the same bits as ours
+//                (checked);
 //   fi           FlashInfer's BatchDecodeWithPagedKVCache (CUDA-cores decode, its own plan of KV splits) alone,
 //                on a bf16 query normalised and rotated beforehand;
 //   fi 1blk      FlashInfer's decode kernel without its plan: one block a row and KV head over the row's whole context
@@ -230,10 +233,11 @@ void free_setup(setup& u) {
   cudaFreeHost(u.fi_int_pinned);
 }
 
-// blocks: a row's context shared by this many blocks (the Talker's 8, or the predictor's 1).
-void run_ours(setup& u, int layer, int blocks, cudaStream_t s) {
+// shares: a row's context cut into this many shares (the Talker's 8, or the predictor's 1), dealt to `blocks`
+// blocks (0: one a share).
+void run_ours(setup& u, int layer, int shares, cudaStream_t s, int blocks = 0) {
   cu::decode_attention(u.qkv, u.q_norm, u.k_norm, u.inv_freq, u.caches[std::size_t(layer)], u.view(), u.out_ours,
-                       u.heads, u.kv_heads, head_dim, eps, u.scratch, blocks, s);
+                       u.heads, u.kv_heads, head_dim, eps, u.scratch, shares, s, 0, blocks);
 }
 
 // whole: fi 1blk (no plan, no split); else as FlashInfer's plan says.
@@ -402,8 +406,9 @@ int main(int argc, char** argv) try {
   std::printf("device %s (%d SMs, L2 %d MB); copy rate %.0f GB/s; %d query / %d KV heads of %d, pages of %d tokens\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rate / 1e9, heads, kv_heads, head_dim,
               page_tokens);
-  std::printf("%5s %5s %6s %8s %8s %8s %8s %9s %8s %11s %9s %15s\n", "rows", "kv", "layers", "ours us", "ours 1blk",
-              "fi us", "fi 1blk", "fi+app us", "floor us", "ours/fi+app", "fi diff", "row bits");
+  std::printf("%5s %5s %6s %8s %8s %8s %8s %8s %8s %9s %8s %11s %9s %15s\n", "rows", "kv", "layers", "ours us",
+              "8sh/2blk", "8sh/1blk", "ours 1blk", "fi us", "fi 1blk", "fi+app us", "floor us", "ours/fi+app", "fi diff",
+              "row bits");
   bool ok = true;
   for (int kv : kv_list)
     for (int rows : rows_list) {
@@ -420,7 +425,15 @@ int main(int argc, char** argv) try {
       run_fi(u, 0, s, /*whole=*/true);
       check(cudaStreamSynchronize(s), "first launches");
       diff = std::max(diff, rel_diff(download(u.out_fi, n), ours_out));
+      bool dealt_same = true; // the 8 shares in 2 blocks and in 1: ours's bits
+      for (int blocks : {2, 1}) {
+        run_ours(u, 0, splits, s, blocks);
+        check(cudaStreamSynchronize(s), "first launches");
+        dealt_same = dealt_same && std::memcmp(download(u.out_ours, n).data(), ours_out.data(), n * sizeof(float)) == 0;
+      }
       const double ours = time_arm(u, iters, s, [&](int l) { run_ours(u, l, splits, s); });
+      const double dealt2 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, splits, s, 2); });
+      const double dealt1 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, splits, s, 1); });
       const double ours1 = time_arm(u, iters, s, [&](int l) { run_ours(u, l, 1, s); });
       const double fi = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s); });
       const double whole = time_arm(u, iters, s, [&](int l) { run_fi(u, l, s, /*whole=*/true); });
@@ -433,11 +446,17 @@ int main(int argc, char** argv) try {
       auto word = [](bool same) { return same ? "same" : "differ"; };
       char bits[48];
       std::snprintf(bits, sizeof bits, "%s/%s/%s", word(b.ours_same), word(b.fi_same), word(b.whole_same));
-      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %15s\n", rows, kv, layers, ours, ours1,
-                  fi, whole, fi_app, floor_us, ours / fi_app, diff, bits);
-      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_1blk_us=%.3f fi_us=%.3f fi_1blk_us=%.3f "
-                  "fi_append_us=%.3f floor_us=%.3f fi_rel_diff=%.3e fi_split_kv=%d row_bits(ours/fi/fi_1blk)=%s\n",
-                  rows, kv, ours, ours1, fi, whole, fi_app, floor_us, diff, int(u.plan.split_kv), bits);
+      std::printf("%5d %5d %6d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f %11.2f %9.2e %15s\n", rows, kv, layers,
+                  ours, dealt2, dealt1, ours1, fi, whole, fi_app, floor_us, ours / fi_app, diff, bits);
+      std::printf("RESULT attention rows=%d kv=%d ours_us=%.3f ours_8sh_2blk_us=%.3f ours_8sh_1blk_us=%.3f "
+                  "ours_1blk_us=%.3f fi_us=%.3f fi_1blk_us=%.3f fi_append_us=%.3f floor_us=%.3f fi_rel_diff=%.3e "
+                  "fi_split_kv=%d row_bits(ours/fi/fi_1blk)=%s\n",
+                  rows, kv, ours, dealt2, dealt1, ours1, fi, whole, fi_app, floor_us, diff, int(u.plan.split_kv), bits);
+      if (!dealt_same) {
+        std::fprintf(stderr, "FAILED: decode_attention's 8 shares in 2 or 1 blocks gave other bits than in 8 (rows %d, "
+                             "kv %d)\n", rows, kv);
+        ok = false;
+      }
       // bf16 outputs of float32 sums in other orders, FlashInfer's query in bf16: a few bf16 steps at most.
       if (!(diff < 2e-2)) {
         std::fprintf(stderr,

@@ -378,6 +378,16 @@ int attention_splits(const talker_cuda_limits& l) {
   return l.attention_chunk > 0 ? cuda::max_decode_splits : talker_decode_splits;
 }
 
+// Blocks each row's shares are dealt to in the Talker's decode attention of `rows` rows (talker_cuda_limits::
+// attention_grid): one a share while rows x kv_heads x blocks stays within the grid, else halved until it does.
+int attention_blocks(const talker_cuda_limits& l, int rows, int kv_heads) {
+  int blocks = attention_splits(l);
+  if (l.attention_grid <= 0) return blocks;
+  while (blocks > 1 && std::int64_t(rows) * kv_heads * blocks > l.attention_grid)
+    blocks = (blocks + 1) / 2;
+  return blocks;
+}
+
 // Where each piece of a request's generation state sits in its slot row (bytes): the seed first (8-byte
 // aligned), then code 0, the frame count, the last frame, the last hidden state and the seen-codes bitmap.
 struct state_layout {
@@ -395,11 +405,12 @@ state_layout layout_of(const talker_cuda_dims& d) {
 // `view`, and leaves the final norm in y16 (bf16) and, when given, y32.
 // fused: every row has one token, so qk_norm_rope_append and paged_attention may run as one launch.
 // small: a decode step's pass, whose products may run as small_gemv when the tokens are few enough.
-// splits: blocks a row's kv indices are shared by in the fused attention (scratch holds their partials); chunk: the
-// least tokens a block takes (cuda::decode_attention).
+// splits: shares a row's kv indices are cut into in the fused attention (scratch holds their partials); chunk: the
+// least tokens a share takes; blocks: blocks a row's shares are dealt to (cuda::decode_attention).
 void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_stack_dims& d, float* x, int tokens,
                const cuda::paged_view& view, bf16* y16, float* y32, cudaStream_t s, bool fused = false,
-               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1, int chunk = 0) {
+               bool small = false, const cuda::decode_scratch& scratch = {}, int splits = 1, int chunk = 0,
+               int blocks = 0) {
   fused = fused && d.heads / d.kv_heads <= cuda::max_decode_group;
   const int h = d.hidden, qw = d.heads * d.head_dim, inter = d.intermediate;
   // On small_gemv the o and down projections add to the residual x themselves and the gate/up product
@@ -423,7 +434,7 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
     }
     if (fused) {
       cuda::decode_attention(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, w.kv[std::size_t(l)], view, st.attn, d.heads,
-                             d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s, chunk);
+                             d.kv_heads, d.head_dim, d.rms_eps, scratch, splits, s, chunk, blocks);
     } else {
       cuda::qk_norm_rope_append(st.qkv, lw.q_norm, lw.k_norm, w.inv_freq, st.q, w.kv[std::size_t(l)], view, d.heads,
                                 d.kv_heads, d.head_dim, d.rms_eps, s);
@@ -495,6 +506,8 @@ void check_dims(const talker_cuda_dims& d, const talker_cuda_limits& l) {
            "] (the most rows of a tensor-core o or down projection that normalises its output; 0: none)");
   need(l.attention_chunk >= 0, "attention_chunk " + std::to_string(l.attention_chunk) +
                                    " is negative (0: equal shares; N: shares of at least N tokens)");
+  need(l.attention_grid >= 0, "attention_grid " + std::to_string(l.attention_grid) +
+                                  " is negative (0: one block a share; N: at most about N blocks a launch)");
 }
 
 } // namespace
@@ -1108,7 +1121,8 @@ void talker_cuda::enqueue_talker(int rows) {
   const cuda::paged_view view{st.qo_indptr, st.page_indptr, st.page_indices,     st.last_page_len, st.positions,
                               rows,         rows,           limits_.block_tokens};
   run_stack(st, st.talker, T, st.x, rows, view, st.past_hidden16, st.past_hidden, s, fused_decode_, true,
-            st.attn_scratch, attention_splits(limits_), limits_.attention_chunk);
+            st.attn_scratch, attention_splits(limits_), limits_.attention_chunk,
+            attention_blocks(limits_, rows, T.kv_heads));
   st.linear(s, st.codec_head, dims_.codec_vocab, T.hidden, st.past_hidden16, T.hidden, st.logits, dims_.codec_vocab,
             rows, true);
   choose_code0(rows);

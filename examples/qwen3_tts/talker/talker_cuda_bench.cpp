@@ -6,7 +6,7 @@
 //
 //   qwen3tts_talker_bench [--model 0.6b|1.7b|both] [--mlp-1p7b 6144] [--kv 256] [--iters 200]
 //                         [--rows 1,8,32,64,128] [--gemv-rows 8] [--gemv-norm 0|1] [--pdl 0|1] [--prefill-tokens 40]
-//                         [--attention-chunk N] [--gemv-tensor-cores 0|1] [--gemv-k-split N]
+//                         [--attention-chunk N] [--attention-grid N] [--gemv-tensor-cores 0|1] [--gemv-k-split N]
 //                         [--gemv-norm-after N] [--sample] [--profile]
 //
 // --gemv-rows N: talker_cuda_limits::gemv_rows, the decode step's products of at most N rows on the
@@ -17,6 +17,9 @@
 // (default: the library's default).
 // --attention-chunk N: talker_cuda_limits::attention_chunk, the Talker's decode attention in shares of at least N
 // tokens a block (0: the library's equal shares; the RESULT lines say "chunk N" where N > 0).
+// --attention-grid N: talker_cuda_limits::attention_grid, the Talker's decode attention of many rows dealing a row's
+// shares to fewer blocks, about N blocks a launch at most (the RESULT lines say "grid N" where N > 0; 0: one block a
+// share; default: the library's default).
 // --gemv-tensor-cores 0|1: talker_cuda_limits::gemv_tensor_cores, the small-rows products on the tensor cores (up
 // to 16 rows; the RESULT lines say "tc"; default: the library's default).
 // --gemv-k-split N: talker_cuda_limits::gemv_k_split, the tensor-core products of fewer tiles than SMs with a tile's
@@ -67,6 +70,7 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
   lim.gemv_norm = knobs.gemv_norm;
   lim.pdl = knobs.pdl;
   lim.attention_chunk = knobs.attention_chunk;
+  lim.attention_grid = knobs.attention_grid;
   lim.gemv_tensor_cores = knobs.gemv_tensor_cores;
   lim.gemv_k_split = knobs.gemv_k_split;
   lim.gemv_norm_after_rows = knobs.gemv_norm_after_rows;
@@ -141,7 +145,8 @@ void bench_model(const char* name, const qwen3_tts::talker_cuda_dims& dims, cons
                               double(P.layers) * rows * dims.code_groups * P.kv_heads * P.head_dim * 2.0 * 2.0;
       const double bytes = double(model.decode_weight_bytes()) + kv_bytes;
       const double floor_ms = bytes / rate * 1e3;
-      const std::string chunk = lim.attention_chunk > 0 ? " chunk " + std::to_string(lim.attention_chunk) : "";
+      const std::string chunk = (lim.attention_chunk > 0 ? " chunk " + std::to_string(lim.attention_chunk) : "") +
+                                (lim.attention_grid > 0 ? " grid " + std::to_string(lim.attention_grid) : "");
       std::printf("RESULT %-5s %-5s gemv %d%s%s rows %4d  step %8.3f ms (min %8.3f)  floor %7.3f ms  x%5.2f  %9.1f "
                   "frames/s  %zu nodes\n",
                   name, fused ? "fused" : "split", gemv_rows, norm_pdl.c_str(), chunk.c_str(), rows, median,
@@ -226,6 +231,8 @@ int main(int argc, char** argv) {
       knobs.gemv_k_split = std::stoi(value());
     else if (a == "--attention-chunk")
       knobs.attention_chunk = std::stoi(value());
+    else if (a == "--attention-grid")
+      knobs.attention_grid = std::stoi(value());
     else if (a == "--prefill-tokens")
       prefill_tokens = std::stoi(value());
     else if (a == "--sample")

@@ -313,22 +313,24 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
   }
 }
 
-// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head,
-// split), 4 warps. Each block first normalises and rotates the group's query heads into shared memory; the
-// block whose share of the row's kv indices holds the new token also normalises, rotates and appends its
-// K and V (visible to the block after the barrier). A row's kv indices go to `splits` blocks in equal shares
-// (so a short context at few rows still fills the GPU) or, with `chunk`, in shares of chunk tokens (more where
-// the row needs more than `splits` of them: a short context takes one block and no merge), and within a block
-// to its 4 warps, each warp taking 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V
-// row is read once for all query heads of the group. Every lane-group runs an online softmax; the block
-// merges them in shared memory, and where a row has several splits the last block of the row's kv head to
-// finish (a counter) merges the splits' partial results from `scratch` in split order and resets the counter.
-// A row's result depends on its own length, `splits` and `chunk` only, never on the other rows of the step.
+// A decode step's attention in one launch (every row has exactly one new token): block (row, kv head, z),
+// 4 warps. A row's kv indices go to `splits` shares, equal (so a short context at few rows still fills the GPU) or,
+// with `chunk`, of chunk tokens (more where the row needs more than `splits` of them: a short context takes one
+// share and no merge); the shares are dealt out in order to the row's gridDim.z blocks (one a block, or several a
+// block when many rows fill the GPU anyway). Each block first normalises and rotates the group's query heads into
+// shared memory; the block whose shares hold the new token also normalises, rotates and appends its K and V
+// (visible to the block after the barrier). Within a share, the tokens go to the block's 4 warps, each warp taking
+// 256 / D tokens at a time: D / 8 lanes a token, each lane 8 elements read as one 16-byte load, so a K or V row is
+// read once for all query heads of the group. Every lane-group runs an online softmax; the block merges them in
+// shared memory into the share's result, and where a row has several shares the last of its kv head's blocks to
+// finish (a counter) merges the shares' partial results from `scratch` in share order and resets the counter. A
+// row's result depends on its own length, `splits` and `chunk` only: never on the other rows of the step, nor on
+// how many blocks its shares are dealt to.
 template <int D, int G>
 __global__ void __launch_bounds__(128)
     decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
                             kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
-                            decode_scratch scratch, int chunk) {
+                            decode_scratch scratch, int chunk, int splits) {
   await_predecessors();
   constexpr int lanes_per_token = D / 8, tokens_per_warp = 32 / lanes_per_token, warps = 4;
   constexpr int parts = warps * tokens_per_warp;
@@ -336,17 +338,20 @@ __global__ void __launch_bounds__(128)
   __shared__ float part_m[G][parts], part_l[G][parts];
   __shared__ float part_acc[G][parts][D];
   __shared__ bool last_block;
-  const int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int r = blockIdx.x, kvh = blockIdx.y;
   const int group = heads / kv_heads;
   const int t = view.qo_indptr[r];
   const int len = kv_len_of_row(view, r), j_new = len - 1;
-  // A chunk of len or more is one block whatever its size: taken as len, so that split * share and
+  // A chunk of len or more is one block whatever its size: taken as len, so that share * splits and
   // len + share - 1 stay within int for any chunk (a chunk near 2^31 would wrap them).
   const int share = max(min(chunk, len), (len + splits - 1) / splits);
-  const int begin = split * share, end = min(len, begin + share);
-  const int used = (len + share - 1) / share; // splits with at least one kv index
-  if (begin >= end) return;                   // past the row's length: no work and no part in the merge
-  const bool owner = begin <= j_new && j_new < end;
+  const int used = (len + share - 1) / share; // shares with at least one kv index
+  // This block's shares, [first, last) in order: per_block of them, the row's shares dealt out to gridDim.z blocks.
+  const int per_block = (splits + int(gridDim.z) - 1) / int(gridDim.z);
+  const int first = int(blockIdx.z) * per_block, last = min(used, first + per_block);
+  const int active = (used + per_block - 1) / per_block; // blocks of the row with at least one share
+  if (first >= last) return; // past the row's length: no work and no part in the merge
+  const bool owner = first * share <= j_new && j_new < min(len, last * share);
   const float pos = float(view.positions[t]);
   const float* row = qkv + std::size_t(t) * (heads + 2 * kv_heads) * D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -367,95 +372,105 @@ __global__ void __launch_bounds__(128)
 
   const int sub = lane % lanes_per_token, tok = lane / lanes_per_token;
   const float scale = rsqrtf(float(D));
-  float q[G][8], acc[G][8], m[G], l[G];
+  float q[G][8];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
+  for (int g = 0; g < G; ++g)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < 8; ++e)
       q[g][e] = q_s[g][sub * 8 + e] * scale;
-      acc[g][e] = 0.0f;
+  // Each share as if it had a block of its own: the same tokens to each lane-group, the same merge of the parts, so
+  // a row's bits do not depend on how many of its shares a block takes.
+  for (int sh = first; sh < last; ++sh) {
+    const int begin = sh * share, end = min(len, begin + share);
+    float acc[G][8], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[g][e] = 0.0f;
     }
-  }
-  // Two tokens a lane-group in flight: both K and V rows are loaded before the first is used.
-  constexpr int stride = warps * tokens_per_warp;
-  for (int j0 = begin + warp * tokens_per_warp; j0 < end; j0 += 2 * stride) {
-    uint4 kr[2], vr[2];
-    bool valid[2];
+    // Two tokens a lane-group in flight: both K and V rows are loaded before the first is used.
+    constexpr int stride = warps * tokens_per_warp;
+    for (int j0 = begin + warp * tokens_per_warp; j0 < end; j0 += 2 * stride) {
+      uint4 kr[2], vr[2];
+      bool valid[2];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int j = j0 + u * stride + tok;
-      valid[u] = j < end;
-      if (valid[u]) {
-        const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + sub * 8;
-        kr[u] = *reinterpret_cast<const uint4*>(cache.k + off);
-        vr[u] = *reinterpret_cast<const uint4*>(cache.v + off);
-      } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      float k[8], v[8];
-      bf16x8_to_float(kr[u], k);
-      bf16x8_to_float(vr[u], v);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          d += q[g][e] * k[e];
-#pragma unroll
-        for (int o = lanes_per_token / 2; o > 0; o >>= 1)
-          d += __shfl_xor_sync(0xffffffffu, d, o);
+      for (int u = 0; u < 2; ++u) {
+        const int j = j0 + u * stride + tok;
+        valid[u] = j < end;
         if (valid[u]) {
-          const float m_new = fmaxf(m[g], d);
-          const float corr = expf(m[g] - m_new), p = expf(d - m_new);
-          l[g] = l[g] * corr + p;
+          const std::size_t off = kv_offset(view, r, j, kvh, kv_heads, D) + sub * 8;
+          kr[u] = *reinterpret_cast<const uint4*>(cache.k + off);
+          vr[u] = *reinterpret_cast<const uint4*>(cache.v + off);
+        } else {
+          kr[u] = make_uint4(0, 0, 0, 0);
+          vr[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        float k[8], v[8];
+        bf16x8_to_float(kr[u], k);
+        bf16x8_to_float(vr[u], v);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float d = 0.0f;
 #pragma unroll
           for (int e = 0; e < 8; ++e)
-            acc[g][e] = acc[g][e] * corr + p * v[e];
-          m[g] = m_new;
+            d += q[g][e] * k[e];
+#pragma unroll
+          for (int o = lanes_per_token / 2; o > 0; o >>= 1)
+            d += __shfl_xor_sync(0xffffffffu, d, o);
+          if (valid[u]) {
+            const float m_new = fmaxf(m[g], d);
+            const float corr = expf(m[g] - m_new), p = expf(d - m_new);
+            l[g] = l[g] * corr + p;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              acc[g][e] = acc[g][e] * corr + p * v[e];
+            m[g] = m_new;
+          }
         }
       }
     }
-  }
-  const int part = warp * tokens_per_warp + tok;
+    if (sh != first) __syncthreads(); // the previous share's merge has read the parts
+    const int part = warp * tokens_per_warp + tok;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (sub == 0) {
-      part_m[g][part] = m[g];
-      part_l[g][part] = l[g];
+    for (int g = 0; g < G; ++g) {
+      if (sub == 0) {
+        part_m[g][part] = m[g];
+        part_l[g][part] = l[g];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        part_acc[g][part][sub * 8 + e] = acc[g][e];
     }
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      part_acc[g][part][sub * 8 + e] = acc[g][e];
-  }
-  __syncthreads();
+    __syncthreads();
 
-  // The block's result for each (query head, element): its parts merged; one split writes it out whole.
-  for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
-    const int g = idx / D, e = idx % D;
-    float big = -INFINITY;
-    for (int p = 0; p < parts; ++p)
-      big = fmaxf(big, part_m[g][p]);
-    float sum_l = 0.0f, sum_acc = 0.0f;
-    for (int p = 0; p < parts; ++p) {
-      const float f = part_l[g][p] > 0.0f ? expf(part_m[g][p] - big) : 0.0f;
-      sum_l += part_l[g][p] * f;
-      sum_acc += part_acc[g][p][e] * f;
-    }
-    const int h = kvh * group + g;
-    if (used == 1) {
-      out[(std::size_t(t) * heads + h) * D + e] = __float2bfloat16(sum_acc / sum_l);
-    } else {
-      const std::size_t slot = (std::size_t(r) * heads + h) * splits + split;
-      scratch.acc[slot * D + e] = sum_acc;
-      if (e == 0) {
-        scratch.m[slot] = big;
-        scratch.l[slot] = sum_l;
+    // The share's result for each (query head, element): its parts merged; a row of one share writes it out whole.
+    for (int idx = threadIdx.x; idx < group * D; idx += blockDim.x) {
+      const int g = idx / D, e = idx % D;
+      float big = -INFINITY;
+      for (int p = 0; p < parts; ++p)
+        big = fmaxf(big, part_m[g][p]);
+      float sum_l = 0.0f, sum_acc = 0.0f;
+      for (int p = 0; p < parts; ++p) {
+        const float f = part_l[g][p] > 0.0f ? expf(part_m[g][p] - big) : 0.0f;
+        sum_l += part_l[g][p] * f;
+        sum_acc += part_acc[g][p][e] * f;
+      }
+      const int h = kvh * group + g;
+      if (used == 1) {
+        out[(std::size_t(t) * heads + h) * D + e] = __float2bfloat16(sum_acc / sum_l);
+      } else {
+        const std::size_t slot = (std::size_t(r) * heads + h) * splits + sh;
+        scratch.acc[slot * D + e] = sum_acc;
+        if (e == 0) {
+          scratch.m[slot] = big;
+          scratch.l[slot] = sum_l;
+        }
       }
     }
   }
@@ -464,7 +479,7 @@ __global__ void __launch_bounds__(128)
   __syncthreads();
   if (threadIdx.x == 0) {
     const unsigned done = atomicAdd(&scratch.counters[r * kv_heads + kvh], 1u);
-    last_block = done == unsigned(used - 1);
+    last_block = done == unsigned(active - 1);
   }
   __syncthreads();
   if (!last_block) return;
@@ -1371,7 +1386,7 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
 
 void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
                       paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
-                      const decode_scratch& scratch, int splits, cudaStream_t s, int chunk) {
+                      const decode_scratch& scratch, int splits, cudaStream_t s, int chunk, int blocks) {
   if (view.rows == 0) return;
   if (kv_heads <= 0 || heads % kv_heads != 0 || heads / kv_heads > max_decode_group)
     throw std::runtime_error("qwen3_tts CUDA talker: decode_attention takes at most " +
@@ -1383,11 +1398,14 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
   if (chunk < 0)
     throw std::runtime_error("qwen3_tts CUDA talker: decode_attention chunk " + std::to_string(chunk) +
                              " is negative (0: equal shares)");
-  const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(splits));
+  if (blocks < 0 || blocks > splits)
+    throw std::runtime_error("qwen3_tts CUDA talker: decode_attention blocks " + std::to_string(blocks) +
+                             " a row outside 0..splits (" + std::to_string(splits) + "; 0: one block a share)");
+  const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(blocks == 0 ? splits : blocks));
   const int group = heads / kv_heads;
   auto launch = [&](auto d, auto g) {
     launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm,
-                  k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch, chunk);
+                  k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch, chunk, splits);
   };
   auto by_group = [&](auto d) {
     if (group <= 1)

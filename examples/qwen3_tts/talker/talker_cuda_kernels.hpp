@@ -85,12 +85,13 @@ void paged_attention(const float* q, kv_layer cache, paged_view view, bf16* out,
 
 // qk_norm_rope_append and paged_attention in one launch, for a step whose every row has exactly one
 // new token (a decode step; the predictor's single-token passes), with at most max_decode_group query
-// heads a KV head and head_dim 16, 32, 64, 128 or 256. Each row's kv indices are shared by at most `splits`
-// blocks (1..max_decode_splits): in equal shares, or with `chunk` > 0 in shares of at least chunk tokens (a row
-// then takes as many blocks as its own length needs, one for a context of at most chunk tokens). Either way a
-// row's shares follow its own length only, never the other rows of the launch. With more than one, `scratch`
-// holds their partial results, sized for the rows, query heads and splits of the launch, and its counters
-// (rows * kv_heads) start at zero and are left so.
+// heads a KV head and head_dim 16, 32, 64, 128 or 256. Each row's kv indices are cut into at most `splits`
+// shares (1..max_decode_splits): equal, or with `chunk` > 0 of at least chunk tokens (a row then has as many
+// shares as its own length needs, one for a context of at most chunk tokens). Either way a row's shares follow its
+// own length only, never the other rows of the launch. `blocks` (1..splits; 0: splits) is how many blocks a row's
+// shares are dealt to, in order: fewer blocks do the same sums, so a row's bits do not depend on it, and a launch
+// of many rows may take fewer a row. With more than one share, `scratch` holds their partial results, sized for the
+// rows, query heads and splits of the launch, and its counters (rows * kv_heads) start at zero and are left so.
 constexpr int max_decode_group = 8;
 constexpr int max_decode_splits = 16;
 struct decode_scratch {
@@ -101,7 +102,7 @@ struct decode_scratch {
 };
 void decode_attention(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq, kv_layer cache,
                       paged_view view, bf16* out, int heads, int kv_heads, int head_dim, float eps,
-                      const decode_scratch& scratch, int splits, cudaStream_t s, int chunk = 0);
+                      const decode_scratch& scratch, int splits, cudaStream_t s, int chunk = 0, int blocks = 0);
 
 // gate_up: [tokens][2 * inter] float32 (gate first, up second) -> silu(gate) * up as bf16.
 void swiglu(const float* gate_up, bf16* out, int tokens, int inter, cudaStream_t s);
