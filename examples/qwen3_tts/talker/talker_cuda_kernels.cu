@@ -709,6 +709,14 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
 // cost and the weights are read once, 16-byte loads, all of a block's in flight at once.
 constexpr int mma_warps = 8;
 constexpr int mma_unroll = 4;
+// A 16-byte load through the read-only path, as volatile asm: kept in program order among the other volatile asm.
+__device__ __forceinline__ uint4 ldg_nc_v4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
 __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
                                           std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -806,21 +814,35 @@ __global__ void __launch_bounds__(mma_warps * 32)
   float acc[O][NT][4] = {};
   for (int c0 = vw; c0 < chunks; c0 += stride * U) {
     if (c0 != vw) load_pass(c0); // the first pass's came before the wait
+    // Every input fragment of the pass asked for before the first product, so that their latencies overlap (with a
+    // break between the chunks' loads and products the compiler issued each chunk's loads after the previous
+    // chunk's products: one L2 round trip a chunk).
+    // The loads are volatile asm, as the products are, so the compiler keeps them ahead of the products; each reads
+    // a valid address (a chunk past the inputs re-reads the last, a row past `rows` row 0) and is zeroed after.
+    uint4 xq[U][NT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * stride, cc = c < chunks ? c : chunks - 1;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        xq[u][j] = ldg_nc_v4(xr[j] + 4 * cc);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        if (!xlive[j] || c0 + u * stride >= chunks) xq[u][j] = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * stride;
-      if (c >= chunks) break;
-      uint4 xq[NT];
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        xq[j] = xlive[j] ? __ldg(xr[j] + 4 * c) : make_uint4(0, 0, 0, 0);
+      if (c >= chunks) continue; // the same for the whole warp: past the inputs, no product
 #pragma unroll
       for (int k = 0; k < O; ++k) {
         const uint4 lo = wq[u][k][0], hi = wq[u][k][1];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          mma_16816(acc[k][j], lo.x, hi.x, lo.y, hi.y, xq[j].x, xq[j].y);
-          mma_16816(acc[k][j], lo.z, hi.z, lo.w, hi.w, xq[j].z, xq[j].w);
+          mma_16816(acc[k][j], lo.x, hi.x, lo.y, hi.y, xq[u][j].x, xq[u][j].y);
+          mma_16816(acc[k][j], lo.z, hi.z, lo.w, hi.w, xq[u][j].z, xq[u][j].w);
         }
       }
     }
