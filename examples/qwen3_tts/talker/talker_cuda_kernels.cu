@@ -57,6 +57,15 @@ __device__ __forceinline__ void await_predecessors() {
 #endif
 }
 
+// A 16-byte load through the read-only path, as volatile asm: kept in program order among the other volatile asm.
+__device__ __forceinline__ uint4 ldg_nc_v4(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -629,15 +638,38 @@ __global__ void __launch_bounds__(gemv_warps * 32)
   float acc[O][R] = {};
   for (int s0 = lane; s0 < slices; s0 += 32 * gemv_unroll) {
     if (s0 != lane) load_pass(s0); // the first pass's came before the wait
+    // Inputs from global memory: every slice of the pass asked for before the first sum (volatile asm loads of
+    // valid addresses: a slice past the inputs re-reads the last and is zeroed, as its weights are; a row past
+    // `rows` reads row 0 and its sums are never written), and no branch between the sums, so that the loads'
+    // latencies overlap: with a break between the slices the compiler issued each slice's load after the previous
+    // slice's sums, one L2 round trip a slice.
+    uint4 xg[Norm ? 1 : gemv_unroll][Norm ? 1 : R];
+    if constexpr (!Norm) {
+#pragma unroll
+      for (int u = 0; u < gemv_unroll; ++u) {
+        const int sl = s0 + 32 * u < slices ? s0 + 32 * u : slices - 1;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          xg[u][r] = ldg_nc_v4(reinterpret_cast<const uint4*>(x + std::size_t(r < rows ? r : 0) * ldx) + sl);
+      }
+#pragma unroll
+      for (int u = 0; u < gemv_unroll; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (s0 + 32 * u >= slices) xg[u][r] = make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
     for (int u = 0; u < gemv_unroll; ++u) {
       const int sl = s0 + 32 * u;
-      if (sl >= slices) break;
+      if (Norm && sl >= slices) break;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (r >= rows) break;
-        const uint4* xrow = reinterpret_cast<const uint4*>(x + std::size_t(r) * ldx) + sl;
-        const uint4 xq = Norm ? *xrow : __ldg(xrow);
+        if (Norm && r >= rows) break;
+        uint4 xq;
+        if constexpr (Norm)
+          xq = reinterpret_cast<const uint4*>(x + std::size_t(r) * ldx)[sl];
+        else
+          xq = xg[u][r];
         float xf[8];
         bf16x8_to_float(xq, xf);
 #pragma unroll
@@ -709,14 +741,6 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
 // cost and the weights are read once, 16-byte loads, all of a block's in flight at once.
 constexpr int mma_warps = 8;
 constexpr int mma_unroll = 4;
-// A 16-byte load through the read-only path, as volatile asm: kept in program order among the other volatile asm.
-__device__ __forceinline__ uint4 ldg_nc_v4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
                                           std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
