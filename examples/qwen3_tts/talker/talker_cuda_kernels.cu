@@ -838,35 +838,21 @@ __global__ void __launch_bounds__(mma_warps * 32)
   float acc[O][NT][4] = {};
   for (int c0 = vw; c0 < chunks; c0 += stride * U) {
     if (c0 != vw) load_pass(c0); // the first pass's came before the wait
-    // Every input fragment of the pass asked for before the first product, so that their latencies overlap (with a
-    // break between the chunks' loads and products the compiler issued each chunk's loads after the previous
-    // chunk's products: one L2 round trip a chunk).
-    // The loads are volatile asm, as the products are, so the compiler keeps them ahead of the products; each reads
-    // a valid address (a chunk past the inputs re-reads the last, a row past `rows` row 0) and is zeroed after.
-    uint4 xq[U][NT];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = c0 + u * stride, cc = c < chunks ? c : chunks - 1;
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        xq[u][j] = ldg_nc_v4(xr[j] + 4 * cc);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        if (!xlive[j] || c0 + u * stride >= chunks) xq[u][j] = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * stride;
-      if (c >= chunks) continue; // the same for the whole warp: past the inputs, no product
+      if (c >= chunks) break;
+      uint4 xq[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        xq[j] = xlive[j] ? __ldg(xr[j] + 4 * c) : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int k = 0; k < O; ++k) {
         const uint4 lo = wq[u][k][0], hi = wq[u][k][1];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          mma_16816(acc[k][j], lo.x, hi.x, lo.y, hi.y, xq[u][j].x, xq[u][j].y);
-          mma_16816(acc[k][j], lo.z, hi.z, lo.w, hi.w, xq[u][j].z, xq[u][j].w);
+          mma_16816(acc[k][j], lo.x, hi.x, lo.y, hi.y, xq[j].x, xq[j].y);
+          mma_16816(acc[k][j], lo.z, hi.z, lo.w, hi.w, xq[j].z, xq[j].w);
         }
       }
     }
