@@ -1106,7 +1106,7 @@ TEST_CASE("the fused decode attention with a row's shares dealt to fewer blocks 
   for (const int grid : {1, 100}) {
     for (const int rows : {2, 12}) {
       INFO("grid ", grid, ", rows ", rows);
-      talker_cuda_limits l = tiny_limits(rows, 512, 256);
+      talker_cuda_limits l = tiny_limits(rows, 1024, 48 * rows);
       l.attention_grid = 0;
       rig one_a_share(tiny_config(), l);
       l.attention_grid = grid;

@@ -335,7 +335,7 @@ __device__ void bf16x8_to_float(const uint4& u, float (&f)[8]) {
 // finish (a counter) merges the shares' partial results from `scratch` in share order and resets the counter. A
 // row's result depends on its own length, `splits` and `chunk` only: never on the other rows of the step, nor on
 // how many blocks its shares are dealt to.
-template <int D, int G>
+template <int D, int G, bool Dealt>
 __global__ void __launch_bounds__(128)
     decode_attention_kernel(const float* qkv, const float* q_norm, const float* k_norm, const float* inv_freq,
                             kv_layer cache, paged_view view, bf16* out, int heads, int kv_heads, float eps,
@@ -356,7 +356,8 @@ __global__ void __launch_bounds__(128)
   const int share = max(min(chunk, len), (len + splits - 1) / splits);
   const int used = (len + share - 1) / share; // shares with at least one kv index
   // This block's shares, [first, last) in order: per_block of them, the row's shares dealt out to gridDim.z blocks.
-  const int per_block = (splits + int(gridDim.z) - 1) / int(gridDim.z);
+  // (Dealt false: one share a block, gridDim.z == splits, and the loop below runs once.)
+  const int per_block = Dealt ? (splits + int(gridDim.z) - 1) / int(gridDim.z) : 1;
   const int first = int(blockIdx.z) * per_block, last = min(used, first + per_block);
   const int active = (used + per_block - 1) / per_block; // blocks of the row with at least one share
   if (first >= last) return; // past the row's length: no work and no part in the merge
@@ -757,16 +758,20 @@ __device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int row
   const int lane = threadIdx.x & 31, warps = int(blockDim.x >> 5);
   for (int r = int(threadIdx.x >> 5); r < rows; r += warps) {
     const float* xr = x + std::size_t(r) * ld;
+    // The eight strided sums first, then their warp sums: with a warp sum (its shuffles) between them, each sum's
+    // loads waited for the previous sum's, one L2 round trip after another.
     float part[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      float ss = 0.0f;
+      part[k] = 0.0f;
       for (int i = 32 * k + lane; i < width; i += 256) {
         const float v = __ldcg(xr + i);
-        ss += v * v;
+        part[k] += v * v;
       }
-      part[k] = warp_sum(ss);
     }
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      part[k] = warp_sum(part[k]);
     float v = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; ++k)
@@ -1435,9 +1440,11 @@ void decode_attention(const float* qkv, const float* q_norm, const float* k_norm
                              " a row outside 0..splits (" + std::to_string(splits) + "; 0: one block a share)");
   const dim3 grid(unsigned(view.rows), unsigned(kv_heads), unsigned(blocks == 0 ? splits : blocks));
   const int group = heads / kv_heads;
+  const bool dealt = grid.z < unsigned(splits);
   auto launch = [&](auto d, auto g) {
-    launch_kernel(&decode_attention_kernel<decltype(d)::value, decltype(g)::value>, grid, 128, 0, s, qkv, q_norm,
-                  k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch, chunk, splits);
+    constexpr int D = decltype(d)::value, G = decltype(g)::value;
+    launch_kernel(dealt ? &decode_attention_kernel<D, G, true> : &decode_attention_kernel<D, G, false>, grid, 128, 0,
+                  s, qkv, q_norm, k_norm, inv_freq, cache, view, out, heads, kv_heads, eps, scratch, chunk, splits);
   };
   auto by_group = [&](auto d) {
     if (group <= 1)
