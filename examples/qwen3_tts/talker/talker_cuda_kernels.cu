@@ -758,20 +758,16 @@ __device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int row
   const int lane = threadIdx.x & 31, warps = int(blockDim.x >> 5);
   for (int r = int(threadIdx.x >> 5); r < rows; r += warps) {
     const float* xr = x + std::size_t(r) * ld;
-    // The eight strided sums first, then their warp sums: with a warp sum (its shuffles) between them, each sum's
-    // loads waited for the previous sum's, one L2 round trip after another.
     float part[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      part[k] = 0.0f;
+      float ss = 0.0f;
       for (int i = 32 * k + lane; i < width; i += 256) {
         const float v = __ldcg(xr + i);
-        part[k] += v * v;
+        ss += v * v;
       }
+      part[k] = warp_sum(ss);
     }
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      part[k] = warp_sum(part[k]);
     float v = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; ++k)
