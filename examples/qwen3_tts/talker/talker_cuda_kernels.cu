@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(128)
   const int group = heads / kv_heads;
   const int t = view.qo_indptr[r];
   const int len = kv_len_of_row(view, r), j_new = len - 1;
-  // A chunk of len or more is one block whatever its size: taken as len, so that share * splits and
+  // A chunk of len or more is one share whatever its size: taken as len, so that share * splits and
   // len + share - 1 stay within int for any chunk (a chunk near 2^31 would wrap them).
   const int share = max(min(chunk, len), (len + splits - 1) / splits);
   const int used = (len + share - 1) / share; // shares with at least one kv index
