@@ -90,8 +90,8 @@ struct talker_cuda_limits {
   // rows the GPU is full anyway, and a block taking several shares normalises, rotates and appends once for them. The
   // same sums whatever the blocks, so a row's bits never depend on its step's rows. 0: one block a share at every row
   // count. The default, 2048: the 0.6B's 8 KV heads take fewer blocks from 33 rows; on an H100 the decode step took
-  // 0.98x at 48 and 64 rows and 0.96x at 128 of one block a share, and no other grid measured did better at every
-  // row count (docs/benchmarks.md). qwen3tts_talker_bench --attention-grid N.
+  // 0.98-0.99x at 48 and 64 rows and 0.96x at 128 of the step without it, and no other grid measured did better at
+  // every row count (docs/benchmarks.md). qwen3tts_talker_bench --attention-grid N.
   int attention_grid = 2048;
   // small_gemv's products of 2 to gemv_rows rows on the tensor cores (cuda::gemv_path::tensor_cores: a block 16
   // weight rows, m16n8k16 bf16 products with float32 sums, no norm prologue; a row's sums never depend on the
