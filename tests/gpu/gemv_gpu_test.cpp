@@ -499,5 +499,15 @@ TEST_CASE("small_gemv refuses a shape it cannot read, naming the launcher and th
     CHECK(refusal(gemv_epilogue::residual, gemv_path::tensor_cores,
                   {weight, reinterpret_cast<bf16*>(rows16), 1e-6f, &ticket})
               .find("over its input") != std::string::npos);
+    // Rows longer than the last block holds in its registers: refused before any launch, not normalised in part.
+    std::string wide = "(no refusal)";
+    const int out = qwen3_tts::cuda::max_gemv_norm_after_out + 16;
+    try {
+      small_gemv(gemv_epilogue::residual, w, out, 32, w, 32, y, nullptr, out, 2, nullptr, {}, gemv_path::tensor_cores,
+                 {}, {weight, xn, 1e-6f, &ticket});
+    } catch (const std::invalid_argument& err) {
+      wide = err.what();
+    }
+    CHECK(wide.find("at most 2048 outputs, not 2064") != std::string::npos);
   }
 }

@@ -750,31 +750,57 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Rows [0, rows) of x (float32, leading dimension ld, `width` values) RMS-normalised into y (bf16, leading dimension
-// width) with rms_norm_kernel's bits: warp w takes rows w, w + warps, ..., each standing for rms_norm's 256
-// threads: lane l's sum k is thread 32 k + l's strided sum, warp_sum of it is warp k's, and the 8 warps' sums are
-// summed as block_sum's warp 0 sums them. x is read through L2 (other blocks wrote it).
+// Rows [0, rows) of x (float32, leading dimension ld, `width` values, at most 256 M) RMS-normalised into y (bf16,
+// leading dimension width) with rms_norm_kernel's bits, by a block of 256 threads standing for rms_norm's: thread t
+// sums values t, t + 256, ... of a row in that order (a value past the row is a zero, which leaves the sum's bits
+// as they were), warp_sum adds a warp's sums and the 8 warps' are added as block_sum's warp 0 adds them. G rows at
+// a time, every value of theirs asked for before the first sum and kept for the output: one L2 round trip a group
+// of rows (a warp reading each row's values a sum at a time took one a value, some 12 us a projection at 2 rows).
+// x is read through L2 (other blocks wrote it).
+template <int M>
 __device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int rows, const float* w, bf16* y, float eps) {
-  const int lane = threadIdx.x & 31, warps = int(blockDim.x >> 5);
-  for (int r = int(threadIdx.x >> 5); r < rows; r += warps) {
-    const float* xr = x + std::size_t(r) * ld;
-    float part[8];
+  constexpr int G = 16 / M; // rows a group: 16 values a thread
+  static_assert(G >= 1 && G <= mma_warps, "a warp totals each row of a group");
+  __shared__ float part[G][mma_warps];
+  __shared__ float inv_s[G];
+  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
+  float wt[M];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
+  for (int m = 0; m < M; ++m)
+    wt[m] = t + 256 * m < width ? w[t + 256 * m] : 0.0f;
+  for (int r0 = 0; r0 < rows; r0 += G) {
+    float v[G][M];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        v[g][m] = r0 + g < rows && t + 256 * m < width ? __ldcg(x + std::size_t(r0 + g) * ld + t + 256 * m) : 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
       float ss = 0.0f;
-      for (int i = 32 * k + lane; i < width; i += 256) {
-        const float v = __ldcg(xr + i);
-        ss += v * v;
-      }
-      part[k] = warp_sum(ss);
-    }
-    float v = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      if (lane == k) v = part[k];
-    const float inv = rsqrtf(warp_sum(v) / float(width) + eps);
-    for (int i = lane; i < width; i += 32)
-      y[std::size_t(r) * width + i] = __float2bfloat16(w[i] * (__ldcg(xr + i) * inv));
+      for (int m = 0; m < M; ++m)
+        ss += v[g][m] * v[g][m];
+      ss = warp_sum(ss);
+      if (lane == 0) part[g][warp] = ss;
+    }
+    __syncthreads();
+    if (warp < G) {
+      float s = lane < mma_warps ? part[warp][lane] : 0.0f;
+      s = warp_sum(s);
+      if (lane == 0) inv_s[warp] = rsqrtf(s / float(width) + eps);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (r0 + g >= rows) break;
+      const float inv = inv_s[g];
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        if (t + 256 * m < width)
+          y[std::size_t(r0 + g) * width + t + 256 * m] = __float2bfloat16(wt[m] * (v[g][m] * inv));
+    }
+    __syncthreads(); // part and inv_s are the next group's
   }
 }
 
@@ -949,7 +975,12 @@ __global__ void __launch_bounds__(mma_warps * 32)
       if (finished != unsigned(tiles - 1)) return;
       __threadfence();
       if (threadIdx.x == 0) *norm_after.ticket = 0; // for the next launch, which waits for this one
-      norm_rows_as_rms_norm(y32, ldy, outs, rows, norm_after.weight, norm_after.y16, norm_after.eps);
+      static_assert(mma_warps * 32 == 256, "norm_rows_as_rms_norm's threads are rms_norm's 256");
+      if (outs <= 1024)
+        norm_rows_as_rms_norm<4>(y32, ldy, outs, rows, norm_after.weight, norm_after.y16, norm_after.eps);
+      else
+        norm_rows_as_rms_norm<max_gemv_norm_after_out / 256>(y32, ldy, outs, rows, norm_after.weight, norm_after.y16,
+                                                             norm_after.eps);
     }
   }
 }
@@ -1520,6 +1551,9 @@ void small_gemv(gemv_epilogue epilogue, const bf16* w, int out, int in, const bf
       refuse("normalises the rows it leaves after the residual epilogue on the tensor cores only");
     if (!norm_after.weight || !norm_after.ticket)
       refuse("normalising the rows it leaves needs gemv_norm_after's weight and ticket");
+    if (out > max_gemv_norm_after_out)
+      refuse("normalises rows of at most " + std::to_string(max_gemv_norm_after_out) + " outputs, not " +
+             std::to_string(out) + " (use rms_norm after small_gemv)");
     if (static_cast<const void*>(norm_after.y16) == static_cast<const void*>(y32) ||
         static_cast<const void*>(norm_after.y16) == static_cast<const void*>(x))
       refuse("cannot write the normalised rows over its input or its residual rows");

@@ -170,9 +170,10 @@ constexpr std::size_t gemv_split_floats(int tiles, int splits) {
 }
 // The RMSNorm of the rows a residual product leaves, done by the product (tensor cores only): the last of its
 // blocks to finish (a ticket counted in `ticket`, a zeroed counter it puts back to 0) normalises y32's `rows` rows
-// of out values into y16 (bf16, leading dimension out) with weight `weight`, its sums in rms_norm's order (a warp a
-// row standing for rms_norm's 256 threads): the bits of rms_norm(y32 rows, weight) after the product, one launch
-// fewer. y16 given: on; launches that share the ticket must not overlap.
+// of out values (at most max_gemv_norm_after_out) into y16 (bf16, leading dimension out) with weight `weight`, its
+// sums in rms_norm's order (the block's 256 threads standing for rms_norm's): the bits of rms_norm(y32 rows, weight)
+// after the product, one launch fewer. y16 given: on; launches that share the ticket must not overlap.
+constexpr int max_gemv_norm_after_out = 2048;
 struct gemv_norm_after {
   const float* weight = nullptr;
   bf16* y16 = nullptr;
