@@ -44,12 +44,14 @@
 #              cooperative persistent kernel, and as one streaming its weights into shared memory ahead of the
 #              grid's barriers, 1-8 rows, against the HBM floor (mstar_persistent_chain_bench; a minute)
 #   decode     the Talker's decode step at 1..128 rows, 0.6B and 1.7B, with the defaults (the small-rows GEMV on the
-#              tensor cores from 2 to 32 rows, few-tile products split among 4 blocks), on the tensor cores up to 16 and
-#              64 rows (--gemv-rows), without the split (--gemv-k-split 1), with the norms after the o and down
-#              projections done by them up to 16 and 64 rows (--gemv-norm-after 16 and 64), with the CUDA-core GEMV up
+#              tensor cores from 2 to 32 rows, few-tile products split among 4 blocks, the norms after the o and down
+#              projections done by them up to 8 rows), on the tensor cores up to 16 and 64 rows (--gemv-rows), without
+#              the split (--gemv-k-split 1), with the norms after the projections up to 0, 16 and 64 rows
+#              (--gemv-norm-after 0, 16 and 64), with the CUDA-core GEMV up
 #              to 8 rows and with cuBLAS only (--gemv-tensor-cores 0, --gemv-rows 8 and 0), and at 1 and 2 rows with the
 #              norms in the CUDA-core GEMV and apart (--gemv-norm 1 and 0; about 5 minutes); MSTAR_DECODE_SIZES, _ROWS
-#              and _ARMS (of default, tc16, tc64, split1, after16, after64, cuda8, cublas; default all) pick fewer;
+#              and _ARMS (of default, tc16, tc64, split1, after0, after16, after64, cuda8, cublas; default all) pick
+#              fewer;
 #              MSTAR_DECODE_BENCH a carried bench instead of a build here, MSTAR_DECODE_BASELINE one to run first
 #   prefill    the prefill step (the Talker over every row's 40-token prompt, then the code predictor's frame 0) at
 #              1, 16 and 64 rows, 0.6B: its GPU time and how long the call holds the host, and the decode step at
@@ -642,11 +644,12 @@ stage_decode() {
     bench="build-talker-gpu/examples/qwen3_tts/talker/qwen3tts_talker_bench"
   fi
   # The default (1 row on the CUDA-core small_gemv, 2-32 on the tensor cores with tiles of few-tile products shared
-  # among 4 blocks, cuBLAS beyond), then one knob changed at a time: the tensor cores up to 16 and 64 rows, no split,
-  # the norms after the o and down projections up to 16 and 64 rows; the CUDA-core kernel up to 8 rows, and cuBLAS
-  # everywhere. MSTAR_DECODE_ARMS names some of them ("default tc64").
+  # among 4 blocks and the norms after the o and down projections done by them up to 8 rows, cuBLAS beyond), then one
+  # knob changed at a time: the tensor cores up to 16 and 64 rows, no split, the norms after the projections up to 0,
+  # 16 and 64 rows; the CUDA-core kernel up to 8 rows, and cuBLAS everywhere. MSTAR_DECODE_ARMS names some of them
+  # ("default tc64").
   local arms=("default:" "tc16:--gemv-rows 16" "tc64:--gemv-rows 64" "split1:--gemv-k-split 1"
-    "after16:--gemv-norm-after 16" "after64:--gemv-rows 64 --gemv-norm-after 64"
+    "after0:--gemv-norm-after 0" "after16:--gemv-norm-after 16" "after64:--gemv-rows 64 --gemv-norm-after 64"
     "cuda8:--gemv-rows 8 --gemv-tensor-cores 0" "cublas:--gemv-rows 0")
   local arm name
   for size in ${MSTAR_DECODE_SIZES:-0.6b 1.7b}; do

@@ -108,11 +108,11 @@ struct talker_cuda_limits {
   int gemv_k_split = 4;
   // On the tensor cores, the RMSNorm after the o and down projections (before the gate/up product and the next
   // layer's qkv) done by the projection's last block to finish (cuda::gemv_norm_after: rms_norm's bits, one launch
-  // fewer each; at 16 rows the norms were 222 of a step's 797 kernels), for products of at most this many rows (0:
-  // none; at most cuda::max_mma_gemv_rows). Off by default: on an H100 it made the 0.6B's decode step 1.48x as long
-  // at 2 rows and 2.65x at 64 (docs/benchmarks.md), the single block's norm far slower than the launch it saves.
-  // qwen3tts_talker_bench --gemv-norm-after N.
-  int gemv_norm_after_rows = 0;
+  // fewer each: at 2 rows a step's launches went from 798 to 608), for products of at most this many rows (0: none; at
+  // most cuda::max_mma_gemv_rows). The default, 8: on an H100 the 0.6B's decode step took 0.94-0.95x the step without
+  // at 2-4 rows and 0.96x at 8, but 1.02x at 16, where the one block's norm of 16 rows costs more than the launch it
+  // saves (docs/benchmarks.md). qwen3tts_talker_bench --gemv-norm-after N.
+  int gemv_norm_after_rows = 8;
 };
 
 // A tensor as a checkpoint holds it: dtype "BF16", "F16" or "F32", row-major, little-endian. The

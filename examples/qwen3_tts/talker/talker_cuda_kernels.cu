@@ -754,12 +754,13 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
 // leading dimension width) with rms_norm_kernel's bits, by a block of 256 threads standing for rms_norm's: thread t
 // sums values t, t + 256, ... of a row in that order (a value past the row is a zero, which leaves the sum's bits
 // as they were), warp_sum adds a warp's sums and the 8 warps' are added as block_sum's warp 0 adds them. G rows at
-// a time, every value of theirs asked for before the first sum and kept for the output: one L2 round trip a group
-// of rows (a warp reading each row's values a sum at a time took one a value, some 12 us a projection at 2 rows).
-// x is read through L2 (other blocks wrote it).
+// a time, every value of a group asked for before the first sum and kept for the output, and the next group's asked
+// for before this group's sums: one L2 round trip for the first group, the others' latencies behind the sums,
+// barriers and stores of the one before (a warp reading each row's values a sum at a time took one round trip a
+// value, some 12 us a projection at 2 rows). x is read through L2 (other blocks wrote it).
 template <int M>
 __device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int rows, const float* w, bf16* y, float eps) {
-  constexpr int G = 16 / M; // rows a group: 16 values a thread
+  constexpr int G = 16 / M; // rows a group: 16 values a thread, twice that in flight
   static_assert(G >= 1 && G <= mma_warps, "a warp totals each row of a group");
   __shared__ float part[G][mma_warps];
   __shared__ float inv_s[G];
@@ -768,13 +769,17 @@ __device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int row
 #pragma unroll
   for (int m = 0; m < M; ++m)
     wt[m] = t + 256 * m < width ? w[t + 256 * m] : 0.0f;
-  for (int r0 = 0; r0 < rows; r0 += G) {
-    float v[G][M];
+  auto load_group = [&](int r0, float (&v)[G][M]) {
 #pragma unroll
     for (int g = 0; g < G; ++g)
 #pragma unroll
       for (int m = 0; m < M; ++m)
         v[g][m] = r0 + g < rows && t + 256 * m < width ? __ldcg(x + std::size_t(r0 + g) * ld + t + 256 * m) : 0.0f;
+  };
+  float v[G][M], next[G][M];
+  load_group(0, v);
+  for (int r0 = 0; r0 < rows; r0 += G) {
+    if (r0 + G < rows) load_group(r0 + G, next);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float ss = 0.0f;
@@ -801,10 +806,15 @@ __device__ void norm_rows_as_rms_norm(const float* x, int ld, int width, int row
           y[std::size_t(r0 + g) * width + t + 256 * m] = __float2bfloat16(wt[m] * (v[g][m] * inv));
     }
     __syncthreads(); // part and inv_s are the next group's
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        v[g][m] = next[g][m];
   }
 }
 
-template <int NT, gemv_epilogue E>
+template <int NT, gemv_epilogue E, bool NormAfter>
 __global__ void __launch_bounds__(mma_warps * 32)
     mma_gemv_kernel(const bf16* __restrict__ w, int out, int in, const bf16* __restrict__ x, int ldx, float* y32,
                     bf16* act, int ldy, int rows, gemv_split split, gemv_norm_after norm_after) {
@@ -964,8 +974,9 @@ __global__ void __launch_bounds__(mma_warps * 32)
       y = E == gemv_epilogue::residual ? y + v[0] : v[0];
     }
   }
-  if constexpr (E == gemv_epilogue::residual) {
-    if (norm_after.y16) {
+  if constexpr (NormAfter) {
+    static_assert(E == gemv_epilogue::residual, "the norm after follows the residual epilogue");
+    {
       // Every tile's outputs written: the last tile to finish normalises the rows.
       __threadfence();
       __syncthreads();
@@ -985,22 +996,22 @@ __global__ void __launch_bounds__(mma_warps * 32)
   }
 }
 
-template <gemv_epilogue E>
+template <gemv_epilogue E, bool NormAfter>
 void launch_mma_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, float* y32, bf16* act, int ldy, int rows,
                      const gemv_split& split, const gemv_norm_after& na, cudaStream_t s) {
   const unsigned blocks = unsigned(gemv_tiles(E, out) * split.splits);
   if (rows <= 8)
-    launch_kernel(&mma_gemv_kernel<1, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split, na);
+    launch_kernel(&mma_gemv_kernel<1, E, NormAfter>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, split, na);
   else if (rows <= 16)
-    launch_kernel(&mma_gemv_kernel<2, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split, na);
+    launch_kernel(&mma_gemv_kernel<2, E, NormAfter>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, split, na);
   else if (rows <= 32)
-    launch_kernel(&mma_gemv_kernel<4, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split, na);
+    launch_kernel(&mma_gemv_kernel<4, E, NormAfter>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, split, na);
   else
-    launch_kernel(&mma_gemv_kernel<8, E>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy, rows,
-                  split, na);
+    launch_kernel(&mma_gemv_kernel<8, E, NormAfter>, blocks, mma_warps * 32, 0, s, w, out, in, x, ldx, y32, act, ldy,
+                  rows, split, na);
 }
 
 template <gemv_epilogue E>
@@ -1008,7 +1019,14 @@ void launch_small_gemv(const bf16* w, int out, int in, const bf16* x, int ldx, f
                        const gemv_norm& norm, gemv_path path, const gemv_split& split, const gemv_norm_after& na,
                        cudaStream_t s) {
   if (path == gemv_path::tensor_cores) {
-    launch_mma_gemv<E>(w, out, in, x, ldx, y32, act, ldy, rows, split, na, s);
+    // The norm after as its own instantiation: its registers never weigh on the products without it.
+    if constexpr (E == gemv_epilogue::residual) {
+      if (na.y16) {
+        launch_mma_gemv<E, true>(w, out, in, x, ldx, y32, act, ldy, rows, split, na, s);
+        return;
+      }
+    }
+    launch_mma_gemv<E, false>(w, out, in, x, ldx, y32, act, ldy, rows, split, na, s);
   } else if (norm.x32) {
     launch_small_gemv<E, true>(w, out, in, x, ldx, y32, act, ldy, rows, norm, s);
   } else {
