@@ -1011,6 +1011,23 @@ TEST_CASE("on the tensor cores, the decode step with the norms after the o and d
     }
 }
 
+TEST_CASE("a Talker wider than the norm after takes keeps rms_norm: its decode step at 2 rows with the norms after "
+          "on gives the bits of the step without" *
+          doctest::skip(!mstar::test::has_gpu())) {
+  // The last block normalises rows of at most cuda::max_gemv_norm_after_out values; a Talker of more must not ask
+  // small_gemv for it (which would refuse in the middle of a step) but keep its rms_norm launches, while its code
+  // predictor (hidden 32) takes the norm after, which gives rms_norm's bits.
+  talker_config c = tensor_core_config();
+  c.talker.hidden = cuda::max_gemv_norm_after_out + 32;
+  talker_cuda_limits l = tiny_limits(2);
+  l.gemv_norm_after_rows = 0;
+  rig without(c, l);
+  l.gemv_norm_after_rows = cuda::max_mma_gemv_rows;
+  rig with_after(c, l);
+  const two_row_run a = run_rows(with_after, 2, 4), b = run_rows(without, 2, 4);
+  check_same_bits(a, b);
+}
+
 TEST_CASE("programmatic dependent launch gives the decode step and the prefill the same bits as ordinary launches" *
           doctest::skip(!mstar::test::has_gpu())) {
   // Every kernel waits for its predecessors before touching their outputs, so the overlap of launches changes no

@@ -420,8 +420,10 @@ void run_stack(const talker_cuda::state& st, const stack_weights& w, const cuda_
   // On small_gemv with gemv_norm, the qkv and gate/up products normalise the residual themselves.
   const cuda::gemv_path path = st.gemv_path(tokens);
   const bool norm_in_gemv = gemv && st.gemv_norm && cuda::gemv_norm_fits(h, path);
-  // On the tensor cores, up to gemv_norm_after_rows rows: the o and down projections leave the next norm in xn.
-  const bool norm_after = gemv && tokens <= st.gemv_norm_after_rows && path == cuda::gemv_path::tensor_cores;
+  // On the tensor cores, up to gemv_norm_after_rows rows: the o and down projections leave the next norm in xn (rows
+  // of at most max_gemv_norm_after_out values: a wider model keeps rms_norm).
+  const bool norm_after = gemv && tokens <= st.gemv_norm_after_rows && path == cuda::gemv_path::tensor_cores &&
+                          h <= cuda::max_gemv_norm_after_out;
   for (int l = 0; l < d.layers; ++l) {
     const layer_weights& lw = w.layers[std::size_t(l)];
     if (norm_in_gemv) {
