@@ -976,23 +976,21 @@ __global__ void __launch_bounds__(mma_warps * 32)
   }
   if constexpr (NormAfter) {
     static_assert(E == gemv_epilogue::residual, "the norm after follows the residual epilogue");
-    {
-      // Every tile's outputs written: the last tile to finish normalises the rows.
-      __threadfence();
-      __syncthreads();
-      __shared__ unsigned finished;
-      if (threadIdx.x == 0) finished = atomicAdd(norm_after.ticket, 1u);
-      __syncthreads();
-      if (finished != unsigned(tiles - 1)) return;
-      __threadfence();
-      if (threadIdx.x == 0) *norm_after.ticket = 0; // for the next launch, which waits for this one
-      static_assert(mma_warps * 32 == 256, "norm_rows_as_rms_norm's threads are rms_norm's 256");
-      if (outs <= 1024)
-        norm_rows_as_rms_norm<4>(y32, ldy, outs, rows, norm_after.weight, norm_after.y16, norm_after.eps);
-      else
-        norm_rows_as_rms_norm<max_gemv_norm_after_out / 256>(y32, ldy, outs, rows, norm_after.weight, norm_after.y16,
-                                                             norm_after.eps);
-    }
+    // Every tile's outputs written: the last tile to finish normalises the rows.
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned finished;
+    if (threadIdx.x == 0) finished = atomicAdd(norm_after.ticket, 1u);
+    __syncthreads();
+    if (finished != unsigned(tiles - 1)) return;
+    __threadfence();
+    if (threadIdx.x == 0) *norm_after.ticket = 0; // for the next launch, which waits for this one
+    static_assert(mma_warps * 32 == 256, "norm_rows_as_rms_norm's threads are rms_norm's 256");
+    if (outs <= 1024)
+      norm_rows_as_rms_norm<4>(y32, ldy, outs, rows, norm_after.weight, norm_after.y16, norm_after.eps);
+    else
+      norm_rows_as_rms_norm<max_gemv_norm_after_out / 256>(y32, ldy, outs, rows, norm_after.weight, norm_after.y16,
+                                                           norm_after.eps);
   }
 }
 
