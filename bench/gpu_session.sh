@@ -75,6 +75,14 @@
 #              without building: unpacked at its own path, its suites gpu, host and parity (MSTAR_CARRIED_SUITES)
 #              by scripts/run_built_tests.py, the GPU test programs beside the host ones; then the small_gemv and
 #              norm tests of mstar_talker_gpu_tests under memcheck (about 3 minutes)
+#   branches   branches against main in one call: each carried branch (build-carry/branch-NAME.tar.xz, packed by
+#              scripts/carry_branch.sh: its qwen3tts_talker_bench and mstar_talker_gpu_tests) runs its talker GPU tests
+#              (and, under memcheck, the cases MSTAR_BRANCHES_MEMCHECK names: a doctest --test-case filter), then the
+#              decode step of main's carried bench and of each branch in turn, MSTAR_BRANCHES_ROUNDS rounds (default
+#              2), with MSTAR_BRANCHES_BENCH's arguments (default --model 0.6b --rows 1,2,4,8,16,32 --iters 30), and a
+#              table of each branch's step over main's, row by row and round by round. MSTAR_BRANCHES="a;b:--flag N"
+#              picks the branches and gives one its own extra arguments (default: every carried branch). Needs main's
+#              carried build (scripts/carry_build.sh); about 30 s a bench run and a minute a branch's tests
 #   ab         two (or more) builds of one program run in turn, MSTAR_AB_ROUNDS (default 2) rounds, so that a change
 #              is measured against its baseline in one call: MSTAR_AB_BINS names the binaries (built on the build
 #              machine at the two commits and carried, e.g. "build-carry/qwen3tts_talker_bench_old
@@ -796,6 +804,114 @@ stage_carried() {
   fi
 }
 
+# Branches against main (see the list at the top): each carried branch's talker GPU tests, then the decode step of
+# main's carried bench and each branch's in turn, round after round, and the ratios.
+stage_branches() {
+  local d="$out/branches" bins=/tmp/mstar-branches rc arm name tgz src round log bench label i
+  mkdir -p "$d" "$bins"
+  adopt_carried_build branches
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    [ "$rc" -eq 1 ] && summary+=("branches: main's carried build (scripts/carry_build.sh) is the baseline: none here")
+    return
+  fi
+  local arms=()
+  if [ -n "${MSTAR_BRANCHES:-}" ]; then
+    IFS=';' read -ra arms <<< "$MSTAR_BRANCHES"
+  else
+    for tgz in build-carry/branch-*.tar.xz; do
+      [ -f "$tgz" ] || continue
+      name=${tgz#build-carry/branch-}
+      arms+=("${name%.tar.xz}")
+    done
+  fi
+  [ "${#arms[@]}" -gt 0 ] || { summary+=("branches: no build-carry/branch-*.tar.xz (scripts/carry_branch.sh)"); return; }
+  local ready=() labels=(main)
+  local -A tested=()
+  for arm in "${arms[@]}"; do
+    name=${arm%%:*}
+    if [ -n "${tested[$name]:-}" ]; then # the same branch with other arguments: tested once
+      ready+=("$arm")
+      continue
+    fi
+    tgz=build-carry/branch-$name.tar.xz
+    [ -f "$tgz" ] || { summary+=("branches $name: no $tgz"); continue; }
+    rm -rf "${bins:?}/$name"
+    tar -C "$bins" -xJf "$tgz" && [ -f "$bins/$name/SOURCE" ] ||
+      { summary+=("branches $name: $tgz does not unpack to $name/ (scripts/carry_branch.sh packs it so)"); continue; }
+    src=$(cat "$bins/$name/SOURCE")
+    if [ ! -e "$src" ]; then
+      mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+    elif [ ! "$src" -ef "$root" ]; then
+      summary+=("branches $name: $src (its source tree) is another folder here; its tests would read it")
+      continue
+    fi
+    timeout 150 "$bins/$name/mstar_talker_gpu_tests" --no-intro > "$d/$name.tests.log" 2>&1
+    rc=$?
+    summary+=("branches $name ($(cat "$bins/$name/COMMIT")): talker GPU tests rc $rc, $(grep -E '^\[doctest\] test cases' \
+      "$d/$name.tests.log" | sed 's/^\[doctest\] //')")
+    grep -E 'ERROR|FAILED' "$d/$name.tests.log" | head -5
+    if [ -n "${MSTAR_BRANCHES_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bins/$name/mstar_talker_gpu_tests" --no-intro \
+        --test-case="$MSTAR_BRANCHES_MEMCHECK" > "$d/$name.memcheck.log" 2>&1
+      rc=$?
+      summary+=("branches $name: memcheck of '$MSTAR_BRANCHES_MEMCHECK' rc $rc, $(tail -1 "$d/$name.memcheck.log")")
+    fi
+    tested[$name]=1
+    ready+=("$arm")
+  done
+  for arm in "${ready[@]}"; do
+    label=${arm%%:*}
+    [[ "$arm" == *:* ]] && label="$label$(echo "${arm#*:}" | tr -c 'A-Za-z0-9\n' '_')"
+    labels+=("$label")
+  done
+  local base=build-talker-gpu/examples/qwen3_tts/talker/qwen3tts_talker_bench
+  local bench_args=${MSTAR_BRANCHES_BENCH:---model 0.6b --rows 1,2,4,8,16,32 --iters 30}
+  round=0
+  while [ "$round" -lt "${MSTAR_BRANCHES_ROUNDS:-2}" ]; do
+    round=$((round + 1))
+    i=0
+    for arm in main "${ready[@]}"; do
+      name=${arm%%:*}
+      bench=$base
+      [ "$name" != main ] && bench=$bins/$name/qwen3tts_talker_bench
+      local extra=""
+      [[ "$arm" == *:* ]] && extra=${arm#*:}
+      log="$d/step.${labels[$i]}.$round.log"
+      i=$((i + 1))
+      # shellcheck disable=SC2086 # the arguments are words
+      timeout 120 "$bench" $bench_args $extra > "$log" 2>&1
+      echo "branches: $name $extra round $round rc $?"
+    done
+  done
+  python3 - "$d" "${labels[@]}" << 'PY' | tee "$d/table.txt"
+import glob, re, sys
+d, names = sys.argv[1], sys.argv[2:]
+steps = {}  # (name, round) -> {rows: ms}
+for n in names:
+    for path in sorted(glob.glob(f"{d}/step.{n}.*.log")):
+        rnd = int(path.rsplit(".", 2)[1])
+        for line in open(path):
+            m = re.match(r"RESULT\s+\S+\s+fused\b.*?\brows\s+(\d+)\s+step\s+([0-9.]+)", line)
+            if m:
+                steps.setdefault((n, rnd), {})[int(m.group(1))] = float(m.group(2))
+rounds = sorted({r for (_, r) in steps})
+rows = sorted({k for v in steps.values() for k in v})
+print("decode step, ms a step (rounds " + ", ".join(map(str, rounds)) + "), and each branch over main")
+print("| rows | " + " | ".join(names) + " | " + " | ".join(f"{n} / main" for n in names[1:]) + " |")
+print("| ---: " * (2 * len(names)) + "|")
+for r in rows:
+    ms = [" / ".join(f"{steps.get((n, k), {}).get(r, float('nan')):.3f}" for k in rounds) for n in names]
+    ratio = []
+    for n in names[1:]:
+        q = [steps[(n, k)][r] / steps[("main", k)][r] for k in rounds
+             if r in steps.get((n, k), {}) and r in steps.get(("main", k), {})]
+        ratio.append(" / ".join(f"{x:.3f}" for x in q) if q else "-")
+    print(f"| {r} | " + " | ".join(ms) + " | " + " | ".join(ratio) + " |")
+PY
+  summary+=("branches: table in branches/table.txt ($(grep -c '^| [0-9]' "$d/table.txt") row counts)")
+}
+
 # Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
 stage_ab() {
   local d="$out/ab" ck=$compare_dir/ckpt06 bin round=0 args name
@@ -824,7 +940,7 @@ stage_ab() {
 for s in "$@"; do
   case "$s" in
     wheels | reference | talker | speech | suite | codec | split | compare | peers | gputests | profile | codec_profile | attention | flashinfer | attention_profile | diagnose | codecwait | \
-      decode | prefill | large | persistent | ab | carried)
+      decode | prefill | large | persistent | ab | branches | carried)
       "stage_$s" ;;
     *) echo "gpu_session.sh: unknown stage $s (see the list at the top)" >&2
        exit 2 ;;

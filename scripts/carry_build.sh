@@ -24,7 +24,9 @@ b=$(cd "$b" && pwd)
   { echo "carry_build.sh: $b: a path with spaces cannot be recorded in BUILD" >&2; exit 1; }
 [ -f "$b/meson-info/meson-info.json" ] && [ -f "$b/meson-info/intro-tests.json" ] ||
   { echo "carry_build.sh: $b is not a meson build directory (no meson-info/)" >&2; exit 1; }
-if ninja -C "$b" -n 2>/dev/null | grep -q '^\['; then
+# (grep -c reads ninja's whole list: grep -q would stop at the first line, and pipefail would take ninja's SIGPIPE
+# for a failure, so that an out-of-date build passed.)
+if [ "$(ninja -C "$b" -n 2>/dev/null | grep -c '^\[')" != 0 ]; then
   echo "carry_build.sh: $b is not up to date with its sources: run ninja -C $b first" >&2
   exit 1
 fi
