@@ -75,14 +75,15 @@
 #              without building: unpacked at its own path, its suites gpu, host and parity (MSTAR_CARRIED_SUITES)
 #              by scripts/run_built_tests.py, the GPU test programs beside the host ones; then the small_gemv and
 #              norm tests of mstar_talker_gpu_tests under memcheck (about 3 minutes)
-#   branches   branches against main in one call: each carried branch (build-carry/branch-NAME.tar.xz, packed by
-#              scripts/carry_branch.sh: its qwen3tts_talker_bench and mstar_talker_gpu_tests) runs its talker GPU tests
-#              (and, under memcheck, the cases MSTAR_BRANCHES_MEMCHECK names: a doctest --test-case filter), then the
-#              decode step of main's carried bench and of each branch in turn, MSTAR_BRANCHES_ROUNDS rounds (default
-#              2), with MSTAR_BRANCHES_BENCH's arguments (default --model 0.6b --rows 1,2,4,8,16,32 --iters 30), and a
-#              table of each branch's step over main's, row by row and round by round. MSTAR_BRANCHES="a;b:--flag N"
-#              picks the branches and gives one its own extra arguments (default: every carried branch). Needs main's
-#              carried build (scripts/carry_build.sh); about 30 s a bench run and a minute a branch's tests
+#   branches   branches against main in one call: the decode step of main's carried bench and of each carried
+#              branch (build-carry/branch-NAME.tar.xz, packed by scripts/carry_branch.sh: its qwen3tts_talker_bench
+#              and mstar_talker_gpu_tests) in turn, MSTAR_BRANCHES_ROUNDS rounds (default 2), with
+#              MSTAR_BRANCHES_BENCH's arguments (default --model 0.6b --rows 1,2,4,8,16,32 --iters 30), and a table
+#              of each branch's step over main's, row by row and round by round; then each branch's talker GPU tests
+#              (and, under memcheck, the cases MSTAR_BRANCHES_MEMCHECK names: a doctest --test-case filter).
+#              MSTAR_BRANCHES="a;b:--flag N" picks the branches and gives one its own extra arguments (default:
+#              every carried branch). Needs main's carried build (scripts/carry_build.sh). Whatever would not fit in
+#              MSTAR_BRANCHES_S seconds (default 540) is left out and named in the summary
 #   ab         two (or more) builds of one program run in turn, MSTAR_AB_ROUNDS (default 2) rounds, so that a change
 #              is measured against its baseline in one call: MSTAR_AB_BINS names the binaries (built on the build
 #              machine at the two commits and carried, e.g. "build-carry/qwen3tts_talker_bench_old
@@ -807,7 +808,8 @@ stage_carried() {
 # Branches against main (see the list at the top): each carried branch's talker GPU tests, then the decode step of
 # main's carried bench and each branch's in turn, round after round, and the ratios.
 stage_branches() {
-  local d="$out/branches" bins=/tmp/mstar-branches rc arm name tgz src round log bench label i
+  local d="$out/branches" bins=/tmp/mstar-branches t0 rc arm name tgz src round log bench label i extra
+  t0=$(date +%s)
   mkdir -p "$d" "$bins"
   adopt_carried_build branches
   rc=$?
@@ -815,6 +817,8 @@ stage_branches() {
     [ "$rc" -eq 1 ] && summary+=("branches: main's carried build (scripts/carry_build.sh) is the baseline: none here")
     return
   fi
+  # Seconds left of the stage's budget (MSTAR_BRANCHES_S): work that would not fit is left out, and said so.
+  left() { echo $(("${MSTAR_BRANCHES_S:-540}" - ($(date +%s) - t0))); }
   local arms=()
   if [ -n "${MSTAR_BRANCHES:-}" ]; then
     IFS=';' read -ra arms <<< "$MSTAR_BRANCHES"
@@ -826,45 +830,33 @@ stage_branches() {
     done
   fi
   [ "${#arms[@]}" -gt 0 ] || { summary+=("branches: no build-carry/branch-*.tar.xz (scripts/carry_branch.sh)"); return; }
-  local ready=() labels=(main)
-  local -A tested=()
+  # Each branch unpacked once and its source path linked to this tree (its tests read their fixtures there).
+  local ready=() labels=(main) names=()
+  local -A unpacked=()
   for arm in "${arms[@]}"; do
     name=${arm%%:*}
-    if [ -n "${tested[$name]:-}" ]; then # the same branch with other arguments: tested once
-      ready+=("$arm")
-      continue
+    if [ -z "${unpacked[$name]:-}" ]; then
+      tgz=build-carry/branch-$name.tar.xz
+      [ -f "$tgz" ] || { summary+=("branches $name: no $tgz"); continue; }
+      rm -rf "${bins:?}/$name"
+      tar -C "$bins" -xJf "$tgz" && [ -f "$bins/$name/SOURCE" ] ||
+        { summary+=("branches $name: $tgz does not unpack to $name/ (scripts/carry_branch.sh packs it so)"); continue; }
+      src=$(cat "$bins/$name/SOURCE")
+      if [ ! -e "$src" ]; then
+        mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+      elif [ ! "$src" -ef "$root" ]; then
+        summary+=("branches $name: $src (its source tree) is another folder here; its tests would read it")
+        continue
+      fi
+      unpacked[$name]=1
+      names+=("$name")
     fi
-    tgz=build-carry/branch-$name.tar.xz
-    [ -f "$tgz" ] || { summary+=("branches $name: no $tgz"); continue; }
-    rm -rf "${bins:?}/$name"
-    tar -C "$bins" -xJf "$tgz" && [ -f "$bins/$name/SOURCE" ] ||
-      { summary+=("branches $name: $tgz does not unpack to $name/ (scripts/carry_branch.sh packs it so)"); continue; }
-    src=$(cat "$bins/$name/SOURCE")
-    if [ ! -e "$src" ]; then
-      mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
-    elif [ ! "$src" -ef "$root" ]; then
-      summary+=("branches $name: $src (its source tree) is another folder here; its tests would read it")
-      continue
-    fi
-    timeout 150 "$bins/$name/mstar_talker_gpu_tests" --no-intro > "$d/$name.tests.log" 2>&1
-    rc=$?
-    summary+=("branches $name ($(cat "$bins/$name/COMMIT")): talker GPU tests rc $rc, $(grep -E '^\[doctest\] test cases' \
-      "$d/$name.tests.log" | sed 's/^\[doctest\] //')")
-    grep -E 'ERROR|FAILED' "$d/$name.tests.log" | head -5
-    if [ -n "${MSTAR_BRANCHES_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
-      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bins/$name/mstar_talker_gpu_tests" --no-intro \
-        --test-case="$MSTAR_BRANCHES_MEMCHECK" > "$d/$name.memcheck.log" 2>&1
-      rc=$?
-      summary+=("branches $name: memcheck of '$MSTAR_BRANCHES_MEMCHECK' rc $rc, $(tail -1 "$d/$name.memcheck.log")")
-    fi
-    tested[$name]=1
     ready+=("$arm")
-  done
-  for arm in "${ready[@]}"; do
-    label=${arm%%:*}
+    label=$name
     [[ "$arm" == *:* ]] && label="$label$(echo "${arm#*:}" | tr -c 'A-Za-z0-9\n' '_')"
     labels+=("$label")
   done
+  # The decode step first: main's, then each branch's, round after round.
   local base=build-talker-gpu/examples/qwen3_tts/talker/qwen3tts_talker_bench
   local bench_args=${MSTAR_BRANCHES_BENCH:---model 0.6b --rows 1,2,4,8,16,32 --iters 30}
   round=0
@@ -875,10 +867,14 @@ stage_branches() {
       name=${arm%%:*}
       bench=$base
       [ "$name" != main ] && bench=$bins/$name/qwen3tts_talker_bench
-      local extra=""
+      extra=""
       [[ "$arm" == *:* ]] && extra=${arm#*:}
       log="$d/step.${labels[$i]}.$round.log"
       i=$((i + 1))
+      if [ "$(left)" -lt 60 ]; then
+        summary+=("branches: ${labels[$((i - 1))]} round $round left out (MSTAR_BRANCHES_S)")
+        continue
+      fi
       # shellcheck disable=SC2086 # the arguments are words
       timeout 120 "$bench" $bench_args $extra > "$log" 2>&1
       echo "branches: $name $extra round $round rc $?"
@@ -910,6 +906,28 @@ for r in rows:
     print(f"| {r} | " + " | ".join(ms) + " | " + " | ".join(ratio) + " |")
 PY
   summary+=("branches: table in branches/table.txt ($(grep -c '^| [0-9]' "$d/table.txt") row counts)")
+  # Then each branch's talker GPU tests, and memcheck of the cases MSTAR_BRANCHES_MEMCHECK names.
+  for name in "${names[@]}"; do
+    if [ "$(left)" -lt 100 ]; then
+      summary+=("branches $name: tests left out (MSTAR_BRANCHES_S)")
+      continue
+    fi
+    timeout 150 "$bins/$name/mstar_talker_gpu_tests" --no-intro > "$d/$name.tests.log" 2>&1
+    rc=$?
+    summary+=("branches $name ($(cat "$bins/$name/COMMIT")): talker GPU tests rc $rc, $(grep -E '^\[doctest\] test cases' \
+      "$d/$name.tests.log" | sed 's/^\[doctest\] //')")
+    grep -E 'ERROR|FAILED' "$d/$name.tests.log" | head -5
+    if [ -n "${MSTAR_BRANCHES_MEMCHECK:-}" ] && command -v compute-sanitizer > /dev/null; then
+      if [ "$(left)" -lt 100 ]; then
+        summary+=("branches $name: memcheck left out (MSTAR_BRANCHES_S)")
+        continue
+      fi
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bins/$name/mstar_talker_gpu_tests" --no-intro \
+        --test-case="$MSTAR_BRANCHES_MEMCHECK" > "$d/$name.memcheck.log" 2>&1
+      rc=$?
+      summary+=("branches $name: memcheck of '$MSTAR_BRANCHES_MEMCHECK' rc $rc, $(tail -1 "$d/$name.memcheck.log")")
+    fi
+  done
 }
 
 # Builds against each other (see the list at the top): each binary of MSTAR_AB_BINS in turn, MSTAR_AB_ROUNDS rounds.
