@@ -15,25 +15,16 @@
 #   run(command="bash bench/gpu_session.sh branches", carry=["build-carry"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/build_dir.sh
 name=${1:?"usage: bash scripts/carry_branch.sh NAME BUILD_DIR (a meson build directory of the branch, built)"}
 b=${2:?"usage: bash scripts/carry_branch.sh NAME BUILD_DIR (a meson build directory of the branch, built)"}
 [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "carry_branch.sh: NAME '$name': letters, digits, _ . - only" >&2; exit 1; }
 b=$(cd "$b" && pwd)
-[ -f "$b/meson-info/meson-info.json" ] ||
-  { echo "carry_branch.sh: $b is not a meson build directory (no meson-info/)" >&2; exit 1; }
 targets=(examples/qwen3_tts/talker/qwen3tts_talker_bench tests/gpu/mstar_talker_gpu_tests)
-for t in "${targets[@]}"; do
-  [ -x "$b/$t" ] || { echo "carry_branch.sh: $b has no $t: ninja -C $b ${targets[*]}" >&2; exit 1; }
-done
-if [ "$(ninja -C "$b" -n "${targets[@]}" 2>/dev/null | grep -c '^\[')" != 0 ]; then
-  echo "carry_branch.sh: $b is not up to date with its sources: ninja -C $b ${targets[*]}" >&2
-  exit 1
-fi
-src=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["directories"]["source"])' \
-  "$b/meson-info/meson-info.json")
+require_built carry_branch.sh "$b" "${targets[@]}"
+src=$(build_source "$b")
 [[ "$src" != *[[:space:]]* ]] || { echo "carry_branch.sh: $src: a path with spaces" >&2; exit 1; }
-commit=$(git -C "$src" rev-parse --short HEAD)
-git -C "$src" diff --quiet HEAD -- . ':!third_party' 2>/dev/null || commit="$commit+dirty"
+commit=$(tree_commit "$src")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/$name"

@@ -18,20 +18,13 @@
 # device tool carries at most 64 MiB in all; the script says how much build-carry/ holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/build_dir.sh
 b=${1:?"usage: bash scripts/carry_build.sh BUILD_DIR (a meson build directory, built)"}
 b=$(cd "$b" && pwd)
 [[ "$b" != *[[:space:]]* ]] ||
   { echo "carry_build.sh: $b: a path with spaces cannot be recorded in BUILD" >&2; exit 1; }
-[ -f "$b/meson-info/meson-info.json" ] && [ -f "$b/meson-info/intro-tests.json" ] ||
-  { echo "carry_build.sh: $b is not a meson build directory (no meson-info/)" >&2; exit 1; }
-# (grep -c reads ninja's whole list: grep -q would stop at the first line, and pipefail would take ninja's SIGPIPE
-# for a failure, so that an out-of-date build passed.)
-if [ "$(ninja -C "$b" -n 2>/dev/null | grep -c '^\[')" != 0 ]; then
-  echo "carry_build.sh: $b is not up to date with its sources: run ninja -C $b first" >&2
-  exit 1
-fi
-src=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["directories"]["source"])' \
-  "$b/meson-info/meson-info.json")
+require_built carry_build.sh "$b"
+src=$(build_source "$b")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # Everything but objects, static libraries, per-target folders and ninja's state; then the ELF files stripped.
@@ -50,7 +43,6 @@ ldd "${elves[@]}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort
   grep -vE '/(lib[alt]san|libubsan|libcu[A-Za-z]*|libnv[A-Za-z0-9_]*)\.so' |
   while read -r lib; do cp -L "$lib" build-carry/lib/; done
 echo "$b $src" > build-carry/BUILD
-echo "$(git -C "$src" rev-parse --short HEAD)$(git -C "$src" diff --quiet HEAD -- . ':!build-carry' || echo +dirty)" \
-  > build-carry/COMMIT
+tree_commit "$src" > build-carry/COMMIT
 echo "build-carry/: ${#elves[@]} executables of $b ($(du -h build-carry/build.tar.xz | cut -f1) packed), $(ls \
 build-carry/lib | wc -l) libraries, $(du -sh build-carry | cut -f1) in all; commit $(cat build-carry/COMMIT)"
